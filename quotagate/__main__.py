@@ -1,0 +1,5 @@
+import sys
+
+from quotagate.cli import main
+
+sys.exit(main())

@@ -1,0 +1,165 @@
+"""The proxy's configuration file (TOML), parsed into frozen dataclasses.
+
+Every problem is reported as a ConfigError that names the offending key (`proxy.port`) and says what
+was wrong, so `quotagate check-config` can point an operator at the exact line to fix.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PORT = 9192
+DEFAULT_METRICS_PORT = 9190
+DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
+
+
+class ConfigError(ValueError):
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    bootstrap_servers: tuple[tuple[str, int], ...]
+    listen_host: str = "127.0.0.1"
+    # Host clients are told to connect to; defaults to listen_host unless that is a wildcard.
+    advertised_host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    # The listener for broker node N is on broker_port_base + N (default: port + 1), so a broker's
+    # proxy port is stable across restarts and easy to open in a firewall.
+    broker_port_base: int = DEFAULT_PORT + 1
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    connect_timeout_seconds: float = 10.0
+    metadata_refresh_seconds: float = 30.0
+
+    def broker_port(self, node_id: int) -> int:
+        return self.broker_port_base + node_id
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    port: int = DEFAULT_METRICS_PORT
+    host: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Config:
+    proxy: ProxyConfig
+    metrics: MetricsConfig
+
+
+def load_config(path: str | Path) -> Config:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError("file", f"cannot read {path}: {exc.strerror}") from exc
+    return parse_config(text)
+
+
+def parse_config(text: str) -> Config:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("file", f"not valid TOML: {exc}") from exc
+    _reject_unknown("", data, {"proxy", "metrics"})
+    proxy = _section(data, "proxy", required=True)
+    metrics = _section(data, "metrics", required=False)
+    return Config(proxy=_parse_proxy(proxy), metrics=_parse_metrics(metrics))
+
+
+def _section(data: dict[str, Any], name: str, required: bool) -> dict[str, Any]:
+    section = data.get(name)
+    if section is None:
+        if required:
+            raise ConfigError(name, "section is missing")
+        return {}
+    if not isinstance(section, dict):
+        raise ConfigError(name, "must be a table ([" + name + "])")
+    return section
+
+
+def _reject_unknown(prefix: str, table: dict[str, Any], known: set[str]) -> None:
+    for key in table:
+        if key not in known:
+            choices = ", ".join(sorted(known))
+            raise ConfigError(prefix + key, f"unknown key (known: {choices})")
+
+
+def _parse_proxy(table: dict[str, Any]) -> ProxyConfig:
+    _reject_unknown("proxy.", table, {f.name for f in fields(ProxyConfig)})
+    if "bootstrap_servers" not in table:
+        raise ConfigError("proxy.bootstrap_servers", 'is required, e.g. ["kafka-1:9092"]')
+    servers = table["bootstrap_servers"]
+    if not isinstance(servers, list) or not servers:
+        raise ConfigError("proxy.bootstrap_servers", 'must be a non-empty list of "host:port" strings')
+    bootstrap = tuple(_host_port("proxy.bootstrap_servers", item) for item in servers)
+    listen_host = _string(table, "proxy.listen_host", "127.0.0.1")
+    if "advertised_host" in table:
+        advertised_host = _string(table, "proxy.advertised_host", "")
+        if advertised_host in WILDCARD_HOSTS:
+            raise ConfigError("proxy.advertised_host", "must be a host name or address clients can reach")
+    elif listen_host in WILDCARD_HOSTS:
+        raise ConfigError("proxy.advertised_host", f"is required when listen_host is {listen_host!r}")
+    else:
+        advertised_host = listen_host
+    port = _port(table, "proxy.port", DEFAULT_PORT)
+    broker_port_base = _integer(table, "proxy.broker_port_base", port + 1, 1, 65535)
+    return ProxyConfig(
+        bootstrap_servers=bootstrap,
+        listen_host=listen_host,
+        advertised_host=advertised_host,
+        port=port,
+        broker_port_base=broker_port_base,
+        max_frame_size=_integer(table, "proxy.max_frame_size", DEFAULT_MAX_FRAME_SIZE, 1024, 2**31 - 1),
+        connect_timeout_seconds=_positive(table, "proxy.connect_timeout_seconds", 10.0),
+        metadata_refresh_seconds=_positive(table, "proxy.metadata_refresh_seconds", 30.0),
+    )
+
+
+def _parse_metrics(table: dict[str, Any]) -> MetricsConfig:
+    _reject_unknown("metrics.", table, {f.name for f in fields(MetricsConfig)})
+    return MetricsConfig(
+        port=_port(table, "metrics.port", DEFAULT_METRICS_PORT),
+        host=_string(table, "metrics.host", "127.0.0.1"),
+    )
+
+
+def _host_port(key: str, item: Any) -> tuple[str, int]:
+    if not isinstance(item, str) or ":" not in item:
+        raise ConfigError(key, f'entry {item!r} is not a "host:port" string')
+    host, _, port_text = item.rpartition(":")
+    host = host.strip("[]")  # allow "[::1]:9092"
+    if not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ConfigError(key, f'entry {item!r} is not a "host:port" string with a port in 1..65535')
+    return host, int(port_text)
+
+
+def _string(table: dict[str, Any], key: str, default: str) -> str:
+    value = table.get(key.rpartition(".")[2], default)
+    if not isinstance(value, str):
+        raise ConfigError(key, f"must be a string, got {value!r}")
+    return value
+
+
+def _integer(table: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
+    value = table.get(key.rpartition(".")[2], default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(key, f"must be an integer in {low}..{high}, got {value!r}")
+    return value
+
+
+def _port(table: dict[str, Any], key: str, default: int) -> int:
+    return _integer(table, key, default, 1, 65535)
+
+
+def _positive(table: dict[str, Any], key: str, default: float) -> float:
+    value = table.get(key.rpartition(".")[2], default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(key, f"must be a number > 0, got {value!r}")
+    return float(value)

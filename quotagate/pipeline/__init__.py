@@ -1,0 +1,1 @@
+"""PySpark jobs over the proxy's usage records (roll-ups, what-if replay, recommendations)."""

@@ -1,0 +1,98 @@
+"""The Kafka APIs the proxy knows by number, and the version limits it advertises to clients.
+
+The message classes come from kafka-python's `kafka.protocol`, generated from Kafka's JSON schemas.
+They tell which versions use the flexible (compact, tagged) encoding, which decides where a header
+ends and so where a body starts.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import kafka.protocol.admin
+import kafka.protocol.consumer
+import kafka.protocol.metadata
+import kafka.protocol.producer  # noqa: F401  (imported so every message class is registered)
+from kafka.protocol.api_message import ApiMessage
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_QUORUM = 55
+    DESCRIBE_CLUSTER = 60
+    SHARE_FETCH = 78
+    SHARE_ACKNOWLEDGE = 79
+
+
+def _message_classes() -> tuple[dict[int, type[ApiMessage]], dict[int, type[ApiMessage]]]:
+    requests: dict[int, type[ApiMessage]] = {}
+    responses: dict[int, type[ApiMessage]] = {}
+    pending = list(ApiMessage.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        # Versioned wrappers (Foo_v3) carry a _class_version; only the primary class is wanted.
+        if getattr(cls, "_class_version", None) is not None or getattr(cls, "_json", None) is None:
+            continue
+        (requests if cls.is_request() else responses)[cls.API_KEY] = cls
+    return requests, responses
+
+
+REQUEST_CLASSES, RESPONSE_CLASSES = _message_classes()
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    """Whether (api_key, version) uses the flexible encoding; False for APIs the codec does not know."""
+    cls = REQUEST_CLASSES.get(api_key)
+    return cls is not None and cls.flexible_version_q(version)
+
+
+def response_header_is_flexible(api_key: int, version: int) -> bool:
+    # ApiVersions responses always use header v0 so that a client can read them before it knows
+    # which versions the broker speaks (KIP-511).
+    return api_key != ApiKey.API_VERSIONS and is_flexible(api_key, version)
+
+
+# Highest version the proxy lets clients use, per API. Two reasons to cap:
+# - the proxy rewrites broker addresses in these responses, so it must be able to decode every
+#   version a client may use: capped at what kafka-python's schemas know;
+# - Fetch v16+ responses may carry broker addresses (KIP-951 NodeEndpoints) in top-level tagged
+#   fields behind all the record data; rather than walk every fetch response, the proxy caps Fetch
+#   at v15, which only costs clients the leader-change shortcut of KIP-951 (they refresh metadata
+#   instead). Produce responses are small, so those are walked and rewritten instead of capped.
+# - DescribeQuorum v2+ lists controller endpoints; v1 has none.
+FETCH_MAX_VERSION = 15
+DESCRIBE_QUORUM_MAX_VERSION = 1
+
+_REWRITTEN_APIS = (
+    ApiKey.PRODUCE,
+    ApiKey.METADATA,
+    ApiKey.FIND_COORDINATOR,
+    ApiKey.DESCRIBE_CLUSTER,
+    ApiKey.API_VERSIONS,
+)
+
+MAX_VERSIONS: dict[int, int] = {
+    **{int(key): RESPONSE_CLASSES[key].max_version for key in _REWRITTEN_APIS},
+    ApiKey.FETCH: FETCH_MAX_VERSION,
+    ApiKey.DESCRIBE_QUORUM: DESCRIBE_QUORUM_MAX_VERSION,
+}
+
+# APIs whose responses carry broker addresses in a form the proxy does not rewrite (share groups,
+# KIP-932: NodeEndpoints in ShareFetch/ShareAcknowledge). They are hidden from ApiVersions so that
+# no client learns a broker address through them.
+HIDDEN_APIS: frozenset[int] = frozenset({ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE})

@@ -1,0 +1,84 @@
+"""Cheap peeks at request and response headers, on frames that still carry their size prefix.
+
+Request header v1/v2: api_key int16, api_version int16, correlation_id int32, client_id nullable
+int16-length string, then (v2, flexible versions) tagged fields. Response header v0/v1:
+correlation_id int32, then (v1) tagged fields. Only these fields are read; bodies are left alone.
+"""
+
+from __future__ import annotations
+
+from struct import Struct, unpack_from
+from typing import NamedTuple
+
+from quotagate.protocol.apis import is_flexible, response_header_is_flexible
+from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
+
+_REQUEST_FIXED = Struct(">hhih")
+_CORRELATION_ID = Struct(">i")
+
+
+class RequestHeader(NamedTuple):
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int  # offset of the body within the frame (size prefix included)
+
+
+def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """Decodes an unsigned varint at pos; returns (value, position after it)."""
+    value = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise FrameError("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise FrameError("varint longer than 5 bytes")
+
+
+def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        pos += size
+    if pos > len(buf):
+        raise FrameError("truncated tagged fields")
+    return pos
+
+
+def peek_request_header(frame: memoryview) -> RequestHeader:
+    """Reads a request's header. Raises FrameError when the frame is too short to hold one."""
+    if len(frame) < FRAME_SIZE_BYTES + _REQUEST_FIXED.size:
+        raise FrameError(f"request of {len(frame) - FRAME_SIZE_BYTES} bytes is shorter than a header")
+    api_key, api_version, correlation_id, client_id_len = _REQUEST_FIXED.unpack_from(frame, FRAME_SIZE_BYTES)
+    pos = FRAME_SIZE_BYTES + _REQUEST_FIXED.size
+    client_id: str | None = None
+    if client_id_len >= 0:
+        if pos + client_id_len > len(frame):
+            raise FrameError("client_id runs past the end of the request")
+        client_id = bytes(frame[pos : pos + client_id_len]).decode("utf-8", "replace")
+        pos += client_id_len
+    if is_flexible(api_key, api_version):
+        pos = skip_tagged_fields(frame, pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+def peek_correlation_id(frame: memoryview) -> int:
+    if len(frame) < FRAME_SIZE_BYTES + _CORRELATION_ID.size:
+        raise FrameError("response shorter than a correlation id")
+    return unpack_from(">i", frame, FRAME_SIZE_BYTES)[0]
+
+
+def response_body_offset(frame: memoryview, api_key: int, api_version: int) -> int:
+    """Offset of a response's body within its frame (size prefix included)."""
+    pos = FRAME_SIZE_BYTES + _CORRELATION_ID.size
+    if response_header_is_flexible(api_key, api_version):
+        pos = skip_tagged_fields(frame, pos)
+    return pos

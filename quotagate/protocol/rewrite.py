@@ -1,0 +1,122 @@
+"""Rewrites of the responses that name brokers, so that clients only ever learn proxy addresses.
+
+Each rewriter takes a whole response frame and returns a new frame, or None when nothing needs to
+change (then the original bytes are forwarded untouched). Broker addresses go through `advertise`,
+a callback owned by the proxy: it records the broker's real address for node_id (so the proxy can
+connect there) and returns the proxy address clients must use for that node.
+
+ApiVersions is rewritten too: the proxy caps the versions it lets clients use (see apis.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from struct import pack, unpack_from
+
+from quotagate.protocol.apis import (
+    HIDDEN_APIS,
+    MAX_VERSIONS,
+    RESPONSE_CLASSES,
+    ApiKey,
+)
+from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
+from quotagate.protocol.headers import response_body_offset
+from quotagate.protocol.produce import produce_response_has_top_level_tags
+
+Advertise = Callable[[int, str, int], tuple[str, int]]
+Rewriter = Callable[[memoryview, int, Advertise], "bytes | None"]
+
+DESCRIBE_CLUSTER_ENDPOINT_CONTROLLERS = 2
+
+
+def _decode(api_key: int, frame: memoryview, version: int) -> tuple[int, object]:
+    body_offset = response_body_offset(frame, api_key, version)
+    cls = RESPONSE_CLASSES[api_key]
+    try:
+        return body_offset, cls.decode(frame[body_offset:], version=version)
+    except Exception as exc:  # kafka-python raises assorted errors on bad bytes
+        raise FrameError(f"cannot decode {cls.__name__} v{version}: {exc}") from exc
+
+
+def _reframe(frame: memoryview, body_offset: int, message: object) -> bytes:
+    # The decoded message keeps its version; passing it again would trip kafka-python's header code.
+    body = message.encode()  # type: ignore[attr-defined]
+    header = frame[FRAME_SIZE_BYTES:body_offset]
+    return b"".join((pack(">i", len(header) + len(body)), header, body))
+
+
+def rewrite_metadata(frame: memoryview, version: int, advertise: Advertise) -> bytes:
+    body_offset, response = _decode(ApiKey.METADATA, frame, version)
+    for broker in response.brokers:  # type: ignore[attr-defined]
+        broker.host, broker.port = advertise(broker.node_id, broker.host, broker.port)
+    return _reframe(frame, body_offset, response)
+
+
+def rewrite_find_coordinator(frame: memoryview, version: int, advertise: Advertise) -> bytes | None:
+    body_offset, response = _decode(ApiKey.FIND_COORDINATOR, frame, version)
+    if version < 4:
+        if response.error_code != 0 or response.node_id < 0:  # type: ignore[attr-defined]
+            return None
+        response.host, response.port = advertise(response.node_id, response.host, response.port)  # type: ignore[attr-defined]
+    else:
+        for coordinator in response.coordinators:  # type: ignore[attr-defined]
+            if coordinator.error_code == 0 and coordinator.node_id >= 0:
+                coordinator.host, coordinator.port = advertise(coordinator.node_id, coordinator.host, coordinator.port)
+    return _reframe(frame, body_offset, response)
+
+
+def rewrite_describe_cluster(frame: memoryview, version: int, advertise: Advertise) -> bytes:
+    body_offset, response = _decode(ApiKey.DESCRIBE_CLUSTER, frame, version)
+    if response.endpoint_type == DESCRIBE_CLUSTER_ENDPOINT_CONTROLLERS:  # type: ignore[attr-defined]
+        # Controller endpoints are not reachable through the proxy: name none of them.
+        response.brokers = []  # type: ignore[attr-defined]
+    else:
+        for broker in response.brokers:  # type: ignore[attr-defined]
+            broker.host, broker.port = advertise(broker.broker_id, broker.host, broker.port)
+    return _reframe(frame, body_offset, response)
+
+
+def rewrite_produce(frame: memoryview, version: int, advertise: Advertise) -> bytes | None:
+    # The usual produce response has no top-level tags: check cheaply, decode only when needed.
+    body_offset = response_body_offset(frame, ApiKey.PRODUCE, version)
+    if not produce_response_has_top_level_tags(frame, body_offset, version):
+        return None
+    body_offset, response = _decode(ApiKey.PRODUCE, frame, version)
+    for node in response.node_endpoints or ():  # type: ignore[attr-defined]
+        node.host, node.port = advertise(node.node_id, node.host, node.port)
+    return _reframe(frame, body_offset, response)
+
+
+def rewrite_api_versions(frame: memoryview, version: int, advertise: Advertise) -> bytes | None:
+    body_offset = response_body_offset(frame, ApiKey.API_VERSIONS, version)
+    if len(frame) < body_offset + 2:
+        raise FrameError("truncated ApiVersions response")
+    if unpack_from(">h", frame, body_offset)[0] != 0:
+        return None  # an error answer (v0 body) lists only what the broker speaks; nothing to cap
+    body_offset, response = _decode(ApiKey.API_VERSIONS, frame, version)
+    response.api_keys = cap_api_versions(response.api_keys)  # type: ignore[attr-defined]
+    return _reframe(frame, body_offset, response)
+
+
+def cap_api_versions(api_keys: list) -> list:
+    """Drops hidden APIs and lowers max_version to what the proxy can handle; keeps the order."""
+    kept = []
+    for entry in api_keys:
+        if entry.api_key in HIDDEN_APIS:
+            continue
+        cap = MAX_VERSIONS.get(entry.api_key)
+        if cap is not None:
+            if cap < entry.min_version:
+                continue
+            entry.max_version = min(entry.max_version, cap)
+        kept.append(entry)
+    return kept
+
+
+RESPONSE_REWRITERS: dict[int, Rewriter] = {
+    ApiKey.PRODUCE: rewrite_produce,
+    ApiKey.METADATA: rewrite_metadata,
+    ApiKey.FIND_COORDINATOR: rewrite_find_coordinator,
+    ApiKey.DESCRIBE_CLUSTER: rewrite_describe_cluster,
+    ApiKey.API_VERSIONS: rewrite_api_versions,
+}

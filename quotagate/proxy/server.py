@@ -1,0 +1,156 @@
+"""The proxy: a bootstrap listener, one listener per broker, and broker discovery.
+
+Broker listeners: node N is served on `broker_port_base + N`. A listener is opened the first time a
+broker is named, by the proxy's own metadata refresh or by any response the proxy rewrites, and its
+socket is bound and listening before the rewritten response leaves, so a client can never be told
+a port that is not accepting yet. Listeners stay open when a broker disappears from metadata (a
+restarting broker comes back under the same id); connecting to a broker that is down closes the
+client's connection, and the client retries as it would against the broker itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Callable
+
+from prometheus_client import start_http_server
+
+from quotagate.config import Config
+from quotagate.protocol.discovery import decode_discovery_brokers, encode_discovery_request
+from quotagate.protocol.framing import FrameError
+from quotagate.proxy.connection import ClientConnection
+from quotagate.proxy.metrics import ProxyMetrics
+
+log = logging.getLogger("quotagate.proxy")
+
+BOOTSTRAP = "bootstrap"
+
+
+def bind_listening_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family, backlog=1024)
+    sock.setblocking(False)
+    return sock
+
+
+class Proxy:
+    def __init__(self, config: Config, metrics: ProxyMetrics | None = None) -> None:
+        self.config = config
+        self.metrics = metrics or ProxyMetrics()
+        self.brokers: dict[int, tuple[str, int]] = {}  # node id -> the broker's own address
+        self.listener_ports: dict[int, int] = {}  # node id -> proxy port serving it
+        self.clients: set[ClientConnection] = set()
+        self._servers: list[asyncio.Server] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._discovery_correlation_id = 0
+        self._stopped = asyncio.Event()
+
+    # addresses -------------------------------------------------------------------------------
+    def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        """Records broker node_id's real address; returns the proxy address clients must use."""
+        if self.brokers.get(node_id) != (host, port):
+            if node_id in self.brokers:
+                log.info("broker %d moved from %s:%d to %s:%d", node_id, *self.brokers[node_id], host, port)
+            self.brokers[node_id] = (host, port)
+        if node_id not in self.listener_ports:
+            self._open_broker_listener(node_id)
+        return self.config.proxy.advertised_host, self.config.proxy.broker_port(node_id)
+
+    def _open_broker_listener(self, node_id: int) -> None:
+        port = self.config.proxy.broker_port(node_id)
+        self.listener_ports[node_id] = port
+        if not 0 < port < 65536:
+            log.error("broker %d would be served on port %d: lower proxy.broker_port_base", node_id, port)
+            return
+        try:
+            sock = bind_listening_socket(self.config.proxy.listen_host, port)
+        except OSError as exc:
+            log.error("cannot listen for broker %d on port %d: %s", node_id, port, exc)
+            return
+        name = f"broker-{node_id}"
+        log.info("serving broker %d (%s:%d) on port %d", node_id, *self.brokers[node_id], port)
+        self._spawn(self._serve(sock, name, lambda: [self.brokers[node_id]]))
+
+    # lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        proxy = self.config.proxy
+        sock = bind_listening_socket(proxy.listen_host, proxy.port)
+        log.info("bootstrap listener on %s:%d -> %s", proxy.listen_host, proxy.port, proxy.bootstrap_servers)
+        await self._serve(sock, BOOTSTRAP, lambda: list(proxy.bootstrap_servers))
+        if not await self.refresh_metadata():
+            log.warning("no bootstrap server answered yet; brokers will be discovered when one does")
+        self._spawn(self._refresh_periodically())
+
+    def start_metrics_http(self) -> None:
+        metrics = self.config.metrics
+        start_http_server(metrics.port, addr=metrics.host, registry=self.metrics.registry)
+        log.info("metrics on http://%s:%d/metrics", metrics.host, metrics.port)
+
+    async def _serve(self, sock: socket.socket, name: str, upstreams: Callable[[], list[tuple[str, int]]]) -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: ClientConnection(self, name, upstreams()), sock=sock)
+        self._servers.append(server)
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    async def stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        for client in list(self.clients):
+            client.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for server in self._servers:
+            await server.wait_closed()
+        self._stopped.set()
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # bookkeeping for connections ---------------------------------------------------------------
+    def connection_opened(self, client: ClientConnection) -> None:
+        self.clients.add(client)
+        self.metrics.connections.labels(client.listener).inc()
+        self.metrics.connections_total.labels(client.listener).inc()
+
+    def connection_closed(self, client: ClientConnection) -> None:
+        self.clients.discard(client)
+        self.metrics.connections.labels(client.listener).dec()
+
+    # discovery ---------------------------------------------------------------------------------
+    async def refresh_metadata(self) -> bool:
+        """Asks one broker for the broker list and opens listeners for new ones."""
+        candidates = list(self.config.proxy.bootstrap_servers) + list(self.brokers.values())
+        for host, port in dict.fromkeys(candidates):
+            try:
+                brokers = await self._fetch_brokers(host, port)
+            except (OSError, TimeoutError, FrameError, asyncio.IncompleteReadError) as exc:
+                log.debug("metadata refresh from %s:%d failed: %s", host, port, exc)
+                continue
+            for node_id, broker_host, broker_port in brokers:
+                self.advertise(node_id, broker_host, broker_port)
+            return True
+        return False
+
+    async def _fetch_brokers(self, host: str, port: int) -> list[tuple[int, str, int]]:
+        timeout = self.config.proxy.connect_timeout_seconds
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        try:
+            self._discovery_correlation_id += 1
+            correlation_id = self._discovery_correlation_id
+            writer.write(encode_discovery_request(correlation_id))
+            size = await asyncio.wait_for(reader.readexactly(4), timeout)
+            body = await asyncio.wait_for(reader.readexactly(int.from_bytes(size, "big")), timeout)
+            return decode_discovery_brokers(size + body, correlation_id)
+        finally:
+            writer.close()
+
+    async def _refresh_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.proxy.metadata_refresh_seconds)
+            await self.refresh_metadata()
