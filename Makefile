@@ -1,0 +1,57 @@
+# quotagate — `make demo` runs the main job, `make test` runs every test. Both set themselves up.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+KAFKA_LIBS := .cache/kafka/libs
+RIG := $(PY) scripts/kafka_rig.py
+BROKERS ?= 1
+
+.PHONY: all venv kafka-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down demo test test-unit lint clean
+
+all: venv kafka-jars
+
+# The virtualenv is rebuilt whenever pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+# Apache Kafka broker + tools jars from Maven Central, cached in an ignored folder.
+$(KAFKA_LIBS)/.fetched: kafka/pom.xml
+	mvn -q -f kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS) -DincludeScope=runtime
+	touch $@
+
+kafka-jars: $(KAFKA_LIBS)/.fetched
+
+kafka-up: venv kafka-jars
+	$(RIG) up --brokers $(BROKERS)
+
+kafka-down: venv
+	$(RIG) down
+
+kafka-cluster-up: venv kafka-jars
+	$(RIG) up --brokers 3
+
+kafka-cluster-down: venv
+	$(RIG) down --name dev3
+
+demo: venv kafka-jars
+	$(PY) scripts/demo.py
+
+test: venv kafka-jars
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q -rs --durations=15
+
+test-unit: venv
+	$(PY) -m pytest -q -m "not cluster" tests/unit
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

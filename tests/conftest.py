@@ -1,0 +1,1 @@
+pytest_plugins = ["tests.kafka_fixtures", "tests.proxy_fixtures"]

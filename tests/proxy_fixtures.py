@@ -1,0 +1,127 @@
+"""Runs quotagate as a real subprocess (`quotagate run --config FILE`) in front of a test cluster."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PROXY_HOST = "127.0.0.1"
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((PROXY_HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_block(size: int) -> int:
+    """First port of `size` consecutive free ports, picked at random in 40000..59999."""
+    for _ in range(200):
+        first = random.randrange(40000, 60000 - size)
+        if all(port_is_free(first + i) for i in range(size)):
+            return first
+    raise RuntimeError(f"no {size} consecutive free ports found")
+
+
+@dataclass
+class ProxyProcess:
+    process: subprocess.Popen[bytes]
+    config_path: Path
+    log_path: Path
+    port: int
+    broker_port_base: int
+    metrics_port: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{PROXY_HOST}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def broker_port(self, node_id: int) -> int:
+        return self.broker_port_base + node_id
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_proxy(bootstrap: str, workdir: Path, extra_toml: str = "", wait: float = 20.0) -> ProxyProcess:
+    # One block of 12: bootstrap port, broker node N (1..9) on first + 1 + N, metrics last.
+    first = free_port_block(12)
+    port, broker_port_base, metrics_port = first, first + 1, first + 11
+    servers = ", ".join(f'"{server}"' for server in bootstrap.split(","))
+    config_path = workdir / f"quotagate-{port}.toml"
+    config_path.write_text(
+        f"[proxy]\nbootstrap_servers = [{servers}]\nport = {port}\nbroker_port_base = {broker_port_base}\n"
+        f"metadata_refresh_seconds = 5\n\n[metrics]\nport = {metrics_port}\n{extra_toml}"
+    )
+    log_path = workdir / f"quotagate-{port}.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "quotagate", "--log-level", "DEBUG", "run", "--config", str(config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    proxy = ProxyProcess(process, config_path, log_path, port, broker_port_base, metrics_port)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"quotagate exited with {process.returncode}:\n{proxy.log_text()}")
+        if "quotagate ready" in proxy.log_text():
+            return proxy
+        time.sleep(0.1)
+    proxy.stop()
+    raise RuntimeError(f"quotagate not ready after {wait} s:\n{proxy.log_text()}")
+
+
+@pytest.fixture
+def proxy_factory(tmp_path: Path) -> Iterator[Callable[..., ProxyProcess]]:
+    started: list[ProxyProcess] = []
+
+    def factory(bootstrap: str, extra_toml: str = "") -> ProxyProcess:
+        proxy = start_proxy(bootstrap, tmp_path, extra_toml)
+        started.append(proxy)
+        return proxy
+
+    yield factory
+    for proxy in started:
+        proxy.stop()
+
+
+@pytest.fixture
+def proxy(kafka, proxy_factory) -> ProxyProcess:
+    """A proxy in front of the single-broker test Kafka."""
+    return proxy_factory(kafka.bootstrap)
+
+
+@pytest.fixture
+def cluster_proxy(kafka_cluster, proxy_factory) -> ProxyProcess:
+    """A proxy in front of the 3-broker test cluster."""
+    return proxy_factory(kafka_cluster.bootstrap)

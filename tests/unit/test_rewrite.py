@@ -1,0 +1,183 @@
+from struct import pack, unpack_from
+
+import pytest
+from kafka.protocol.admin import DescribeClusterResponse
+from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
+from kafka.protocol.producer import ProduceResponse
+
+from quotagate.protocol.apis import FETCH_MAX_VERSION, ApiKey, response_header_is_flexible
+from quotagate.protocol.headers import response_body_offset
+from quotagate.protocol.produce import produce_response_throttle_offset
+from quotagate.protocol.rewrite import RESPONSE_REWRITERS
+
+PROXY_HOST = "proxy.example"
+
+
+class Recorder:
+    """An `advertise` callback that records real addresses and maps node N to port 20000 + N."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, tuple[str, int]] = {}
+
+    def __call__(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        self.seen[node_id] = (host, port)
+        return PROXY_HOST, 20000 + node_id
+
+
+def response_frame(api_key: int, version: int, message) -> memoryview:
+    header = pack(">i", 5) + (b"\x00" if response_header_is_flexible(api_key, version) else b"")
+    body = bytes(message.encode(version=version))
+    return memoryview(pack(">i", len(header) + len(body)) + header + body)
+
+
+def rewrite(api_key: int, version: int, message, advertise=None):
+    advertise = advertise or Recorder()
+    out = RESPONSE_REWRITERS[api_key](response_frame(api_key, version, message), version, advertise)
+    if out is None:
+        return None
+    view = memoryview(out)
+    assert unpack_from(">i", view, 0)[0] == len(view) - 4
+    assert unpack_from(">i", view, 4)[0] == 5, "correlation id must be kept"
+    body = view[response_body_offset(view, api_key, version) :]
+    return type(message).decode(body, version=version)
+
+
+@pytest.mark.parametrize("version", range(0, 14))
+def test_metadata_brokers_get_proxy_addresses_and_real_ones_are_recorded(version: int) -> None:
+    broker = MetadataResponse.MetadataResponseBroker
+    message = MetadataResponse(
+        version=version,
+        brokers=[broker(version=version, node_id=n, host=f"kafka-{n}", port=9092, rack=None) for n in (1, 2)],
+        controller_id=1,
+        topics=[],
+    )
+    recorder = Recorder()
+    out = rewrite(ApiKey.METADATA, version, message, recorder)
+    assert [(b.node_id, b.host, b.port) for b in out.brokers] == [(1, PROXY_HOST, 20001), (2, PROXY_HOST, 20002)]
+    assert recorder.seen == {1: ("kafka-1", 9092), 2: ("kafka-2", 9092)}
+
+
+@pytest.mark.parametrize("version", range(0, 4))
+def test_find_coordinator_single_form_is_rewritten(version: int) -> None:
+    message = FindCoordinatorResponse(version=version, error_code=0, node_id=3, host="kafka-3", port=9092)
+    out = rewrite(ApiKey.FIND_COORDINATOR, version, message)
+    assert (out.node_id, out.host, out.port) == (3, PROXY_HOST, 20003)
+
+
+def test_find_coordinator_error_is_forwarded_untouched() -> None:
+    message = FindCoordinatorResponse(version=2, error_code=15, node_id=-1, host="", port=-1)
+    assert rewrite(ApiKey.FIND_COORDINATOR, 2, message) is None
+
+
+@pytest.mark.parametrize("version", range(4, 7))
+def test_find_coordinator_batched_form_rewrites_every_found_coordinator(version: int) -> None:
+    coordinator = FindCoordinatorResponse.Coordinator
+    message = FindCoordinatorResponse(
+        version=version,
+        coordinators=[
+            coordinator(version=version, key="g1", node_id=2, host="kafka-2", port=9092, error_code=0),
+            coordinator(version=version, key="g2", node_id=-1, host="", port=-1, error_code=15),
+        ],
+    )
+    out = rewrite(ApiKey.FIND_COORDINATOR, version, message)
+    assert [(c.key, c.host, c.port) for c in out.coordinators] == [("g1", PROXY_HOST, 20002), ("g2", "", -1)]
+
+
+@pytest.mark.parametrize("version", range(0, 3))
+def test_describe_cluster_brokers_are_rewritten(version: int) -> None:
+    broker = DescribeClusterResponse.DescribeClusterBroker
+    message = DescribeClusterResponse(
+        version=version,
+        cluster_id="c",
+        controller_id=1,
+        brokers=[broker(version=version, broker_id=1, host="kafka-1", port=9092, rack="r1")],
+    )
+    out = rewrite(ApiKey.DESCRIBE_CLUSTER, version, message)
+    assert [(b.broker_id, b.host, b.port, b.rack) for b in out.brokers] == [(1, PROXY_HOST, 20001, "r1")]
+
+
+def test_describe_cluster_controller_endpoints_are_never_shown() -> None:
+    broker = DescribeClusterResponse.DescribeClusterBroker
+    message = DescribeClusterResponse(
+        version=1,
+        endpoint_type=2,
+        cluster_id="c",
+        controller_id=1,
+        brokers=[broker(version=1, broker_id=1, host="kafka-1", port=9093, rack=None)],
+    )
+    recorder = Recorder()
+    assert rewrite(ApiKey.DESCRIBE_CLUSTER, 1, message, recorder).brokers == []
+    assert recorder.seen == {}
+
+
+def api_versions_message(version: int) -> ApiVersionsResponse:
+    entry = ApiVersionsResponse.ApiVersion
+    keys = [(0, 3, 13), (1, 4, 18), (3, 0, 13), (55, 0, 2), (12, 0, 4), (78, 1, 2), (79, 1, 1)]
+    return ApiVersionsResponse(
+        version=version,
+        error_code=0,
+        api_keys=[entry(version=version, api_key=k, min_version=lo, max_version=hi) for k, lo, hi in keys],
+    )
+
+
+@pytest.mark.parametrize("version", range(0, 5))
+def test_api_versions_caps_what_the_proxy_must_parse_and_hides_share_apis(version: int) -> None:
+    out = rewrite(ApiKey.API_VERSIONS, version, api_versions_message(version))
+    versions = {e.api_key: (e.min_version, e.max_version) for e in out.api_keys}
+    assert versions == {0: (3, 13), 1: (4, FETCH_MAX_VERSION), 3: (0, 13), 55: (0, 1), 12: (0, 4)}
+
+
+def test_api_versions_error_answer_is_forwarded_untouched() -> None:
+    message = ApiVersionsResponse(version=0, error_code=35, api_keys=[])
+    assert rewrite(ApiKey.API_VERSIONS, 0, message) is None
+
+
+def produce_response(version: int, throttle: int, endpoints: bool = False) -> ProduceResponse:
+    topic = ProduceResponse.TopicProduceResponse
+    partition = topic.PartitionProduceResponse
+    error = partition.BatchIndexAndErrorMessage
+    topics = []
+    for t in range(2):
+        partitions = [
+            partition(
+                version=version,
+                index=p,
+                error_code=0,
+                base_offset=1000 + p,
+                **(
+                    {
+                        "record_errors": [error(version=version, batch_index=1, batch_index_error_message="x")] * p,
+                        "error_message": "oops" if p == 2 else None,
+                    }
+                    if version >= 8
+                    else {}
+                ),
+            )
+            for p in range(3)
+        ]
+        name = {"name": f"topic-{t}"} if version < 13 else {"topic_id": "0" * 31 + str(t)}
+        topics.append(topic(version=version, partition_responses=partitions, **name))
+    fields = {}
+    if endpoints:
+        node = ProduceResponse.NodeEndpoint
+        fields["node_endpoints"] = [node(version=version, node_id=2, host="kafka-2", port=9092, rack=None)]
+    return ProduceResponse(version=version, responses=topics, throttle_time_ms=throttle, **fields)
+
+
+@pytest.mark.parametrize("version", range(3, 14))
+def test_produce_throttle_offset_is_found_behind_the_partition_results(version: int) -> None:
+    frame = response_frame(ApiKey.PRODUCE, version, produce_response(version, throttle=12345))
+    offset = produce_response_throttle_offset(frame, response_body_offset(frame, ApiKey.PRODUCE, version), version)
+    assert unpack_from(">i", frame, offset)[0] == 12345
+
+
+@pytest.mark.parametrize("version", range(3, 14))
+def test_produce_response_without_node_endpoints_is_forwarded_untouched(version: int) -> None:
+    assert rewrite(ApiKey.PRODUCE, version, produce_response(version, throttle=0)) is None
+
+
+@pytest.mark.parametrize("version", range(10, 14))
+def test_produce_node_endpoints_get_proxy_addresses(version: int) -> None:
+    out = rewrite(ApiKey.PRODUCE, version, produce_response(version, throttle=7, endpoints=True))
+    assert [(n.node_id, n.host, n.port) for n in out.node_endpoints] == [(2, PROXY_HOST, 20002)]
+    assert out.throttle_time_ms == 7 and len(out.responses) == 2
