@@ -16,8 +16,12 @@ async def _run(config_path: str) -> int:
 
     config = load_config(config_path)
     proxy = Proxy(config)
-    proxy.start_metrics_http()
-    await proxy.start()
+    try:
+        proxy.start_metrics_http()
+        await proxy.start()
+    except OSError as exc:
+        print(f"quotagate: cannot listen: {exc}", file=sys.stderr)
+        return 1
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: loop.create_task(proxy.stop()))

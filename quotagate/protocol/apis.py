@@ -96,3 +96,9 @@ MAX_VERSIONS: dict[int, int] = {
 # KIP-932: NodeEndpoints in ShareFetch/ShareAcknowledge). They are hidden from ApiVersions so that
 # no client learns a broker address through them.
 HIDDEN_APIS: frozenset[int] = frozenset({ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE})
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name for an API ("Produce", "Metadata"), or "Api<N>" for one the codec does not know."""
+    cls = REQUEST_CLASSES.get(api_key)
+    return cls.__name__.removesuffix("Request") if cls is not None else f"Api{api_key}"

@@ -1,0 +1,849 @@
+#!/usr/bin/env python3
+"""Run a real KRaft Apache Kafka (combined broker+controller nodes) from the jars in
+.cache/kafka/libs, for tests, benchmarks and local development.
+
+Stdlib only, so it works before the project's venv exists.
+
+Library::
+
+    cluster = start_cluster("dev", brokers=3, base_port=9092)
+    cluster.bootstrap            # "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
+    cluster.stop_node(2); cluster.start_node(2)
+    cluster.stop()
+
+CLI::
+
+    python scripts/kafka_rig.py up [--brokers N] [--base-port P] [--name NAME] [--fresh]
+    python scripts/kafka_rig.py status [--name NAME]
+    python scripts/kafka_rig.py down [--name NAME] [--wipe]
+    python scripts/kafka_rig.py tool MAIN_CLASS_OR_ALIAS ARGS...
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import glob
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+KAFKA_DIR = REPO_ROOT / "kafka"
+LIBS_DIR = REPO_ROOT / ".cache" / "kafka" / "libs"
+RUN_DIR = REPO_ROOT / ".cache" / "kafka" / "run"
+LOG4J_CONFIG = KAFKA_DIR / "log4j2.yaml"
+
+HOST = "127.0.0.1"
+BROKER_MAIN = "kafka.Kafka"
+STORAGE_MAIN = "kafka.tools.StorageTool"
+DEFAULT_HEAP_OPTS = "-Xmx512m -Xms256m"
+TOOL_HEAP_OPTS = "-Xmx256m"
+# Same GC flags as Kafka's kafka-run-class.sh, so numbers are comparable to a stock install.
+JVM_PERFORMANCE_OPTS = (
+    "-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 "
+    "-XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true"
+)
+STOP_TIMEOUT = 30.0
+# A node whose controller quorum is gone can never finish its controlled shutdown (it
+# waits for the controller for minutes), so don't wait the full STOP_TIMEOUT for it.
+NO_QUORUM_STOP_TIMEOUT = 5.0
+STATE_FILE = "cluster.json"
+
+# Short names for the tool classes we use most (`kafka_rig.py tool topics --list ...`).
+TOOL_ALIASES: dict[str, str] = {
+    "topics": "org.apache.kafka.tools.TopicCommand",
+    "configs": "kafka.admin.ConfigCommand",
+    "storage": STORAGE_MAIN,
+    "consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+    "producer-perf": "org.apache.kafka.tools.ProducerPerformance",
+    "consumer-perf": "org.apache.kafka.tools.ConsumerPerformance",
+    "console-producer": "org.apache.kafka.tools.ConsoleProducer",
+    "console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
+    "metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
+}
+
+
+class KafkaRigError(RuntimeError):
+    """Anything that stops the rig from giving you a working cluster."""
+
+
+# --------------------------------------------------------------------------- jars / java
+
+
+def java_classpath() -> str:
+    """Classpath for every Kafka class; java expands the `dir/*` wildcard itself."""
+    return str(LIBS_DIR / "*")
+
+
+def _java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").exists():
+        return str(Path(java_home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise KafkaRigError("java not found on PATH (need a JDK 17+ to run Kafka 4.x)")
+    return found
+
+
+def ensure_jars() -> None:
+    """Fetch the Kafka jars with Maven unless they are already in .cache/kafka/libs."""
+    wanted = ("kafka_2.13-*.jar", "log4j-slf4j-impl-*.jar")
+    if all(glob.glob(str(LIBS_DIR / pattern)) for pattern in wanted):
+        return
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise KafkaRigError(
+            f"Kafka jars missing from {LIBS_DIR} and `mvn` is not installed; "
+            "install Maven (apt-get install maven) and re-run"
+        )
+    # outputDirectory must be absolute: Maven resolves a relative one against the
+    # pom's dir (kafka/), not the shell's cwd.
+    cmd = [
+        mvn,
+        "-q",
+        "-f",
+        str(KAFKA_DIR / "pom.xml"),
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={LIBS_DIR}",
+        "-DincludeScope=runtime",
+    ]
+    done = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
+    if done.returncode != 0 or not glob.glob(str(LIBS_DIR / "kafka_2.13-*.jar")):
+        raise KafkaRigError(f"`{' '.join(cmd)}` failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
+
+
+def _log4j_opts(logs_dir: Path | None) -> list[str]:
+    opts = [f"-Dlog4j2.configurationFile={LOG4J_CONFIG}"]
+    if logs_dir is None:
+        opts.append("-Dkafka.file.level=OFF")  # tools: WARN+ to stderr only, no file
+    else:
+        opts.append(f"-Dkafka.logs.dir={logs_dir}")
+    return opts
+
+
+def _jvm_cmd(main_class: str, args: Sequence[str], heap: str, logs_dir: Path | None) -> list[str]:
+    return [
+        _java(),
+        *heap.split(),
+        *JVM_PERFORMANCE_OPTS.split(),
+        *_log4j_opts(logs_dir),
+        *os.environ.get("KAFKA_OPTS", "").split(),
+        "-cp",
+        java_classpath(),
+        TOOL_ALIASES.get(main_class, main_class),
+        *args,
+    ]
+
+
+def run_tool(
+    main_class: str,
+    *args: str,
+    timeout: float = 120,
+    check: bool = True,
+    input: str | None = None,
+    capture: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """Run a Kafka tool class (or a TOOL_ALIASES name) from the same jars.
+
+    Output is captured as text unless capture=False (then it goes to our stdout/stderr).
+    With check=True a non-zero exit raises KafkaRigError carrying the tool's output.
+    """
+    ensure_jars()
+    cmd = _jvm_cmd(main_class, args, TOOL_HEAP_OPTS, None)
+    try:
+        done = subprocess.run(
+            cmd,
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+            capture_output=capture,
+            text=True,
+            timeout=timeout,
+            cwd=REPO_ROOT,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise KafkaRigError(f"{main_class} {' '.join(args)} timed out after {timeout}s") from exc
+    if check and done.returncode != 0:
+        raise KafkaRigError(
+            f"{main_class} {' '.join(args)} exited {done.returncode}\n"
+            f"--- stdout\n{done.stdout or ''}--- stderr\n{done.stderr or ''}"
+        )
+    return done
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace")
+
+
+def _pid_alive(pid: int) -> bool:
+    """True if pid runs and is not a zombie (a dead child we never reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # Field 3 (after the parenthesised comm, which may contain spaces) is the state.
+    return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X", "")
+
+
+def _owned_pid(pid: int, marker: str) -> bool:
+    """A live pid whose command line mentions our dir, i.e. one the rig started.
+
+    Guards against killing an unrelated process that reused a stale pid."""
+    return _pid_alive(pid) and marker in _cmdline(pid)
+
+
+def _wait_gone(pid: int, proc: subprocess.Popen[bytes] | None, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc is not None:
+            if proc.poll() is not None:
+                return True
+        elif not _pid_alive(pid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
+def _port_open(port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, io.SEEK_END)
+            fh.seek(max(0, fh.tell() - 64 * 1024))
+            text = fh.read().decode(errors="replace")
+    except OSError:
+        return f"(no {path.name})"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# --------------------------------------------------------------------------- Metadata probe
+
+
+def _kstr(value: str) -> bytes:
+    raw = value.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def metadata_brokers(port: int, timeout: float = 3.0) -> tuple[list[int], int]:
+    """Ask one node for cluster metadata; return (sorted broker ids, controller id).
+
+    A raw Metadata v4 request (Kafka 4 dropped v0-v3) keeps this module stdlib-only.
+    Fenced brokers are not listed, so "all N ids present" means the cluster is usable."""
+    body = struct.pack(">hhi", 3, 4, 1) + _kstr("kafka-rig")  # api key, version, correlation
+    body += struct.pack(">ib", 0, 0)  # topics: empty array (none), allow_auto_topic_creation
+    with socket.create_connection((HOST, port), timeout=timeout) as sock:
+        sock.settimeout(timeout)
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        size = struct.unpack(">i", _recv_exact(sock, 4))[0]
+        buf = _recv_exact(sock, size)
+    pos = 8  # correlation id, throttle_time_ms
+    (count,) = struct.unpack_from(">i", buf, pos)
+    pos += 4
+    ids: list[int] = []
+    for _ in range(count):
+        (node_id,) = struct.unpack_from(">i", buf, pos)
+        pos += 4
+        (host_len,) = struct.unpack_from(">h", buf, pos)
+        pos += 2 + host_len + 4  # host, port
+        (rack_len,) = struct.unpack_from(">h", buf, pos)
+        pos += 2 + max(rack_len, 0)
+        ids.append(node_id)
+    (cid_len,) = struct.unpack_from(">h", buf, pos)
+    pos += 2 + max(cid_len, 0)
+    (controller_id,) = struct.unpack_from(">i", buf, pos)
+    return sorted(ids), controller_id
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = sock.recv(size - len(chunks))
+        if not chunk:
+            raise ConnectionError("connection closed mid-response")
+        chunks += chunk
+    return bytes(chunks)
+
+
+def _random_kafka_uuid() -> str:
+    """A Kafka Uuid string (base64url of 16 bytes, no padding), like `StorageTool random-uuid`."""
+    while True:
+        text = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        if not text.startswith("-"):  # Kafka avoids these: they look like CLI flags
+            return text
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+@dataclass
+class Node:
+    """One combined broker+controller JVM."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    dir: Path
+    pid: int | None = None
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def id(self) -> int:
+        return self.node_id
+
+    @property
+    def data_dir(self) -> Path:
+        return self.dir / "data"
+
+    @property
+    def properties(self) -> Path:
+        return self.dir / "server.properties"
+
+    @property
+    def out_log(self) -> Path:
+        """stdout/stderr of the JVM: WARN+ log lines, crashes, JVM errors."""
+        return self.dir / "kafka.out"
+
+    @property
+    def server_log(self) -> Path:
+        """The full INFO log written by log4j2."""
+        return self.dir / "server.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / "kafka.pid"
+
+    @property
+    def alive(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        return self.pid is not None and _owned_pid(self.pid, f"{self.dir}/")
+
+    @property
+    def formatted(self) -> bool:
+        return (self.data_dir / "meta.properties").exists()
+
+    def log_tail(self, lines: int = 40) -> str:
+        return (
+            f"--- node {self.node_id} {self.out_log}:\n{_tail(self.out_log, lines)}\n"
+            f"--- node {self.node_id} {self.server_log}:\n{_tail(self.server_log, lines)}"
+        )
+
+
+@dataclass
+class Cluster:
+    """A named KRaft cluster whose state lives in `workdir` (one subdir per node)."""
+
+    name: str
+    workdir: Path
+    nodes: list[Node]
+    cluster_id: str
+    directory_ids: dict[int, str]
+    wait: float = 90.0
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    # ----- construction / persistence
+
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        brokers: int = 1,
+        base_port: int = 9092,
+        workdir: Path | None = None,
+        controller_base_port: int | None = None,
+        wait: float = 90.0,
+        overrides: Mapping[str, str] | None = None,
+    ) -> Cluster:
+        """Describe a cluster, reusing the saved layout (cluster id, dir ids) if any."""
+        if brokers < 1:
+            raise KafkaRigError("brokers must be >= 1")
+        # Absolute, because it is matched against /proc/PID/cmdline to recognise our JVMs.
+        workdir = Path(workdir).resolve() if workdir is not None else RUN_DIR / name
+        ctrl_base = base_port + 100 if controller_base_port is None else controller_base_port
+        layout = {"brokers": brokers, "base_port": base_port, "controller_base_port": ctrl_base}
+        saved = _load_state(workdir)
+        if saved is not None:
+            old = {key: saved.get(key) for key in layout}
+            if old != layout:
+                raise KafkaRigError(
+                    f"cluster {name!r} in {workdir} was created as {old}, not {layout}; "
+                    f"stop and wipe it first (kafka_rig.py down --name {name} --wipe)"
+                )
+            cluster_id = str(saved["cluster_id"])
+            dir_ids = {int(k): str(v) for k, v in saved["directory_ids"].items()}
+        else:
+            cluster_id = _random_kafka_uuid()
+            dir_ids = {i: _random_kafka_uuid() for i in range(1, brokers + 1)}
+        nodes = [
+            Node(node_id=i + 1, port=base_port + i, controller_port=ctrl_base + i, dir=workdir / f"node{i + 1}")
+            for i in range(brokers)
+        ]
+        cluster = cls(name, workdir, nodes, cluster_id, dir_ids, wait, dict(overrides or {}))
+        for node in nodes:  # adopt JVMs left running by an earlier `up`
+            node.pid = cluster._pid_from_file(node)
+        if saved is None:
+            workdir.mkdir(parents=True, exist_ok=True)
+            (workdir / STATE_FILE).write_text(
+                json.dumps(
+                    {
+                        **layout,
+                        "name": name,
+                        "cluster_id": cluster_id,
+                        "directory_ids": {str(k): v for k, v in dir_ids.items()},
+                    },
+                    indent=2,
+                )
+            )
+        return cluster
+
+    @classmethod
+    def attach(cls, name: str, workdir: Path | None = None) -> Cluster | None:
+        """The saved cluster `name`, or None if it was never created."""
+        workdir = Path(workdir) if workdir is not None else RUN_DIR / name
+        saved = _load_state(workdir)
+        if saved is None:
+            return None
+        return cls.create(
+            name,
+            brokers=int(saved["brokers"]),
+            base_port=int(saved["base_port"]),
+            workdir=workdir,
+            controller_base_port=int(saved["controller_base_port"]),
+        )
+
+    # ----- info
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{HOST}:{n.port}" for n in self.nodes)
+
+    @property
+    def size(self) -> int:
+        return len(self.nodes)
+
+    def node(self, node_id: int) -> Node:
+        for node in self.nodes:
+            if node.node_id == node_id:
+                return node
+        raise KafkaRigError(f"cluster {self.name!r} has no node {node_id}")
+
+    def alive_nodes(self) -> list[Node]:
+        return [n for n in self.nodes if n.alive]
+
+    # ----- config / format
+
+    def _quorum_bootstrap(self) -> str:
+        return ",".join(f"{HOST}:{n.controller_port}" for n in self.nodes)
+
+    def _write_properties(self, node: Node) -> None:
+        n = self.size
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(node.node_id),
+            "controller.quorum.bootstrap.servers": self._quorum_bootstrap(),
+            "listeners": f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
+            # Dynamic (KIP-853) quorums want the controller listener advertised too.
+            "advertised.listeners": f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(node.data_dir),
+            "num.partitions": "1",
+            "auto.create.topics.enable": "true",
+            "group.initial.rebalance.delay.ms": "0",
+            # A restarted broker is refused (DUPLICATE_BROKER_REGISTRATION) until its old
+            # session expires, even after a clean shutdown: 9 s by default, 4 s here.
+            "broker.session.timeout.ms": "4000",
+            "broker.heartbeat.interval.ms": "1000",
+            # Internal topics default to RF 3 / min ISR 2, which a 1-node cluster can't host.
+            "offsets.topic.replication.factor": str(min(3, n)),
+            "transaction.state.log.replication.factor": str(min(3, n)),
+            "transaction.state.log.min.isr": str(min(2, n)),
+            "share.coordinator.state.topic.replication.factor": str(min(3, n)),
+            "share.coordinator.state.topic.min.isr": str(min(2, n)),
+        }
+        props.update(self.overrides)
+        node.dir.mkdir(parents=True, exist_ok=True)
+        node.properties.write_text(
+            f"# Generated by scripts/kafka_rig.py for cluster {self.name!r}; rewritten on start.\n"
+            + "".join(f"{k}={v}\n" for k, v in props.items())
+        )
+
+    def _format(self, nodes: Iterable[Node]) -> None:
+        """Format storage of unformatted nodes (in parallel: each is a JVM start)."""
+        if self.size == 1:
+            quorum = ["--standalone"]
+        else:
+            # Every node gets the same list; each picks its own directory id from it.
+            quorum = [
+                "--initial-controllers",
+                ",".join(f"{n.node_id}@{HOST}:{n.controller_port}:{self.directory_ids[n.node_id]}" for n in self.nodes),
+            ]
+        procs: list[tuple[Node, subprocess.Popen[str]]] = []
+        for node in nodes:
+            args = ["format", "--cluster-id", self.cluster_id, "--config", str(node.properties), *quorum]
+            cmd = _jvm_cmd(STORAGE_MAIN, args, TOOL_HEAP_OPTS, None)
+            pipes: dict[str, Any] = {
+                "stdin": subprocess.DEVNULL,
+                "stdout": subprocess.PIPE,
+                "stderr": subprocess.STDOUT,
+            }
+            procs.append((node, subprocess.Popen(cmd, text=True, **pipes)))
+        for node, proc in procs:
+            out, _ = proc.communicate(timeout=120)
+            if proc.returncode != 0:
+                raise KafkaRigError(f"formatting node {node.node_id} failed:\n{out}")
+
+    # ----- lifecycle
+
+    def start(self) -> Cluster:
+        """Start every node that is not running, then wait_ready(). Stops them on failure."""
+        ensure_jars()
+        started: list[Node] = []
+        try:
+            todo = [n for n in self.nodes if not n.alive]
+            for node in todo:
+                self._check_ports_free(node)
+                self._write_properties(node)
+            self._format([n for n in todo if not n.formatted])
+            for node in todo:
+                self._spawn(node)
+                started.append(node)
+            self.wait_ready()
+        except BaseException:
+            self._stop_nodes(started, timeout=10)
+            raise
+        return self
+
+    def start_node(self, node_id: int, wait: float | None = None) -> Node:
+        """(Re)start one node; wait until it and the other running nodes all see each other."""
+        node = self.node(node_id)
+        if not node.alive:
+            ensure_jars()
+            self._check_ports_free(node)
+            self._write_properties(node)
+            if not node.formatted:
+                self._format([node])
+            self._spawn(node)
+        self.wait_ready(wait)
+        return node
+
+    def stop_node(self, node_id: int, timeout: float = STOP_TIMEOUT) -> None:
+        """SIGTERM one node, wait for it to exit, SIGKILL after `timeout` seconds."""
+        self._stop_nodes([self.node(node_id)], timeout)
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Stop every node of this cluster that the rig started (now or by an earlier `up`)."""
+        self._stop_nodes(self.nodes, timeout)
+
+    def _stop_nodes(self, nodes: Sequence[Node], timeout: float) -> None:
+        # Signal all first and wait after, so N nodes take ~max not ~sum of shutdown times
+        # (stopping them one by one would leave the last ones without a quorum).
+        victims = [(n, n.pid) for n in nodes if n.pid is not None and n.alive]
+        if len(self.alive_nodes()) <= self.size // 2:
+            timeout = min(timeout, NO_QUORUM_STOP_TIMEOUT)
+        for _, pid in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for node, pid in victims:
+            if not _wait_gone(pid, node.proc, max(0.0, deadline - time.monotonic())):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                _wait_gone(pid, node.proc, 10)
+        for node in nodes:
+            if not node.alive:
+                node.proc = None
+                node.pid = None
+                node.pid_file.unlink(missing_ok=True)
+
+    def _spawn(self, node: Node) -> None:
+        heap = os.environ.get("KAFKA_HEAP_OPTS", DEFAULT_HEAP_OPTS)
+        cmd = _jvm_cmd(BROKER_MAIN, [str(node.properties)], heap, node.dir)
+        with node.out_log.open("ab") as out:
+            out.write(f"\n=== {time.strftime('%F %T')} starting: {' '.join(cmd)}\n".encode())
+            out.flush()
+            # New session: the JVM must outlive `kafka_rig.py up` and ignore the
+            # terminal's Ctrl-C; we stop it explicitly by pid.
+            node.proc = subprocess.Popen(
+                cmd,
+                cwd=node.dir,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        node.pid = node.proc.pid
+        node.pid_file.write_text(f"{node.pid}\n")
+
+    def _pid_from_file(self, node: Node) -> int | None:
+        try:
+            pid = int(node.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _owned_pid(pid, f"{node.dir}/") else None
+
+    def _check_ports_free(self, node: Node) -> None:
+        for port in (node.port, node.controller_port):
+            if _port_open(port, timeout=0.2):
+                raise KafkaRigError(
+                    f"port {port} (node {node.node_id} of {self.name!r}) is already in use "
+                    "by another process; stop it or pick another --base-port"
+                )
+
+    # ----- readiness
+
+    def _expected(self) -> list[Node]:
+        """Nodes that should be running: started (or adopted) and not stopped since."""
+        return [n for n in self.nodes if n.pid is not None]
+
+    def probe(self) -> dict[int, str]:
+        """Per node that should be running: "" if it answers Metadata listing exactly the
+        nodes that should be running (so all N unless some were stopped), else why not."""
+        expected = self._expected()
+        want = [n.node_id for n in expected]
+        status: dict[int, str] = {}
+        for node in expected:
+            if not node.alive:
+                status[node.node_id] = "not running"
+                continue
+            try:
+                ids, controller = metadata_brokers(node.port)
+            except (OSError, struct.error) as exc:
+                status[node.node_id] = f"port {node.port}: {exc or type(exc).__name__}"
+                continue
+            ok = ids == want and controller >= 0
+            status[node.node_id] = "" if ok else f"sees brokers {ids}, want {want}"
+        return status
+
+    def is_ready(self) -> bool:
+        return all(not why for why in self.probe().values())
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Wait until every running node accepts TCP and answers a Metadata request listing
+        all running nodes as (unfenced) brokers. Fails fast if a node process died."""
+        timeout = self.wait if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            dead = [n for n in self._expected() if not n.alive]
+            if dead:
+                tails = "\n".join(n.log_tail() for n in dead)
+                codes = [n.proc.returncode if n.proc else "?" for n in dead]
+                raise KafkaRigError(
+                    f"cluster {self.name!r}: node(s) {[n.node_id for n in dead]} died (exit {codes})\n{tails}"
+                )
+            status = self.probe()
+            if all(not why for why in status.values()):
+                return
+            if time.monotonic() >= deadline:
+                bad = [n for n in self.nodes if status.get(n.node_id)]
+                detail = "; ".join(f"node {n.node_id}: {status[n.node_id]}" for n in bad)
+                tails = "\n".join(n.log_tail() for n in bad)
+                raise KafkaRigError(f"cluster {self.name!r} not ready after {timeout:.0f}s ({detail})\n{tails}")
+            time.sleep(0.25)
+
+    # ----- context manager
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _load_state(workdir: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads((workdir / STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data
+
+
+def start_cluster(
+    name: str,
+    brokers: int = 1,
+    base_port: int = 9092,
+    workdir: Path | None = None,
+    wait: float = 90,
+    controller_base_port: int | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> Cluster:
+    """Start (or adopt, if already running) the named cluster and wait until it is ready.
+
+    Node i (1-based) listens for clients on base_port+i-1 and for the controller quorum
+    on controller_base_port+i-1 (default base_port+100+i-1). Storage is formatted on
+    first start and reused afterwards. `overrides` are extra/replacement server.properties
+    entries (not persisted: pass them again when restarting the cluster)."""
+    cluster = Cluster.create(name, brokers, base_port, workdir, controller_base_port, wait, overrides)
+    return cluster.start()
+
+
+def kill_stale(workdir: Path) -> list[int]:
+    """SIGKILL leftover node JVMs of the cluster in `workdir` (e.g. from a crashed test run).
+
+    Only processes whose command line names `workdir` are touched: the ones listed in
+    the node pid files, plus any Kafka JVM still running from that dir whose pid file
+    got lost."""
+    marker = f"{Path(workdir).resolve()}/"
+    pids: set[int] = set()
+    for pid_file in Path(workdir).glob("node*/kafka.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            pids.add(int(pid_file.read_text().strip()))
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            cmd = _cmdline(int(entry.name))
+            if BROKER_MAIN in cmd.split() and marker in cmd:
+                pids.add(int(entry.name))
+    killed = []
+    for pid in sorted(pids):
+        if pid != os.getpid() and _owned_pid(pid, marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            _wait_gone(pid, None, 10)
+            killed.append(pid)
+    return killed
+
+
+def fresh_cluster(
+    name: str,
+    brokers: int = 1,
+    base_port: int = 9092,
+    workdir: Path | None = None,
+    wait: float = 90,
+    controller_base_port: int | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> Cluster:
+    """Kill leftovers of `name`, wipe its dir and start it from scratch."""
+    workdir = Path(workdir) if workdir is not None else RUN_DIR / name
+    kill_stale(workdir)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return start_cluster(name, brokers, base_port, workdir, wait, controller_base_port, overrides)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _print_nodes(cluster: Cluster, out: IO[str]) -> None:
+    for node in cluster.nodes:
+        state = f"pid {node.pid}" if node.alive else "stopped"
+        print(f"  node {node.node_id}: {HOST}:{node.port} ({state}) {node.dir}", file=out)
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    name = args.name or ("dev" if args.brokers in (None, 1) else f"dev{args.brokers}")
+    saved = Cluster.attach(name)
+    if args.fresh and saved is not None:
+        saved.stop()
+        shutil.rmtree(saved.workdir, ignore_errors=True)
+        saved = None
+    # Unspecified --brokers/--base-port mean "as it was created", so a plain `up` always
+    # brings back an existing cluster.
+    brokers = args.brokers or (saved.size if saved else 1)
+    base_port = args.base_port or (saved.nodes[0].port if saved else 9092)
+    ctrl_port = args.controller_base_port or (saved.nodes[0].controller_port if saved and not args.base_port else None)
+    started = time.monotonic()
+    cluster = Cluster.create(name, brokers, base_port, controller_base_port=ctrl_port, wait=args.wait)
+    if len(cluster.alive_nodes()) == cluster.size and cluster.is_ready():
+        print(f"cluster {name!r} already running and ready")
+    else:
+        cluster.start()
+        print(f"cluster {name!r} ready in {time.monotonic() - started:.1f}s")
+    _print_nodes(cluster, sys.stdout)
+    print(f"bootstrap: {cluster.bootstrap}")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    cluster = Cluster.attach(args.name)
+    if cluster is None:
+        print(f"no cluster {args.name!r} in {RUN_DIR}")
+        return 1
+    status = cluster.probe()
+    ready = len(cluster.alive_nodes()) == cluster.size and not any(status.values())
+    print(f"cluster {args.name!r}: {'ready' if ready else 'NOT ready'}; bootstrap {cluster.bootstrap}")
+    _print_nodes(cluster, sys.stdout)
+    for node_id, why in status.items():
+        if why:
+            print(f"  node {node_id}: {why}")
+    return 0 if ready else 1
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    cluster = Cluster.attach(args.name)
+    if cluster is None:
+        print(f"no cluster {args.name!r} in {RUN_DIR}")
+    else:
+        running = cluster.alive_nodes()
+        cluster.stop()
+        print(f"cluster {args.name!r}: stopped {len(running)} node(s)")
+    if args.wipe:
+        shutil.rmtree(RUN_DIR / args.name, ignore_errors=True)
+        print(f"wiped {RUN_DIR / args.name}")
+    return 0
+
+
+def _cmd_tool(args: argparse.Namespace) -> int:
+    # Streamed, not captured, and no timeout: console consumers etc. run until Ctrl-C.
+    done = run_tool(args.main_class, *args.args, timeout=10**9, check=False, capture=False)
+    return done.returncode
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start a cluster (no-op if it is already up)")
+    up.add_argument("--brokers", type=int, help="default 1 (or as the saved cluster was created)")
+    up.add_argument("--base-port", type=int, help="first client port; default 9092 (or as saved)")
+    up.add_argument("--controller-base-port", type=int, help="default base port + 100")
+    up.add_argument("--name", help='default "dev", or "devN" for N brokers')
+    up.add_argument("--wait", type=float, default=90.0, help="readiness timeout, seconds")
+    up.add_argument("--fresh", action="store_true", help="stop and wipe it first")
+    status = sub.add_parser("status", help="is the cluster running and ready?")
+    status.add_argument("--name", default="dev")
+    down = sub.add_parser("down", help="stop the processes of a cluster started by `up`")
+    down.add_argument("--name", default="dev")
+    down.add_argument("--wipe", action="store_true", help="also delete its data")
+    tool = sub.add_parser("tool", help="run a Kafka tool class, e.g. `tool topics --list ...`")
+    tool.add_argument("main_class", help=f"class name or alias: {', '.join(TOOL_ALIASES)}")
+    tool.add_argument("args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    handlers = {"up": _cmd_up, "status": _cmd_status, "down": _cmd_down, "tool": _cmd_tool}
+    try:
+        return handlers[args.command](args)
+    except KafkaRigError as exc:
+        print(f"kafka_rig: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `kafka_rig.py up | head -1`: not an error worth a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""With 3 brokers behind the proxy, a broker is stopped and restarted while clients keep going."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from tests.integration.helpers import create_topic, unique_topic
+
+pytestmark = pytest.mark.cluster
+
+
+class ContinuousProducer(threading.Thread):
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.topic = topic
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 60000,
+            }
+        )
+        self.acked: list[tuple[float, bytes]] = []
+        self.failed: list[str] = []
+        self.stopping = threading.Event()
+
+    def _delivered(self, err, msg) -> None:
+        if err is None:
+            self.acked.append((time.monotonic(), msg.value()))
+        else:
+            self.failed.append(str(err))
+
+    def run(self) -> None:
+        i = 0
+        while not self.stopping.is_set():
+            self.producer.produce(self.topic, value=f"v{i}".encode(), on_delivery=self._delivered)
+            self.producer.poll(0.002)
+            i += 1
+        self.producer.flush(60)
+
+
+class ContinuousConsumer(threading.Thread):
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": unique_topic("fo"), "auto.offset.reset": "earliest"}
+        )
+        self.consumer.subscribe([topic])
+        self.received: list[tuple[float, bytes]] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            for msg in self.consumer.consume(1000, timeout=0.2):
+                if msg.error() is None:
+                    self.received.append((time.monotonic(), msg.value()))
+        self.consumer.close()
+
+
+def test_clients_ride_through_a_broker_restart_without_losing_acknowledged_data(
+    cluster_proxy,
+    kafka_cluster,
+) -> None:
+    topic = unique_topic("failover")
+    create_topic(cluster_proxy.bootstrap, topic, partitions=6, replication=3, **{"min.insync.replicas": "2"})
+    producer = ContinuousProducer(cluster_proxy.bootstrap, topic)
+    consumer = ContinuousConsumer(cluster_proxy.bootstrap, topic)
+    producer.start()
+    consumer.start()
+    try:
+        time.sleep(4)
+        stopped_at = time.monotonic()
+        kafka_cluster.stop_node(2)
+        time.sleep(6)
+        restarted_at = time.monotonic()
+        kafka_cluster.start_node(2)
+        time.sleep(4)
+    finally:
+        producer.stopping.set()
+        producer.join(90)
+    acked = {value for _, value in producer.acked}
+    deadline = time.monotonic() + 60
+    while not acked <= {value for _, value in consumer.received} and time.monotonic() < deadline:
+        time.sleep(0.5)
+    consumer.stopping.set()
+    consumer.join(30)
+    received = {value for _, value in consumer.received}
+
+    assert producer.failed == []
+    assert len(acked) > 1000
+    assert acked - received == set(), f"{len(acked - received)} acknowledged records never arrived"
+    acked_while_down = [t for t, _ in producer.acked if stopped_at + 1 < t < restarted_at]
+    read_while_down = [t for t, _ in consumer.received if stopped_at + 1 < t < restarted_at]
+    assert acked_while_down, "the producer must keep producing while broker 2 is down"
+    assert read_while_down, "the consumer must keep consuming while broker 2 is down"

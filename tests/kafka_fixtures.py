@@ -1,0 +1,72 @@
+"""Pytest plugin: real Kafka clusters for tests (list it in conftest's `pytest_plugins`).
+
+Fixtures (session scoped, started on first use, stopped at session end):
+
+- ``kafka``: 1 broker, cluster "test1", bootstrap 127.0.0.1:29092
+- ``kafka_cluster``: 3 brokers (node ids 1..3), cluster "test3", bootstrap 127.0.0.1:29192-29194
+- ``kafka_tool``: ``run_tool(main_class, *args, timeout=120, check=True, input=None, capture=True)``
+
+Each session starts from empty data dirs: leftovers of a crashed earlier run of the
+same cluster are killed (only JVMs whose command line names that cluster's dir) and
+wiped. A test that stops a node of ``kafka_cluster`` must start it again before it ends.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+# scripts/ is not a package (kafka_rig is a stdlib-only CLI too), so put it on the path.
+_SCRIPTS = str(Path(__file__).resolve().parents[1] / "scripts")
+if _SCRIPTS not in sys.path:
+    sys.path.append(_SCRIPTS)
+
+from kafka_rig import Cluster, KafkaRigError, fresh_cluster, run_tool  # noqa: E402
+
+__all__ = [
+    "KAFKA_BOOTSTRAP",
+    "KAFKA_CLUSTER_BOOTSTRAP",
+    "Cluster",
+    "KafkaRigError",
+    "kafka",
+    "kafka_cluster",
+    "kafka_tool",
+    "run_tool",
+]
+
+KAFKA_BOOTSTRAP = "127.0.0.1:29092"
+KAFKA_CLUSTER_BOOTSTRAP = "127.0.0.1:29192,127.0.0.1:29193,127.0.0.1:29194"
+
+RunTool = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def _session_cluster(name: str, brokers: int, base_port: int, controller_base_port: int | None) -> Iterator[Cluster]:
+    cluster = fresh_cluster(name, brokers, base_port, controller_base_port=controller_base_port)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[Cluster]:
+    """A single combined broker+controller node."""
+    # Controller port moved off the default base_port+100 = 29192, which is the 3-node
+    # cluster's first client port: both clusters must be able to run in one session.
+    yield from _session_cluster("test1", 1, 29092, controller_base_port=29392)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[Cluster]:
+    """Three combined broker+controller nodes; internal topics get RF 3."""
+    yield from _session_cluster("test3", 3, 29192, controller_base_port=None)  # controllers 29292-29294
+
+
+@pytest.fixture(scope="session")
+def kafka_tool() -> RunTool:
+    """`run_tool`: run a Kafka Java tool class (or an alias such as "topics") from the rig's jars."""
+    return run_tool
