@@ -73,7 +73,7 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 @pytest.fixture
 async def rig() -> AsyncIterator[tuple[Proxy, BrokerDouble, int]]:
-    first = free_port_block(3)
+    first = free_port_block(12)  # broker double, bootstrap, broker listeners
     broker = BrokerDouble()
     await broker.start(first)
     config = parse_config(
@@ -163,3 +163,22 @@ def test_splitter_is_what_the_connection_uses() -> None:
     import quotagate.proxy.connection as connection
 
     assert connection.FrameSplitter is FrameSplitter
+
+
+async def test_a_broker_named_later_gets_a_listener_bound_before_the_answer_leaves(rig) -> None:
+    proxy, _, _ = rig
+    late_node = 5
+    real_port = free_port_block(1)
+    broker = BrokerDouble()
+    await broker.start(real_port)
+    try:
+        host, port = proxy.advertise(late_node, "127.0.0.1", real_port)
+        assert (host, port) == ("127.0.0.1", proxy.config.proxy.broker_port(late_node))
+        # No await between advertise and connect: the socket must already be listening.
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(heartbeat(77))
+        assert (await read_response(reader))[0] == 77
+        assert broker.received == [77]
+        writer.close()
+    finally:
+        await broker.stop()
