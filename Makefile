@@ -7,7 +7,7 @@ KAFKA_LIBS := .cache/kafka/libs
 RIG := $(PY) scripts/kafka_rig.py
 BROKERS ?= 1
 
-.PHONY: all venv kafka-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down demo test test-unit lint clean
+.PHONY: all venv kafka-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down demo test test-unit lint bench clean
 
 all: venv kafka-jars
 
@@ -55,3 +55,7 @@ lint: venv
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache
+
+# Throughput through the proxy against direct (figures only; targets are never asserted in tests).
+bench: venv kafka-jars
+	$(PY) bench/throughput.py
