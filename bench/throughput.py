@@ -107,7 +107,7 @@ def main() -> int:
                 results.setdefault(f"{name}_rounds", []).append(run)  # type: ignore[union-attr]
                 best = results.get(name)
                 if best is None:
-                    results[name] = run
+                    results[name] = dict(run)  # a copy: the rounds log keeps what each round measured
                 else:  # best throughput per phase, with the CPU of that same phase
                     if produced["mb_per_s"] > best["produce"]["mb_per_s"]:
                         best["produce"], best["proxy_cpu_s_produce"] = produced, run["proxy_cpu_s_produce"]
