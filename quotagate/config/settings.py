@@ -7,9 +7,13 @@ was wrong, so `quotagate check-config` can point an operator at the exact line t
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
+from quotagate.quotas.entities import INTEGER_KEYS
+from quotagate.quotas.topic_thresholds import TopicThresholds
 
 DEFAULT_PORT = 9192
 DEFAULT_METRICS_PORT = 9190
@@ -52,6 +56,9 @@ class MetricsConfig:
 class Config:
     proxy: ProxyConfig
     metrics: MetricsConfig
+    quotas: QuotaTable = field(default_factory=QuotaTable)
+    windows: QuotaWindows = field(default_factory=QuotaWindows)
+    topic_thresholds: TopicThresholds | None = None
 
 
 def load_config(path: str | Path) -> Config:
@@ -67,10 +74,85 @@ def parse_config(text: str) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("file", f"not valid TOML: {exc}") from exc
-    _reject_unknown("", data, {"proxy", "metrics"})
+    _reject_unknown("", data, {"proxy", "metrics", "quotas", "topic_thresholds", *_WINDOW_KEYS})
     proxy = _section(data, "proxy", required=True)
     metrics = _section(data, "metrics", required=False)
-    return Config(proxy=_parse_proxy(proxy), metrics=_parse_metrics(metrics))
+    return Config(
+        proxy=_parse_proxy(proxy),
+        metrics=_parse_metrics(metrics),
+        quotas=_parse_quotas(data.get("quotas", [])),
+        windows=QuotaWindows(**{key: _integer(data, key, default, 1, 3600) for key, default in _WINDOW_KEYS.items()}),
+        topic_thresholds=_parse_topic_thresholds(data.get("topic_thresholds")),
+    )
+
+
+def _parse_topic_thresholds(table: Any) -> TopicThresholds | None:
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise ConfigError("topic_thresholds", "must be a table ([topic_thresholds])")
+    _reject_unknown("topic_thresholds.", table, {"total_bytes_in_per_sec", "topics"})
+    if "total_bytes_in_per_sec" not in table:
+        raise ConfigError("topic_thresholds.total_bytes_in_per_sec", "is required when [topic_thresholds] is given")
+    total = _integer(table, "topic_thresholds.total_bytes_in_per_sec", 0, 1, 2**53)
+    topics = table.get("topics", {})
+    if not isinstance(topics, dict):
+        raise ConfigError("topic_thresholds.topics", "must be a table of topic = bytes per second")
+    per_topic = {name: _integer(topics, f"topic_thresholds.topics.{name}", 0, 1, 2**53) for name in topics}
+    if sum(per_topic.values()) > total:
+        raise ConfigError(
+            "topic_thresholds.topics",
+            f"thresholds add up to {sum(per_topic.values())}, more than total_bytes_in_per_sec = {total}",
+        )
+    return TopicThresholds(total, per_topic)
+
+
+# Named after the broker settings they mirror (quota.window.num, ...); they size the default bursts.
+_WINDOW_KEYS = {f.name: f.default for f in fields(QuotaWindows)}
+_ENTITY_KEYS = {"user", "client_id"}
+_QUOTA_KEYS = {key.value for key in QuotaKey}
+
+
+def _parse_quotas(entries: Any) -> QuotaTable:
+    if not isinstance(entries, list):
+        raise ConfigError("quotas", "must be an array of tables ([[quotas]])")
+    table: dict[QuotaEntity, dict[QuotaKey, float]] = {}
+    where: dict[QuotaEntity, int] = {}
+    for index, entry in enumerate(entries):
+        prefix = f"quotas[{index}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(prefix, "must be a table ([[quotas]])")
+        _reject_unknown(prefix + ".", entry, _ENTITY_KEYS | _QUOTA_KEYS)
+        user = _entity_name(entry, prefix, "user")
+        client_id = _entity_name(entry, prefix, "client_id")
+        if user is None and client_id is None:
+            raise ConfigError(prefix, 'needs user, client_id or both (use "<default>" for the default entity)')
+        entity = QuotaEntity(user, client_id)
+        if entity in where:
+            raise ConfigError(prefix, f"{entity} is already given quotas in quotas[{where[entity]}]")
+        where[entity] = index
+        values = {}
+        for name in sorted(_QUOTA_KEYS & entry.keys()):
+            values[QuotaKey(name)] = _quota_value(entry[name], f"{prefix}.{name}", QuotaKey(name))
+        if not values:
+            raise ConfigError(prefix, f"sets no quota (one of: {', '.join(sorted(_QUOTA_KEYS))})")
+        table[entity] = values
+    return QuotaTable(table)
+
+
+def _entity_name(entry: dict[str, Any], prefix: str, key: str) -> str | None:
+    value = entry.get(key)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigError(f"{prefix}.{key}", f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _quota_value(value: Any, key: str, quota_key: QuotaKey) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(key, f"must be a number > 0, got {value!r}")
+    if quota_key in INTEGER_KEYS and value != int(value):
+        raise ConfigError(key, f"must be a whole number of bytes per second, got {value!r}")
+    return float(value)
 
 
 def _section(data: dict[str, Any], name: str, required: bool) -> dict[str, Any]:

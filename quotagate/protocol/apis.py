@@ -75,7 +75,10 @@ def response_header_is_flexible(api_key: int, version: int) -> bool:
 #   at v15, which only costs clients the leader-change shortcut of KIP-951 (they refresh metadata
 #   instead). Produce responses are small, so those are walked and rewritten instead of capped.
 # - DescribeQuorum v2+ lists controller endpoints; v1 has none.
+# - Produce v13 names topics by id instead of name; per-topic thresholds and usage records need the
+#   names, and v12 still carries everything else (transactions v2 need v12), so Produce is capped.
 FETCH_MAX_VERSION = 15
+PRODUCE_MAX_VERSION = 12
 DESCRIBE_QUORUM_MAX_VERSION = 1
 
 _REWRITTEN_APIS = (
@@ -89,6 +92,7 @@ _REWRITTEN_APIS = (
 MAX_VERSIONS: dict[int, int] = {
     **{int(key): RESPONSE_CLASSES[key].max_version for key in _REWRITTEN_APIS},
     ApiKey.FETCH: FETCH_MAX_VERSION,
+    ApiKey.PRODUCE: PRODUCE_MAX_VERSION,
     ApiKey.DESCRIBE_QUORUM: DESCRIBE_QUORUM_MAX_VERSION,
 }
 

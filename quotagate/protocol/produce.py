@@ -7,9 +7,12 @@ means skipping over those results; this walks them with `struct` without buildin
 
 from __future__ import annotations
 
-from struct import unpack_from
+from struct import pack, unpack_from
+from typing import NamedTuple
 
-from quotagate.protocol.framing import FrameError
+from kafka.protocol.producer import ProduceResponse
+
+from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
 from quotagate.protocol.headers import read_uvarint, skip_tagged_fields
 
 FLEXIBLE_FROM = 9
@@ -84,3 +87,146 @@ def produce_response_has_top_level_tags(frame: memoryview, body_offset: int, ver
     if pos >= len(frame):
         raise FrameError("truncated produce response")
     return frame[pos] != 0
+
+
+class ProduceTopic(NamedTuple):
+    name: str
+    start: int  # offset of the topic's entry in the frame
+    end: int
+    partitions: tuple[int, ...]
+    record_bytes: int  # size of its record batches
+
+
+class ProduceRequestLayout(NamedTuple):
+    topics_offset: int  # where the topic array (its count) starts
+    topics_end: int  # where it ends: what follows are the top-level tagged fields (flexible)
+    topics: tuple[ProduceTopic, ...]
+
+
+def produce_request_layout(frame: memoryview, body_offset: int, version: int) -> ProduceRequestLayout:
+    """Where each topic of a produce request (v3..v12) sits, without touching the record batches."""
+    flexible = version >= FLEXIBLE_FROM
+    try:
+        pos = _skip_string(frame, body_offset, flexible) + 2 + 4  # transactional_id, acks, timeout_ms
+        topics_offset = pos
+        count, pos = _read_count(frame, pos, flexible)
+        topics = []
+        for _ in range(count):
+            start = pos
+            if flexible:
+                length_plus_one, pos = read_uvarint(frame, pos)
+                length = length_plus_one - 1
+            else:
+                (length,) = unpack_from(">h", frame, pos)
+                pos += 2
+            name = bytes(frame[pos : pos + length]).decode("utf-8", "replace")
+            pos += length
+            partition_count, pos = _read_count(frame, pos, flexible)
+            partitions = []
+            record_bytes = 0
+            for _ in range(partition_count):
+                partitions.append(unpack_from(">i", frame, pos)[0])
+                pos += 4
+                if flexible:
+                    size_plus_one, pos = read_uvarint(frame, pos)
+                    size = max(size_plus_one - 1, 0)
+                else:
+                    size = max(unpack_from(">i", frame, pos)[0], 0)
+                    pos += 4
+                pos += size
+                record_bytes += size
+                if flexible:
+                    pos = skip_tagged_fields(frame, pos)
+            if flexible:
+                pos = skip_tagged_fields(frame, pos)
+            if pos > len(frame):
+                raise FrameError("truncated produce request")
+            topics.append(ProduceTopic(name, start, pos, tuple(partitions), record_bytes))
+    except FrameError:
+        raise
+    except Exception as exc:  # struct.error on truncated input
+        raise FrameError("truncated produce request") from exc
+    return ProduceRequestLayout(topics_offset, pos, tuple(topics))
+
+
+def _encode_count(count: int, flexible: bool) -> bytes:
+    if not flexible:
+        return pack(">i", count)
+    value, out = count + 1, bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def produce_request_keeping(
+    frame: memoryview, version: int, layout: ProduceRequestLayout, keep: frozenset[str] | set[str]
+) -> bytes:
+    """The same produce request with only the topics in `keep`; record batches are copied as bytes."""
+    kept = [frame[t.start : t.end] for t in layout.topics if t.name in keep]
+    parts = [
+        frame[FRAME_SIZE_BYTES : layout.topics_offset],
+        _encode_count(len(kept), version >= FLEXIBLE_FROM),
+        *kept,
+        frame[layout.topics_end :],
+    ]
+    size = sum(len(part) for part in parts)
+    return b"".join([pack(">i", size), *parts])
+
+
+def refusal_entries(version: int, refused: dict[str, tuple[int, ...]], error_code: int, message: str) -> list:
+    """ProduceResponse topic entries answering every partition of the refused topics with an error."""
+    topic_cls = ProduceResponse.TopicProduceResponse
+    partition_cls = topic_cls.PartitionProduceResponse
+    extra = {"record_errors": [], "error_message": message} if version >= 8 else {}
+    return [
+        topic_cls(
+            version=version,
+            name=name,
+            partition_responses=[
+                partition_cls(
+                    version=version, index=p, error_code=error_code, base_offset=-1, log_start_offset=-1, **extra
+                )
+                for p in partitions
+            ],
+        )
+        for name, partitions in refused.items()
+    ]
+
+
+def produce_response_with_refusals(
+    frame: memoryview | bytes,
+    version: int,
+    order: tuple[str, ...],
+    refused: dict[str, tuple[int, ...]],
+    error_code: int,
+    message: str,
+) -> bytes:
+    """Merges refused topics into the broker's produce response, in the request's topic order."""
+    view = memoryview(frame)
+    header_end = FRAME_SIZE_BYTES + 4 + (1 if version >= FLEXIBLE_FROM else 0)
+    try:
+        response = ProduceResponse.decode(view[header_end:], version=version)
+    except Exception as exc:
+        raise FrameError(f"cannot decode ProduceResponse v{version}: {exc}") from exc
+    entries = {entry.name: entry for entry in response.responses}
+    entries.update({entry.name: entry for entry in refusal_entries(version, refused, error_code, message)})
+    response.responses = [entries[name] for name in order if name in entries] + [
+        entry for name, entry in entries.items() if name not in order
+    ]
+    body = bytes(response.encode())
+    header = bytes(view[FRAME_SIZE_BYTES:header_end])
+    return pack(">i", len(header) + len(body)) + header + body
+
+
+def produce_refusal_response(
+    correlation_id: int, version: int, refused: dict[str, tuple[int, ...]], error_code: int, message: str
+) -> bytes:
+    """A whole produce response, made by the proxy, refusing every partition of the request."""
+    response = ProduceResponse(
+        version=version, responses=refusal_entries(version, refused, error_code, message), throttle_time_ms=0
+    )
+    header = pack(">i", correlation_id) + (b"\x00" if version >= FLEXIBLE_FROM else b"")
+    body = bytes(response.encode())
+    return pack(">i", len(header) + len(body)) + header + body

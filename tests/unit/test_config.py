@@ -63,3 +63,50 @@ def test_check_config_exits_non_zero_naming_the_key(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "proxy.port: must be an integer in 1..65535, got 0" in result.stderr
+
+
+QUOTA_BASE = '[proxy]\nbootstrap_servers = ["k:1"]\n'
+
+
+def test_quotas_and_window_settings_are_parsed() -> None:
+    config = parse_config(
+        "quota_window_num = 2\ncontroller_quota_window_num = 100\n"
+        + QUOTA_BASE
+        + '[[quotas]]\nuser = "alice"\nproducer_byte_rate = 200000\nrequest_percentage = 12.5\n'
+        + '[[quotas]]\nclient_id = "<default>"\nconsumer_byte_rate = 1e6\n'
+    )
+    from quotagate.quotas import QuotaKey
+
+    assert config.windows.quota_window_num == 2 and config.windows.controller_quota_window_num == 100
+    assert config.windows.quota_window_size_seconds == 1
+    assert config.quotas.resolve("alice", "x", QuotaKey.PRODUCER_BYTE_RATE).value == 200000
+    assert config.quotas.resolve("alice", "x", QuotaKey.REQUEST_PERCENTAGE).value == 12.5
+    assert config.quotas.resolve("bob", "x", QuotaKey.CONSUMER_BYTE_RATE).level == 8
+
+
+@pytest.mark.parametrize(
+    ("quotas", "key", "problem"),
+    [
+        ('[[quotas]]\nproducer_byte_rate = 1\n', "quotas[0]", "needs user, client_id or both"),
+        ('[[quotas]]\nuser = "a"\n', "quotas[0]", "sets no quota"),
+        ('[[quotas]]\nuser = "a"\nproduce_byte_rate = 1\n', "quotas[0].produce_byte_rate", "unknown key"),
+        ('[[quotas]]\nuser = "a"\nproducer_byte_rate = 0\n', "quotas[0].producer_byte_rate", "> 0"),
+        ('[[quotas]]\nuser = "a"\nproducer_byte_rate = 1.5\n', "quotas[0].producer_byte_rate", "whole number"),
+        ('[[quotas]]\nuser = ""\nproducer_byte_rate = 1\n', "quotas[0].user", "non-empty string"),
+        (
+            '[[quotas]]\nuser = "a"\nproducer_byte_rate = 1\n[[quotas]]\nuser = "a"\nconsumer_byte_rate = 1\n',
+            "quotas[1]",
+            "already given quotas in quotas[0]",
+        ),
+    ],
+)
+def test_bad_quota_entries_name_the_entry_and_the_key(quotas: str, key: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(QUOTA_BASE + quotas)
+    assert info.value.key == key
+    assert problem in info.value.problem
+
+
+def test_window_settings_must_be_positive_integers() -> None:
+    with pytest.raises(ConfigError, match=r"quota_window_num: must be an integer in 1\.\.3600"):
+        parse_config("quota_window_num = 0\n" + QUOTA_BASE)

@@ -5,7 +5,7 @@ from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer import ProduceResponse
 
-from quotagate.protocol.apis import FETCH_MAX_VERSION, ApiKey, response_header_is_flexible
+from quotagate.protocol.apis import FETCH_MAX_VERSION, PRODUCE_MAX_VERSION, ApiKey, response_header_is_flexible
 from quotagate.protocol.headers import response_body_offset
 from quotagate.protocol.produce import produce_response_throttle_offset
 from quotagate.protocol.rewrite import RESPONSE_REWRITERS
@@ -124,7 +124,7 @@ def api_versions_message(version: int) -> ApiVersionsResponse:
 def test_api_versions_caps_what_the_proxy_must_parse_and_hides_share_apis(version: int) -> None:
     out = rewrite(ApiKey.API_VERSIONS, version, api_versions_message(version))
     versions = {e.api_key: (e.min_version, e.max_version) for e in out.api_keys}
-    assert versions == {0: (3, 13), 1: (4, FETCH_MAX_VERSION), 3: (0, 13), 55: (0, 1), 12: (0, 4)}
+    assert versions == {0: (3, PRODUCE_MAX_VERSION), 1: (4, FETCH_MAX_VERSION), 3: (0, 13), 55: (0, 1), 12: (0, 4)}
 
 
 def test_api_versions_error_answer_is_forwarded_untouched() -> None:

@@ -1,0 +1,46 @@
+"""A token bucket whose tokens may go negative (KIP-599's TokenBucket).
+
+Tokens accrue at `rate` per second up to `burst`. Recording an amount always succeeds and may drive
+the tokens below zero; a negative balance K means the caller is in debt and must wait −K / rate
+seconds before it is back at zero. That wait is the throttle time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    rate: float  # tokens per second, > 0
+    burst: float  # most tokens the bucket holds
+    tokens: float
+    updated: float  # time of the last refill, seconds
+
+    @classmethod
+    def full(cls, rate: float, burst: float, now: float) -> TokenBucket:
+        return cls(rate, burst, burst, now)
+
+    def refill(self, now: float) -> None:
+        if now > self.updated:
+            self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+            self.updated = now
+
+    def record(self, amount: float, now: float) -> None:
+        self.refill(now)
+        self.tokens -= amount
+
+    def throttle_ms(self, now: float) -> int:
+        """How long, in ms, until the balance is back at zero (0 when not in debt)."""
+        self.refill(now)
+        if self.tokens >= 0:
+            return 0
+        return round(-self.tokens / self.rate * 1000)
+
+    def reconfigure(self, rate: float, burst: float, now: float) -> None:
+        """Applies a new quota from `now` on. Tokens earned so far count at the old rate and any
+        debt is kept: a quota change never forgives what was already used."""
+        self.refill(now)
+        self.rate = rate
+        self.burst = burst
+        self.tokens = min(self.tokens, burst)

@@ -1,0 +1,49 @@
+"""What each Kafka exchange costs, and under which quota keys (spec §2, §3).
+
+- Produce charges its request size (header + body, no size prefix) to producer_byte_rate, even
+  with acks=0, when there is no response.
+- Fetch charges its response size to consumer_byte_rate.
+- Every request that is not exempt charges its request time to request_percentage. The proxy
+  cannot see broker thread time, so request time here is the upstream service time: from the
+  moment the proxy forwards the request to the moment the response is back. For a Fetch, the
+  broker may hold the request up to max_wait_ms waiting for data (a long poll): that wait is idle
+  time, not work, so a fetch is charged only what exceeds its max wait. A consumer polling with
+  fetch.max.wait.ms=0 is thus charged every millisecond it makes the broker work, while an idle
+  consumer with a 500 ms max wait is charged ~0 per fetch.
+- Produce and Fetch throttle by the larger of their byte-rate and request-time throttles.
+"""
+
+from __future__ import annotations
+
+from quotagate.protocol.apis import ApiKey
+from quotagate.quotas.engine import QuotaEngine
+from quotagate.quotas.entities import QuotaKey
+
+
+def request_time_ms(api_key: int, latency_ms: float, fetch_max_wait_ms: int) -> float:
+    if api_key == ApiKey.FETCH:
+        return max(latency_ms - fetch_max_wait_ms, 0.0)
+    return latency_ms
+
+
+def charge_exchange(
+    engine: QuotaEngine,
+    user: str,
+    client_id: str,
+    api_key: int,
+    request_size: int,
+    response_size: int,
+    request_ms: float | None,
+    now: float,
+) -> int:
+    """Charges one request (and its response) to the client's quotas; returns the throttle in ms.
+
+    request_ms is None for exchanges exempt from request-time quotas."""
+    throttle = 0
+    if api_key == ApiKey.PRODUCE:
+        throttle = engine.charge(user, client_id, QuotaKey.PRODUCER_BYTE_RATE, request_size, now)
+    elif api_key == ApiKey.FETCH:
+        throttle = engine.charge(user, client_id, QuotaKey.CONSUMER_BYTE_RATE, response_size, now)
+    if request_ms is not None:
+        throttle = max(throttle, engine.charge(user, client_id, QuotaKey.REQUEST_PERCENTAGE, request_ms, now))
+    return throttle

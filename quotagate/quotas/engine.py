@@ -1,0 +1,136 @@
+"""The quota engine: charges what clients use to the bucket their quota says, returns throttle times.
+
+One engine serves the whole proxy, so an entity's connections to every broker draw on the same
+buckets: the quota holds for the cluster, not per broker.
+
+Units per key (tokens are in these units, rates per second):
+- producer_byte_rate, consumer_byte_rate: bytes;
+- request_percentage: milliseconds of request time; p % of one thread = 10·p ms per second;
+- controller_mutation_rate: partitions.
+Burst, as Kafka sizes it from its sample windows: B = rate × window_num × window_size_seconds
+(quota.window.* for the client quotas, controller.quota.window.* for mutations). Request-time
+throttles are capped at one window so heartbeats are never held long (KIP-124).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from quotagate.quotas.bucket import TokenBucket
+from quotagate.quotas.entities import QuotaKey, QuotaTable, Resolution
+
+MS_PER_SECOND_PER_PERCENT = 10.0
+# A bucket idle this long is full again and holds nothing worth keeping (Kafka expires idle quota
+# sensors after an hour; a full bucket can go sooner because dropping it changes no decision).
+IDLE_BUCKET_SECONDS = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaWindows:
+    """Kafka's sample-window settings; here they size the bursts (and the request-time cap)."""
+
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
+    controller_quota_window_num: int = 11
+    controller_quota_window_size_seconds: int = 1
+
+    def burst_seconds(self, key: QuotaKey) -> float:
+        if key is QuotaKey.CONTROLLER_MUTATION_RATE:
+            return float(self.controller_quota_window_num * self.controller_quota_window_size_seconds)
+        return float(self.quota_window_num * self.quota_window_size_seconds)
+
+    @property
+    def request_throttle_cap_ms(self) -> int:
+        return self.quota_window_size_seconds * 1000
+
+
+def tokens_per_second(key: QuotaKey, value: float) -> float:
+    return value * MS_PER_SECOND_PER_PERCENT if key is QuotaKey.REQUEST_PERCENTAGE else value
+
+
+class QuotaEngine:
+    def __init__(self, table: QuotaTable | None = None, windows: QuotaWindows | None = None) -> None:
+        self.table = table or QuotaTable()
+        self.windows = windows or QuotaWindows()
+        self.buckets: dict[tuple[str, str, str | None, str | None], TokenBucket] = {}
+
+    def resolve(self, user: str, client_id: str, key: QuotaKey) -> Resolution | None:
+        return self.table.resolve(user, client_id, key)
+
+    def enforces(self, key: QuotaKey) -> bool:
+        """Whether any quota sets `key` (lets the proxy skip work for keys nobody limits)."""
+        return key in self.table.keys_in_use
+
+    def charge(self, user: str, client_id: str, key: QuotaKey, amount: float, now: float) -> int:
+        """Records `amount` against the client's quota for `key`; returns the throttle time in ms."""
+        resolution = self.table.resolve(user, client_id, key)
+        if resolution is None:
+            return 0
+        bucket = self._bucket(resolution, now)
+        bucket.record(amount, now)
+        throttle = bucket.throttle_ms(now)
+        if key is QuotaKey.REQUEST_PERCENTAGE:
+            return min(throttle, self.windows.request_throttle_cap_ms)
+        return throttle
+
+    def throttle_ms(self, user: str, client_id: str, key: QuotaKey, now: float) -> int:
+        """The client's current throttle for `key`, without charging anything."""
+        resolution = self.table.resolve(user, client_id, key)
+        if resolution is None:
+            return 0
+        bucket = self.buckets.get(resolution.bucket_id)
+        return 0 if bucket is None else bucket.throttle_ms(now)
+
+    def tokens(self, resolution: Resolution, now: float) -> float:
+        """Tokens left in the bucket of `resolution` (a full bucket if it has not been used yet)."""
+        bucket = self.buckets.get(resolution.bucket_id)
+        if bucket is None:
+            return self._burst(resolution)
+        bucket.refill(now)
+        return bucket.tokens
+
+    def update(self, table: QuotaTable, windows: QuotaWindows, now: float) -> None:
+        """Applies new quotas live. A bucket whose quota changed keeps its balance (debt is never
+        forgiven) and earns at the new rate from now on. A client whose matched entity changes draws
+        on the new entity's bucket, as in Kafka, where the metric tags and so the sensor change."""
+        self.table = table
+        self.windows = windows
+        by_bucket: dict[tuple[str, str, str | None, str | None], Resolution] = {}
+        for bucket_id in list(self.buckets):
+            key, _scope, user, client_id = bucket_id
+            # "" stands for "any other name" (configured names are never empty): a per-user bucket
+            # is still live if a client of that user with no entry of its own still maps to it.
+            resolution = table.resolve(user or "", client_id or "", QuotaKey(key))
+            if resolution is not None and resolution.bucket_id == bucket_id:
+                by_bucket[bucket_id] = resolution
+        for bucket_id, bucket in list(self.buckets.items()):
+            resolution = by_bucket.get(bucket_id)
+            if resolution is None:
+                # No quota gives this bucket any more; a client that still maps to it will get a
+                # fresh one sized by its quota.
+                del self.buckets[bucket_id]
+                continue
+            rate = tokens_per_second(resolution.key, resolution.value)
+            bucket.reconfigure(rate, self._burst(resolution), now)
+
+    def expire_idle(self, now: float, idle_seconds: float = IDLE_BUCKET_SECONDS) -> int:
+        """Drops buckets unused for idle_seconds that are full again; returns how many."""
+        expired = []
+        for bucket_id, bucket in self.buckets.items():
+            if now - bucket.updated >= idle_seconds:
+                bucket.refill(now)
+                if bucket.tokens >= bucket.burst:
+                    expired.append(bucket_id)
+        for bucket_id in expired:
+            del self.buckets[bucket_id]
+        return len(expired)
+
+    def _burst(self, resolution: Resolution) -> float:
+        return tokens_per_second(resolution.key, resolution.value) * self.windows.burst_seconds(resolution.key)
+
+    def _bucket(self, resolution: Resolution, now: float) -> TokenBucket:
+        bucket = self.buckets.get(resolution.bucket_id)
+        if bucket is None:
+            rate = tokens_per_second(resolution.key, resolution.value)
+            bucket = self.buckets[resolution.bucket_id] = TokenBucket.full(rate, self._burst(resolution), now)
+        return bucket

@@ -1,0 +1,130 @@
+"""Quota entities and Kafka's precedence rules for finding the quota that applies to a client.
+
+An entity is (user, client-id), either part a name, `<default>`, or absent (None). For a client
+(user U, client-id C) and one quota key, the first of these entities that sets that key applies
+(Kafka's ClientQuotaManager order):
+
+    1 U/C   2 U/<default>   3 U   4 <default>/C   5 <default>/<default>   6 <default>   7 C   8 <default> client
+
+The matched level also decides who shares a bucket: levels 1, 2, 4, 5 give each (user, client-id)
+its own; levels 3 and 6 give one per user (all its client-ids share it); 7 and 8 one per client-id
+(shared across users).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+DEFAULT = "<default>"
+ANONYMOUS = "ANONYMOUS"  # Kafka's principal for unauthenticated connections (User:ANONYMOUS)
+
+
+class QuotaKey(StrEnum):
+    PRODUCER_BYTE_RATE = "producer_byte_rate"
+    CONSUMER_BYTE_RATE = "consumer_byte_rate"
+    REQUEST_PERCENTAGE = "request_percentage"
+    CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
+
+
+MAX_CACHED_CLIENTS = 100_000
+
+INTEGER_KEYS = frozenset({QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE})
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaEntity:
+    user: str | None = None
+    client_id: str | None = None
+
+    def __str__(self) -> str:
+        parts = []
+        if self.user is not None:
+            parts.append(f"user={self.user}")
+        if self.client_id is not None:
+            parts.append(f"client-id={self.client_id}")
+        return ",".join(parts) or "(empty)"
+
+
+# Bucket scopes: who shares one bucket, by matched precedence level.
+SCOPE_USER_CLIENT = "user+client-id"
+SCOPE_USER = "user"
+SCOPE_CLIENT = "client-id"
+_SCOPE_BY_LEVEL = {
+    1: SCOPE_USER_CLIENT,
+    2: SCOPE_USER_CLIENT,
+    3: SCOPE_USER,
+    4: SCOPE_USER_CLIENT,
+    5: SCOPE_USER_CLIENT,
+    6: SCOPE_USER,
+    7: SCOPE_CLIENT,
+    8: SCOPE_CLIENT,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """The quota that applies to one client for one key, and the bucket it draws on."""
+
+    key: QuotaKey
+    level: int  # 1..8, Kafka's precedence level that matched
+    entity: QuotaEntity  # the configured entity that matched
+    value: float  # the quota, in the key's unit
+    bucket_id: tuple[str, str, str | None, str | None]  # (key, scope, user, client-id)
+
+
+def candidate_entities(user: str, client_id: str) -> Iterator[tuple[int, QuotaEntity]]:
+    """The entities to look up for (user, client_id), most specific first, with their level."""
+    yield 1, QuotaEntity(user, client_id)
+    yield 2, QuotaEntity(user, DEFAULT)
+    yield 3, QuotaEntity(user, None)
+    yield 4, QuotaEntity(DEFAULT, client_id)
+    yield 5, QuotaEntity(DEFAULT, DEFAULT)
+    yield 6, QuotaEntity(DEFAULT, None)
+    yield 7, QuotaEntity(None, client_id)
+    yield 8, QuotaEntity(None, DEFAULT)
+
+
+class QuotaTable:
+    """Configured quotas: entity -> {key: value}. Immutable once built; resolutions are cached."""
+
+    def __init__(self, quotas: Mapping[QuotaEntity, Mapping[QuotaKey, float]] | None = None) -> None:
+        self._quotas: dict[QuotaEntity, dict[QuotaKey, float]] = {
+            entity: dict(values) for entity, values in (quotas or {}).items() if values
+        }
+        self.keys_in_use: frozenset[QuotaKey] = frozenset(k for values in self._quotas.values() for k in values)
+        self._cache: dict[tuple[str, str], dict[QuotaKey, Resolution | None]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._quotas)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, QuotaTable) and self._quotas == other._quotas
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def items(self) -> Iterator[tuple[QuotaEntity, dict[QuotaKey, float]]]:
+        return iter(self._quotas.items())
+
+    def resolve(self, user: str, client_id: str, key: QuotaKey) -> Resolution | None:
+        """The quota for `key` that applies to (user, client_id), or None: unlimited."""
+        cached = self._cache.get((user, client_id))
+        if cached is None:
+            if len(self._cache) >= MAX_CACHED_CLIENTS:  # random client ids must not grow it forever
+                self._cache.clear()
+            cached = self._cache[(user, client_id)] = {}
+        elif key in cached:
+            return cached[key]
+        resolution = None
+        for level, entity in candidate_entities(user, client_id):
+            values = self._quotas.get(entity)
+            if values is not None and key in values:
+                scope = _SCOPE_BY_LEVEL[level]
+                bucket_user = user if scope != SCOPE_CLIENT else None
+                bucket_client = client_id if scope != SCOPE_USER else None
+                resolution = Resolution(key, level, entity, values[key], (key, scope, bucket_user, bucket_client))
+                break
+        cached[key] = resolution
+        return resolution
