@@ -22,9 +22,11 @@ async def _run(config_path: str) -> int:
     except OSError as exc:
         print(f"quotagate: cannot listen: {exc}", file=sys.stderr)
         return 1
+    watcher = proxy.watch_config(config_path)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: loop.create_task(proxy.stop()))
+    loop.add_signal_handler(signal.SIGHUP, watcher.reload)
     logging.getLogger("quotagate").info("quotagate ready")
     await proxy.wait_stopped()
     return 0

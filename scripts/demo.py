@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""`make demo`: a local Kafka, quotagate in front of it, and traffic through it, then a clean-up.
+"""`make demo`: a local Kafka, quotagate in front of it, traffic that shows a quota working.
 
 Starts its own single-broker Kafka (cluster "demo", port 19092) so it never disturbs a Kafka started
-with `make kafka-up`, runs quotagate as a subprocess, produces and consumes through it with two
-different clients, prints what happened, and stops everything it started.
+with `make kafka-up`, runs quotagate as a subprocess with a producer quota for one client-id, runs
+two producers side by side (one under the quota, one free), consumes everything back, prints the
+achieved rates and what the proxy saw, and stops everything it started.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -25,15 +27,17 @@ KAFKA_PORT = 19092
 PROXY_PORT = 19392
 METRICS_PORT = 19390
 TOPIC = "demo-events"
-RECORDS = 20000
-RECORD_SIZE = 512
+RECORD_SIZE = 1000
+QUOTA = 500_000  # bytes/s for client-id "limited"
+SECONDS = 10.0
 
 
 def start_proxy(workdir: Path) -> subprocess.Popen[bytes]:
     config = workdir / "quotagate.toml"
     config.write_text(
-        f'[proxy]\nbootstrap_servers = ["127.0.0.1:{KAFKA_PORT}"]\nport = {PROXY_PORT}\n'
-        f"[metrics]\nport = {METRICS_PORT}\n"
+        # One window of burst, so the achieved rate shows the quota rather than the burst.
+        f'quota_window_num = 1\n[proxy]\nbootstrap_servers = ["127.0.0.1:{KAFKA_PORT}"]\nport = {PROXY_PORT}\n'
+        f'[metrics]\nport = {METRICS_PORT}\n[[quotas]]\nclient_id = "limited"\nproducer_byte_rate = {QUOTA}\n'
     )
     log = (workdir / "quotagate.log").open("wb")
     process = subprocess.Popen(
@@ -61,8 +65,31 @@ def proxy_requests_by_api() -> dict[str, float]:
     return counts
 
 
+def produce_for(bootstrap: str, client_id: str, rates: dict[str, float]) -> None:
+    """Produces as fast as the client may for SECONDS; records the achieved rate after a 1 s warm-up."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, acks=1, linger_ms=5)
+    value = os.urandom(RECORD_SIZE)
+    acked: list[float] = []
+    sent = 0
+    started = time.monotonic()
+    while time.monotonic() - started < SECONDS:
+        # At most 500 records waiting: kafka-python 3 has no memory bound, and the quota holds them.
+        if sent - len(acked) > 500:
+            time.sleep(0.005)
+            continue
+        producer.send(TOPIC, value=value).add_callback(lambda _m: acked.append(time.monotonic()))
+        sent += 1
+    producer.flush()
+    producer.close()
+    window = [t for t in acked if started + 1 <= t < started + SECONDS]
+    rates[client_id] = len(window) * RECORD_SIZE / (SECONDS - 1)
+    rates[f"{client_id}_records"] = len(acked)
+
+
 def main() -> int:
-    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import KafkaConsumer
     from kafka.admin import KafkaAdminClient, NewTopic
 
     print(f"== starting a local Kafka (KRaft, 1 broker) on 127.0.0.1:{KAFKA_PORT}")
@@ -85,18 +112,24 @@ def main() -> int:
         admin.create_topics([NewTopic(TOPIC, 3, 1)])
         admin.close()
 
-        print(f"== producing {RECORDS} records of {RECORD_SIZE} B through the proxy (kafka-python)")
-        producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
-        value = b"x" * RECORD_SIZE
-        started = time.monotonic()
-        for i in range(RECORDS):
-            producer.send(TOPIC, key=str(i % 10).encode(), value=value)
-        producer.flush()
-        elapsed = time.monotonic() - started
-        producer.close()
-        print(f"   {RECORDS / elapsed:,.0f} records/s, {RECORDS * RECORD_SIZE / elapsed / 1e6:.1f} MB/s")
+        print(
+            f"== two producers side by side for {SECONDS:.0f} s; client-id 'limited' has producer_byte_rate = {QUOTA:,}"
+        )
+        rates: dict[str, float] = {}
+        threads = [
+            threading.Thread(target=produce_for, args=(bootstrap, client_id, rates))
+            for client_id in ("limited", "free")
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for client_id in ("limited", "free"):
+            note = f" ({rates[client_id] / QUOTA:.2f} x its quota)" if client_id == "limited" else " (no quota)"
+            print(f"   {client_id:>8}: {rates[client_id] / 1e6:6.2f} MB/s{note}")
 
-        print("== consuming them back through the proxy (kafka-python, consumer group)")
+        sent = rates["limited_records"] + rates["free_records"]
+        print(f"== consuming all {sent:,.0f} records back through the proxy (consumer group)")
         consumer = KafkaConsumer(
             TOPIC, bootstrap_servers=bootstrap, group_id="demo", auto_offset_reset="earliest", consumer_timeout_ms=10000
         )
@@ -104,11 +137,10 @@ def main() -> int:
         received = 0
         for _ in consumer:
             received += 1
-            if received == RECORDS:
+            if received == sent:
                 break
-        elapsed = time.monotonic() - started
         consumer.close()
-        print(f"   {received} of {RECORDS} records back in {elapsed:.1f} s")
+        print(f"   {received:,} of {sent:,.0f} records back in {time.monotonic() - started:.1f} s")
 
         from quotagate.protocol.apis import api_name
 
@@ -116,7 +148,7 @@ def main() -> int:
         print("== requests the proxy forwarded, by API:")
         for api_key, count in sorted(counts.items(), key=lambda kv: -kv[1]):
             print(f"   {api_name(int(api_key)):>16}: {count:,.0f}")
-        ok = received == RECORDS
+        ok = received == sent and abs(rates["limited"] / QUOTA - 1) < 0.15 and rates["free"] > 2 * QUOTA
         print("== demo", "passed" if ok else "FAILED")
         return 0 if ok else 1
     finally:

@@ -8,12 +8,15 @@ Library::
 
     cluster = start_cluster("dev", brokers=3, base_port=9092)
     cluster.bootstrap            # "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
+    # Optional second client listener, SASL_PLAINTEXT with the PLAIN mechanism:
+    cluster = start_cluster("sasl", base_port=9092, sasl_users={"alice": "alice-secret"}, sasl_base_port=9492)
+    cluster.sasl_bootstrap       # "127.0.0.1:9492"
     cluster.stop_node(2); cluster.start_node(2)
     cluster.stop()
 
 CLI::
 
-    python scripts/kafka_rig.py up [--brokers N] [--base-port P] [--name NAME] [--fresh]
+    python scripts/kafka_rig.py up [--brokers N] [--base-port P] [--name NAME] [--fresh] [--sasl]
     python scripts/kafka_rig.py status [--name NAME]
     python scripts/kafka_rig.py down [--name NAME] [--wipe]
     python scripts/kafka_rig.py tool MAIN_CLASS_OR_ALIAS ARGS...
@@ -28,6 +31,7 @@ import glob
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -61,6 +65,19 @@ STOP_TIMEOUT = 30.0
 # waits for the controller for minutes), so don't wait the full STOP_TIMEOUT for it.
 NO_QUORUM_STOP_TIMEOUT = 5.0
 STATE_FILE = "cluster.json"
+
+# Name of the optional SASL_PLAINTEXT client listener (also its security protocol).
+SASL_LISTENER = "SASL_PLAINTEXT"
+# `up --sasl`: these users, on base port + SASL_PORT_OFFSET (+ node index).
+SASL_PORT_OFFSET = 400
+DEFAULT_SASL_USERS: dict[str, str] = {
+    "admin": "admin-secret",
+    "alice": "alice-secret",
+    "bob": "bob-secret",
+    "carol": "carol-secret",
+}
+# User names become JAAS option names (`user_<name>`), so keep them to plain word chars.
+_SASL_USER_RE = re.compile(r"[A-Za-z0-9_-]+")
 
 # Short names for the tool classes we use most (`kafka_rig.py tool topics --list ...`).
 TOOL_ALIASES: dict[str, str] = {
@@ -311,6 +328,8 @@ class Node:
     controller_port: int
     dir: Path
     pid: int | None = None
+    # Port of the SASL_PLAINTEXT (PLAIN) client listener; None when the cluster has none.
+    sasl_port: int | None = None
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -367,6 +386,8 @@ class Cluster:
     directory_ids: dict[int, str]
     wait: float = 90.0
     overrides: dict[str, str] = field(default_factory=dict)
+    # user -> password accepted on the SASL_PLAINTEXT listener; empty: no such listener.
+    sasl_users: dict[str, str] = field(default_factory=dict)
 
     # ----- construction / persistence
 
@@ -380,10 +401,22 @@ class Cluster:
         controller_base_port: int | None = None,
         wait: float = 90.0,
         overrides: Mapping[str, str] | None = None,
+        sasl_users: Mapping[str, str] | None = None,
+        sasl_base_port: int | None = None,
     ) -> Cluster:
-        """Describe a cluster, reusing the saved layout (cluster id, dir ids) if any."""
+        """Describe a cluster, reusing the saved layout (cluster id, dir ids) if any.
+
+        With `sasl_users` (user -> password) every node also gets a SASL_PLAINTEXT client
+        listener (mechanism PLAIN) on sasl_base_port + index (default base_port + 400).
+        Unlike the port layout, the SASL setting may differ from the saved one as long as
+        no node is running: it is then saved anew and applies from the next start."""
         if brokers < 1:
             raise KafkaRigError("brokers must be >= 1")
+        users = _check_sasl_users(sasl_users)
+        if sasl_base_port is not None and not users:
+            raise KafkaRigError("sasl_base_port given without sasl_users")
+        sasl_base = (base_port + SASL_PORT_OFFSET if sasl_base_port is None else sasl_base_port) if users else None
+        sasl = {"sasl_base_port": sasl_base, "sasl_users": users or None}
         # Absolute, because it is matched against /proc/PID/cmdline to recognise our JVMs.
         workdir = Path(workdir).resolve() if workdir is not None else RUN_DIR / name
         ctrl_base = base_port + 100 if controller_base_port is None else controller_base_port
@@ -402,13 +435,28 @@ class Cluster:
             cluster_id = _random_kafka_uuid()
             dir_ids = {i: _random_kafka_uuid() for i in range(1, brokers + 1)}
         nodes = [
-            Node(node_id=i + 1, port=base_port + i, controller_port=ctrl_base + i, dir=workdir / f"node{i + 1}")
+            Node(
+                node_id=i + 1,
+                port=base_port + i,
+                controller_port=ctrl_base + i,
+                dir=workdir / f"node{i + 1}",
+                sasl_port=None if sasl_base is None else sasl_base + i,
+            )
             for i in range(brokers)
         ]
-        cluster = cls(name, workdir, nodes, cluster_id, dir_ids, wait, dict(overrides or {}))
+        ports = [port for node in nodes for port in (node.port, node.controller_port, node.sasl_port) if port]
+        if len(set(ports)) != len(ports):
+            raise KafkaRigError(f"cluster {name!r}: client, controller and SASL port ranges overlap: {sorted(ports)}")
+        cluster = cls(name, workdir, nodes, cluster_id, dir_ids, wait, dict(overrides or {}), users)
         for node in nodes:  # adopt JVMs left running by an earlier `up`
             node.pid = cluster._pid_from_file(node)
-        if saved is None:
+        old_sasl = {key: saved.get(key) for key in sasl} if saved is not None else None
+        if old_sasl is not None and old_sasl != sasl and cluster.alive_nodes():
+            raise KafkaRigError(
+                f"cluster {name!r} in {workdir} is running with {_describe_sasl(old_sasl)}, but "
+                f"{_describe_sasl(sasl)} was asked for; stop it first (kafka_rig.py down --name {name})"
+            )
+        if old_sasl != sasl:
             workdir.mkdir(parents=True, exist_ok=True)
             (workdir / STATE_FILE).write_text(
                 json.dumps(
@@ -417,6 +465,7 @@ class Cluster:
                         "name": name,
                         "cluster_id": cluster_id,
                         "directory_ids": {str(k): v for k, v in dir_ids.items()},
+                        **sasl,
                     },
                     indent=2,
                 )
@@ -430,19 +479,40 @@ class Cluster:
         saved = _load_state(workdir)
         if saved is None:
             return None
+        sasl_base = saved.get("sasl_base_port")
         return cls.create(
             name,
             brokers=int(saved["brokers"]),
             base_port=int(saved["base_port"]),
             workdir=workdir,
             controller_base_port=int(saved["controller_base_port"]),
+            sasl_users=saved.get("sasl_users") or None,
+            sasl_base_port=None if sasl_base is None else int(sasl_base),
         )
 
     # ----- info
 
     @property
     def bootstrap(self) -> str:
+        """PLAINTEXT client listeners, "127.0.0.1:P,..."."""
         return ",".join(f"{HOST}:{n.port}" for n in self.nodes)
+
+    @property
+    def has_sasl(self) -> bool:
+        return bool(self.sasl_users)
+
+    @property
+    def sasl_base_port(self) -> int | None:
+        return self.nodes[0].sasl_port
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """SASL_PLAINTEXT (PLAIN) client listeners, "127.0.0.1:P,..."; raises if there are none."""
+        if not self.has_sasl:
+            raise KafkaRigError(
+                f"cluster {self.name!r} has no SASL listener (create it with sasl_users=..., or `up --sasl`)"
+            )
+        return ",".join(f"{HOST}:{n.sasl_port}" for n in self.nodes)
 
     @property
     def size(self) -> int:
@@ -464,16 +534,28 @@ class Cluster:
 
     def _write_properties(self, node: Node) -> None:
         n = self.size
+        listeners = f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}"
+        protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        sasl: dict[str, str] = {}
+        if self.has_sasl:
+            listeners += f",{SASL_LISTENER}://{HOST}:{node.sasl_port}"
+            protocols += f",{SASL_LISTENER}:SASL_PLAINTEXT"
+            sasl = {
+                "sasl.enabled.mechanisms": "PLAIN",
+                f"listener.name.{SASL_LISTENER.lower()}.plain.sasl.jaas.config": _plain_jaas_config(self.sasl_users),
+            }
         props = {
             "process.roles": "broker,controller",
             "node.id": str(node.node_id),
             "controller.quorum.bootstrap.servers": self._quorum_bootstrap(),
-            "listeners": f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
+            "listeners": listeners,
             # Dynamic (KIP-853) quorums want the controller listener advertised too.
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
+            "advertised.listeners": listeners,
             "controller.listener.names": "CONTROLLER",
+            # Brokers talk to each other on PLAINTEXT even when there is a SASL listener.
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": protocols,
+            **sasl,
             "log.dirs": str(node.data_dir),
             "num.partitions": "1",
             "auto.create.topics.enable": "true",
@@ -493,7 +575,7 @@ class Cluster:
         node.dir.mkdir(parents=True, exist_ok=True)
         node.properties.write_text(
             f"# Generated by scripts/kafka_rig.py for cluster {self.name!r}; rewritten on start.\n"
-            + "".join(f"{k}={v}\n" for k, v in props.items())
+            + "".join(f"{k}={_escape_property(v)}\n" for k, v in props.items())
         )
 
     def _format(self, nodes: Iterable[Node]) -> None:
@@ -611,7 +693,8 @@ class Cluster:
         return pid if _owned_pid(pid, f"{node.dir}/") else None
 
     def _check_ports_free(self, node: Node) -> None:
-        for port in (node.port, node.controller_port):
+        ports = [node.port, node.controller_port] + ([node.sasl_port] if node.sasl_port is not None else [])
+        for port in ports:
             if _port_open(port, timeout=0.2):
                 raise KafkaRigError(
                     f"port {port} (node {node.node_id} of {self.name!r}) is already in use "
@@ -640,6 +723,9 @@ class Cluster:
                 status[node.node_id] = f"port {node.port}: {exc or type(exc).__name__}"
                 continue
             ok = ids == want and controller >= 0
+            if ok and node.sasl_port is not None and not _port_open(node.sasl_port):
+                status[node.node_id] = f"SASL port {node.sasl_port} not accepting connections"
+                continue
             status[node.node_id] = "" if ok else f"sees brokers {ids}, want {want}"
         return status
 
@@ -678,6 +764,47 @@ class Cluster:
         self.stop()
 
 
+def _check_sasl_users(users: Mapping[str, str] | None) -> dict[str, str]:
+    if users is None:
+        return {}
+    if not users:
+        raise KafkaRigError("sasl_users is empty: give at least one user, or None for no SASL listener")
+    for user, password in users.items():
+        if not _SASL_USER_RE.fullmatch(user):
+            raise KafkaRigError(f"SASL user name {user!r} must match {_SASL_USER_RE.pattern}")
+        if not isinstance(password, str):
+            raise KafkaRigError(f"password of SASL user {user!r} must be a string")
+    return dict(users)
+
+
+def _describe_sasl(sasl: Mapping[str, Any]) -> str:
+    if not sasl.get("sasl_users"):
+        return "no SASL listener"
+    return f"SASL on base port {sasl.get('sasl_base_port')} for users {sorted(sasl['sasl_users'])}"
+
+
+def _plain_jaas_config(users: Mapping[str, str]) -> str:
+    """Broker-side JAAS config for PLAIN: one `user_<name>="<password>"` option per user."""
+
+    def quoted(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    options = " ".join(f"user_{user}={quoted(password)}" for user, password in users.items())
+    return f"org.apache.kafka.common.security.plain.PlainLoginModule required {options};"
+
+
+def _escape_property(value: str) -> str:
+    """Escape a value for java.util.Properties.load, which reads ISO-8859-1 and treats
+    backslashes and line breaks specially: non-ASCII becomes \\uXXXX (UTF-16 units)."""
+    out = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    return "".join(ch if ord(ch) < 0x7F else _unicode_escape(ch) for ch in out)
+
+
+def _unicode_escape(ch: str) -> str:
+    units = ch.encode("utf-16-be")  # two units (a surrogate pair) beyond U+FFFF
+    return "".join(f"\\u{units[i : i + 2].hex()}" for i in range(0, len(units), 2))
+
+
 def _load_state(workdir: Path) -> dict[str, Any] | None:
     try:
         data: dict[str, Any] = json.loads((workdir / STATE_FILE).read_text())
@@ -694,14 +821,31 @@ def start_cluster(
     wait: float = 90,
     controller_base_port: int | None = None,
     overrides: Mapping[str, str] | None = None,
+    sasl_users: Mapping[str, str] | None = None,
+    sasl_base_port: int | None = None,
 ) -> Cluster:
     """Start (or adopt, if already running) the named cluster and wait until it is ready.
 
     Node i (1-based) listens for clients on base_port+i-1 and for the controller quorum
     on controller_base_port+i-1 (default base_port+100+i-1). Storage is formatted on
     first start and reused afterwards. `overrides` are extra/replacement server.properties
-    entries (not persisted: pass them again when restarting the cluster)."""
-    cluster = Cluster.create(name, brokers, base_port, workdir, controller_base_port, wait, overrides)
+    entries (not persisted: pass them again when restarting the cluster).
+
+    With `sasl_users` (user -> password), node i also has a SASL_PLAINTEXT listener with
+    the PLAIN mechanism on sasl_base_port+i-1 (default base_port+400+i-1), accepting
+    exactly those users; there is no authorizer, so they may do anything. Brokers still
+    talk to each other on PLAINTEXT. The setting is saved with the cluster (attach keeps it)."""
+    cluster = Cluster.create(
+        name,
+        brokers,
+        base_port,
+        workdir,
+        controller_base_port,
+        wait,
+        overrides,
+        sasl_users=sasl_users,
+        sasl_base_port=sasl_base_port,
+    )
     return cluster.start()
 
 
@@ -739,12 +883,24 @@ def fresh_cluster(
     wait: float = 90,
     controller_base_port: int | None = None,
     overrides: Mapping[str, str] | None = None,
+    sasl_users: Mapping[str, str] | None = None,
+    sasl_base_port: int | None = None,
 ) -> Cluster:
-    """Kill leftovers of `name`, wipe its dir and start it from scratch."""
+    """Kill leftovers of `name`, wipe its dir and start it from scratch (see start_cluster)."""
     workdir = Path(workdir) if workdir is not None else RUN_DIR / name
     kill_stale(workdir)
     shutil.rmtree(workdir, ignore_errors=True)
-    return start_cluster(name, brokers, base_port, workdir, wait, controller_base_port, overrides)
+    return start_cluster(
+        name,
+        brokers,
+        base_port,
+        workdir,
+        wait,
+        controller_base_port,
+        overrides,
+        sasl_users=sasl_users,
+        sasl_base_port=sasl_base_port,
+    )
 
 
 # --------------------------------------------------------------------------- CLI
@@ -753,7 +909,15 @@ def fresh_cluster(
 def _print_nodes(cluster: Cluster, out: IO[str]) -> None:
     for node in cluster.nodes:
         state = f"pid {node.pid}" if node.alive else "stopped"
-        print(f"  node {node.node_id}: {HOST}:{node.port} ({state}) {node.dir}", file=out)
+        sasl = f", SASL {HOST}:{node.sasl_port}" if node.sasl_port is not None else ""
+        print(f"  node {node.node_id}: {HOST}:{node.port}{sasl} ({state}) {node.dir}", file=out)
+
+
+def _print_bootstrap(cluster: Cluster, out: IO[str]) -> None:
+    print(f"bootstrap: {cluster.bootstrap}", file=out)
+    if cluster.has_sasl:
+        users = ", ".join(f"{user}/{password}" for user, password in cluster.sasl_users.items())
+        print(f"sasl bootstrap: {cluster.sasl_bootstrap} (SASL_PLAINTEXT, PLAIN; users {users})", file=out)
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -768,15 +932,30 @@ def _cmd_up(args: argparse.Namespace) -> int:
     brokers = args.brokers or (saved.size if saved else 1)
     base_port = args.base_port or (saved.nodes[0].port if saved else 9092)
     ctrl_port = args.controller_base_port or (saved.nodes[0].controller_port if saved and not args.base_port else None)
+    # Neither --sasl nor --no-sasl: as saved. --sasl: the default users on base port + 400.
+    sasl_users: Mapping[str, str] | None = None
+    sasl_port: int | None = None
+    if args.sasl is None and saved is not None and saved.has_sasl:
+        sasl_users, sasl_port = saved.sasl_users, saved.sasl_base_port
+    elif args.sasl:
+        sasl_users, sasl_port = DEFAULT_SASL_USERS, base_port + SASL_PORT_OFFSET
     started = time.monotonic()
-    cluster = Cluster.create(name, brokers, base_port, controller_base_port=ctrl_port, wait=args.wait)
+    cluster = Cluster.create(
+        name,
+        brokers,
+        base_port,
+        controller_base_port=ctrl_port,
+        wait=args.wait,
+        sasl_users=sasl_users,
+        sasl_base_port=sasl_port,
+    )
     if len(cluster.alive_nodes()) == cluster.size and cluster.is_ready():
         print(f"cluster {name!r} already running and ready")
     else:
         cluster.start()
         print(f"cluster {name!r} ready in {time.monotonic() - started:.1f}s")
     _print_nodes(cluster, sys.stdout)
-    print(f"bootstrap: {cluster.bootstrap}")
+    _print_bootstrap(cluster, sys.stdout)
     return 0
 
 
@@ -787,7 +966,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         return 1
     status = cluster.probe()
     ready = len(cluster.alive_nodes()) == cluster.size and not any(status.values())
-    print(f"cluster {args.name!r}: {'ready' if ready else 'NOT ready'}; bootstrap {cluster.bootstrap}")
+    sasl = f"; SASL bootstrap {cluster.sasl_bootstrap}" if cluster.has_sasl else ""
+    print(f"cluster {args.name!r}: {'ready' if ready else 'NOT ready'}; bootstrap {cluster.bootstrap}{sasl}")
     _print_nodes(cluster, sys.stdout)
     for node_id, why in status.items():
         if why:
@@ -825,6 +1005,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     up.add_argument("--name", help='default "dev", or "devN" for N brokers')
     up.add_argument("--wait", type=float, default=90.0, help="readiness timeout, seconds")
     up.add_argument("--fresh", action="store_true", help="stop and wipe it first")
+    up.add_argument(
+        "--sasl",
+        action=argparse.BooleanOptionalAction,
+        help=f"add a SASL_PLAINTEXT (PLAIN) listener on base port + {SASL_PORT_OFFSET} with users "
+        f"{', '.join(f'{u}/{p}' for u, p in DEFAULT_SASL_USERS.items())}; default: as saved (else off)",
+    )
     status = sub.add_parser("status", help="is the cluster running and ready?")
     status.add_argument("--name", default="dev")
     down = sub.add_parser("down", help="stop the processes of a cluster started by `up`")

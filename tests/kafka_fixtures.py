@@ -2,7 +2,9 @@
 
 Fixtures (session scoped, started on first use, stopped at session end):
 
-- ``kafka``: 1 broker, cluster "test1", bootstrap 127.0.0.1:29092
+- ``kafka``: 1 broker, cluster "test1", bootstrap 127.0.0.1:29092; also a SASL_PLAINTEXT
+  listener (mechanism PLAIN, no authorizer) at ``KAFKA_SASL_BOOTSTRAP`` 127.0.0.1:29492 for the
+  users in ``SASL_USERS`` (admin, alice, bob, carol; password "<user>-secret")
 - ``kafka_cluster``: 3 brokers (node ids 1..3), cluster "test3", bootstrap 127.0.0.1:29192-29194
 - ``kafka_tool``: ``run_tool(main_class, *args, timeout=120, check=True, input=None, capture=True)``
 
@@ -25,11 +27,13 @@ _SCRIPTS = str(Path(__file__).resolve().parents[1] / "scripts")
 if _SCRIPTS not in sys.path:
     sys.path.append(_SCRIPTS)
 
-from kafka_rig import Cluster, KafkaRigError, fresh_cluster, run_tool  # noqa: E402
+from kafka_rig import DEFAULT_SASL_USERS, Cluster, KafkaRigError, fresh_cluster, run_tool  # noqa: E402
 
 __all__ = [
     "KAFKA_BOOTSTRAP",
     "KAFKA_CLUSTER_BOOTSTRAP",
+    "KAFKA_SASL_BOOTSTRAP",
+    "SASL_USERS",
     "Cluster",
     "KafkaRigError",
     "kafka",
@@ -40,12 +44,30 @@ __all__ = [
 
 KAFKA_BOOTSTRAP = "127.0.0.1:29092"
 KAFKA_CLUSTER_BOOTSTRAP = "127.0.0.1:29192,127.0.0.1:29193,127.0.0.1:29194"
+# The `kafka` cluster's SASL_PLAINTEXT/PLAIN listener and the users it accepts (user -> password):
+# admin/admin-secret, alice/alice-secret, bob/bob-secret, carol/carol-secret.
+KAFKA_SASL_BOOTSTRAP = "127.0.0.1:29492"
+SASL_USERS: dict[str, str] = dict(DEFAULT_SASL_USERS)
 
 RunTool = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def _session_cluster(name: str, brokers: int, base_port: int, controller_base_port: int | None) -> Iterator[Cluster]:
-    cluster = fresh_cluster(name, brokers, base_port, controller_base_port=controller_base_port)
+def _session_cluster(
+    name: str,
+    brokers: int,
+    base_port: int,
+    controller_base_port: int | None,
+    sasl_users: dict[str, str] | None = None,
+    sasl_base_port: int | None = None,
+) -> Iterator[Cluster]:
+    cluster = fresh_cluster(
+        name,
+        brokers,
+        base_port,
+        controller_base_port=controller_base_port,
+        sasl_users=sasl_users,
+        sasl_base_port=sasl_base_port,
+    )
     try:
         yield cluster
     finally:
@@ -54,10 +76,15 @@ def _session_cluster(name: str, brokers: int, base_port: int, controller_base_po
 
 @pytest.fixture(scope="session")
 def kafka() -> Iterator[Cluster]:
-    """A single combined broker+controller node."""
+    """A single combined broker+controller node, with a SASL_PLAINTEXT (PLAIN) listener
+    for SASL_USERS at KAFKA_SASL_BOOTSTRAP besides the PLAINTEXT one."""
     # Controller port moved off the default base_port+100 = 29192, which is the 3-node
     # cluster's first client port: both clusters must be able to run in one session.
-    yield from _session_cluster("test1", 1, 29092, controller_base_port=29392)
+    # SASL on 29492: clear of 29092 (client), 29192-29194 (test3 clients), 29292-29294
+    # (test3 controllers) and 29392 (controller).
+    yield from _session_cluster(
+        "test1", 1, 29092, controller_base_port=29392, sasl_users=SASL_USERS, sasl_base_port=29492
+    )
 
 
 @pytest.fixture(scope="session")

@@ -76,9 +76,11 @@ def start_proxy(bootstrap: str, workdir: Path, extra_toml: str = "", wait: float
     port, broker_port_base, metrics_port = first, first + 1, first + 11
     servers = ", ".join(f'"{server}"' for server in bootstrap.split(","))
     config_path = workdir / f"quotagate-{port}.toml"
+    # extra_toml goes first: it may hold top-level keys (quota_window_num, ...), which TOML only
+    # allows before the first [section]; its [[quotas]] tables may stand anywhere.
     config_path.write_text(
-        f"[proxy]\nbootstrap_servers = [{servers}]\nport = {port}\nbroker_port_base = {broker_port_base}\n"
-        f"metadata_refresh_seconds = 5\n\n[metrics]\nport = {metrics_port}\n{extra_toml}"
+        f"{extra_toml}\n[proxy]\nbootstrap_servers = [{servers}]\nport = {port}\n"
+        f"broker_port_base = {broker_port_base}\nmetadata_refresh_seconds = 5\n\n[metrics]\nport = {metrics_port}\n"
     )
     log_path = workdir / f"quotagate-{port}.log"
     with log_path.open("wb") as log:

@@ -1,9 +1,15 @@
 """One client connection and the upstream broker connection it is paired with.
 
 Data path: client bytes -> frames -> header peek -> (remember what response to expect) -> upstream;
-upstream bytes -> frames -> match the oldest request -> rewrite if the API names brokers -> client.
+upstream bytes -> frames -> match the oldest request -> rewrite if the API names brokers ->
+charge the client's quotas -> patch throttle_time_ms -> client -> mute the client if throttled.
 Kafka answers the requests of one connection in order, so a FIFO of in-flight requests is enough
 to know which API each response belongs to, and pipelined requests keep their order.
+
+Muting (KIP-219): a throttled client gets its response at once, with throttle_time_ms set, and
+then the proxy stops reading from it until the shared delay queue says the time is over. Frames
+already read while muted are held, in order, and forwarded when the mute ends: nothing is dropped
+or reordered, and a client that ignores throttle_time_ms is held to its quota all the same.
 
 Flow control: when one side's write buffer fills, reading from the other side pauses, so a slow
 reader never makes the proxy buffer without bound. When either side closes, the other is closed
@@ -19,11 +25,22 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple, cast
 
 from quotagate.protocol.apis import ApiKey
+from quotagate.protocol.fetch import fetch_max_wait_ms
 from quotagate.protocol.framing import FrameError, FrameSplitter
-from quotagate.protocol.headers import peek_correlation_id, peek_request_header
-from quotagate.protocol.produce import produce_request_acks
+from quotagate.protocol.headers import peek_correlation_id, peek_request_header, response_body_offset
+from quotagate.protocol.produce import (
+    produce_refusal_response,
+    produce_request_acks,
+    produce_request_keeping,
+    produce_request_layout,
+    produce_response_with_refusals,
+)
 from quotagate.protocol.rewrite import RESPONSE_REWRITERS
+from quotagate.protocol.sasl import authenticate_user, handshake_mechanism
+from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time
 from quotagate.proxy.flow_control import ReadGate
+from quotagate.quotas import ANONYMOUS
+from quotagate.quotas.charging import charge_request, charge_response, request_time_ms
 
 if TYPE_CHECKING:
     from quotagate.proxy.server import Proxy
@@ -34,16 +51,34 @@ WRITE_BUFFER_HIGH = 1024 * 1024
 WRITE_BUFFER_LOW = 256 * 1024
 # Responses are not bounded by the client's max frame size; the broker's fetch.max.bytes is.
 MAX_RESPONSE_FRAME = 2**31 - 1
+# Error for partitions refused by per-topic bytes-in thresholds: THROTTLING_QUOTA_EXCEEDED. Clients
+# treat it as retriable (the Java producer retries it after retry.backoff.ms), and it says a quota
+# was hit rather than that the request was wrong.
+TOPIC_THRESHOLD_ERROR = 89
+# Requests that are never charged request time: authentication, and the cluster APIs Kafka exempts.
+_AUTH_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+_REQUEST_TIME_EXEMPT = THROTTLE_EXEMPT_APIS | _AUTH_APIS
 
 
 class InFlight(NamedTuple):
     correlation_id: int
     api_key: int
     api_version: int
+    client_id: str
+    request_size: int  # header + body, without the size prefix
+    sent_at: float  # loop time when forwarded
+    fetch_max_wait_ms: int
+    exempt: bool  # never charged request time
+    sasl_user: str | None  # the user a SaslAuthenticate request claims to be
+    # A response the proxy makes itself (the request was not forwarded); sent in its turn.
+    local_response: bytes | None = None
+    # Topics the proxy refused from a forwarded produce, merged back into the broker's answer.
+    refused: dict[str, tuple[int, ...]] | None = None
+    topic_order: tuple[str, ...] = ()
 
 
 class ClientConnection(asyncio.Protocol):
-    """The client side of a pair; owns the pairing and the in-flight FIFO."""
+    """The client side of a pair; owns the pairing, the in-flight FIFO, identity and muting."""
 
     def __init__(self, proxy: Proxy, listener: str, upstreams: Sequence[tuple[str, int]]) -> None:
         self.proxy = proxy
@@ -54,7 +89,14 @@ class ClientConnection(asyncio.Protocol):
         self.upstream: UpstreamConnection | None = None
         self.splitter = FrameSplitter(proxy.config.proxy.max_frame_size)
         self.in_flight: deque[InFlight] = deque()
-        self.early_frames: list[memoryview] = []
+        # Frames read but not forwarded yet: while the upstream connects, and while muted.
+        self.held: deque[memoryview] = deque()
+        self.user = ANONYMOUS
+        self.sasl_mechanism: str | None = None
+        # Until the first request that is not ApiVersions or SASL, the client is authenticating:
+        # Kafka does not charge that exchange to request-time quotas.
+        self.authenticating = True
+        self.muted_until = 0.0
         self.peer = "?"
         self.closed = False
 
@@ -71,31 +113,20 @@ class ClientConnection(asyncio.Protocol):
         asyncio.get_running_loop().create_task(self._connect_upstream())
 
     def data_received(self, data: bytes) -> None:
-        metrics = self.proxy.metrics
-        metrics.bytes_in.inc(len(data))
+        self.proxy.metrics.bytes_in.inc(len(data))
         try:
             frames = self.splitter.feed(data)
-            for frame in frames:
-                header = peek_request_header(frame)
-                metrics.count_request(header.api_key)
-                if header.api_key == ApiKey.PRODUCE and (
-                    produce_request_acks(frame, header.body_offset, header.api_version) == 0
-                ):
-                    continue  # acks=0: the broker sends no response
-                self.in_flight.append(InFlight(header.correlation_id, header.api_key, header.api_version))
         except FrameError as exc:
             self.protocol_error("client", exc)
             return
-        if not frames:
-            return
-        if self.upstream is None:
-            # uvloop starts reading after connection_made, ignoring a pause made there: hold what
-            # arrived early (one read at most) and pause again until the broker connection is up.
-            self.early_frames.extend(frames)
+        if self.held or self.upstream is None or self.muted:
+            # uvloop starts reading before connection_made's pause takes effect, and one read may
+            # land after a mute: hold those frames, in order, and make sure reading is paused.
+            self.held.extend(frames)
             if self.transport is not None:
                 self.transport.pause_reading()
             return
-        self.upstream.transport.writelines(frames)
+        self._forward(frames)
 
     def pause_writing(self) -> None:
         if self.upstream is not None:
@@ -110,6 +141,194 @@ class ClientConnection(asyncio.Protocol):
         self.proxy.connection_closed(self)
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.close()
+
+    # requests ------------------------------------------------------------------------------------
+    @property
+    def muted(self) -> bool:
+        return self.muted_until > self.proxy.loop.time()
+
+    def _forward(self, frames: Sequence[memoryview]) -> None:
+        """Peeks at each request and sends it upstream; stops (holding the rest) if one mutes us."""
+        assert self.upstream is not None
+        metrics = self.proxy.metrics
+        engine = self.proxy.engine
+        now = self.proxy.loop.time()
+        out: list[memoryview] = []
+        stop_after: int | None = None  # index of the request after which reading stops (muted)
+        for index, frame in enumerate(frames):
+            try:
+                header = peek_request_header(frame)
+                api_key, version, body = header.api_key, header.api_version, header.body_offset
+                metrics.count_request(api_key)
+                max_wait = 0
+                sasl_user = None
+                forwarded: memoryview | bytes | None = frame
+                refused: dict[str, tuple[int, ...]] | None = None
+                order: tuple[str, ...] = ()
+                if api_key == ApiKey.PRODUCE:
+                    if self.proxy.topic_guard:
+                        forwarded, refused, order = self._apply_topic_thresholds(frame, body, version, now)
+                    throttle = (
+                        charge_request(engine, self.user, header.client_id or "", api_key, len(frame) - 4, now)
+                        if engine.table
+                        else 0
+                    )
+                    if throttle > 0:
+                        # In debt: this request goes on (Kafka appends, then throttles), but reading
+                        # stops here; what was read after it waits for the mute to end.
+                        self.mute(throttle, now)
+                        stop_after = index
+                    if produce_request_acks(frame, body, version) == 0:  # no response will come
+                        if forwarded is not None:
+                            out.append(forwarded)
+                        if stop_after is not None:
+                            break
+                        continue
+                elif api_key == ApiKey.FETCH:
+                    max_wait = fetch_max_wait_ms(frame, body, version)
+                elif api_key == ApiKey.SASL_HANDSHAKE:
+                    if version == 0:
+                        raise FrameError("SaslHandshake v0 (raw SASL tokens) is unsupported; clients since 1.0 use v1")
+                    self.sasl_mechanism = handshake_mechanism(frame, body, version)
+                elif api_key == ApiKey.SASL_AUTHENTICATE:
+                    sasl_user = authenticate_user(self.sasl_mechanism, frame, body, version)
+                if self.authenticating and api_key not in _AUTH_APIS and api_key != ApiKey.API_VERSIONS:
+                    self.authenticating = False
+            except FrameError as exc:
+                self.protocol_error("client", exc)
+                return
+            local = None
+            if forwarded is None:  # every topic refused: the proxy answers, in this request's turn
+                assert refused is not None
+                local = produce_refusal_response(
+                    header.correlation_id, version, refused, TOPIC_THRESHOLD_ERROR, self._refusal_message(refused)
+                )
+            self.in_flight.append(
+                InFlight(
+                    header.correlation_id,
+                    api_key,
+                    version,
+                    header.client_id or "",
+                    len(frame) - 4,
+                    now,
+                    max_wait,
+                    api_key in _REQUEST_TIME_EXEMPT or (api_key == ApiKey.API_VERSIONS and self.authenticating),
+                    sasl_user,
+                    local,
+                    refused if forwarded is not None else None,
+                    order,
+                )
+            )
+            if forwarded is not None:
+                out.append(forwarded)
+            if stop_after is not None:
+                break
+        if stop_after is not None:
+            self.held.extend(frames[stop_after + 1 :])
+        if out:
+            self.upstream.transport.writelines(out)
+        if self.in_flight and self.in_flight[0].local_response is not None and self.transport is not None:
+            replies: list[bytes | memoryview] = []
+            self.take_local_responses(replies, now)
+            self.transport.writelines(replies)
+
+    def _apply_topic_thresholds(
+        self, frame: memoryview, body: int, version: int, now: float
+    ) -> tuple[memoryview | bytes | None, dict[str, tuple[int, ...]] | None, tuple[str, ...]]:
+        """Drops the topics that are over their threshold while the total is too; returns the frame to
+        forward (None when nothing is left), the refused topics and the request's topic order."""
+        guard = self.proxy.topic_guard
+        layout = produce_request_layout(frame, body, version)
+        refused_names = guard.refused([topic.name for topic in layout.topics], now)
+        guard.record({t.name: t.record_bytes for t in layout.topics if t.name not in refused_names}, now)
+        if not refused_names:
+            return frame, None, ()
+        self.proxy.metrics.topic_refusals_total.inc(len(refused_names))
+        refused = {t.name: t.partitions for t in layout.topics if t.name in refused_names}
+        order = tuple(topic.name for topic in layout.topics)
+        if len(refused) == len(layout.topics):
+            return None, refused, order
+        kept = {topic.name for topic in layout.topics} - refused_names
+        return produce_request_keeping(frame, version, layout, kept), refused, order
+
+    def _refusal_message(self, refused: dict[str, tuple[int, ...]]) -> str:
+        guard = self.proxy.topic_guard
+        assert guard.thresholds is not None
+        now = self.proxy.loop.time()
+        topics = ", ".join(f"{name} ({guard.threshold(name, now):.0f} B/s)" for name in refused)
+        return (
+            f"quotagate: produce refused: bytes in over the total threshold "
+            f"({guard.thresholds.total_bytes_in_per_sec} B/s) and over the topic's own: {topics}"
+        )
+
+    def take_local_responses(self, out: list[bytes | memoryview], now: float) -> None:
+        """Moves the proxy-made responses now at the head of the in-flight FIFO to `out`."""
+        while self.in_flight and self.in_flight[0].local_response is not None:
+            request = self.in_flight.popleft()
+            assert request.local_response is not None
+            out.append(self.on_response(request, request.local_response, now))
+
+    # responses -----------------------------------------------------------------------------------
+    def on_response(self, request: InFlight, frame: memoryview | bytes, now: float) -> memoryview | bytes:
+        """Charges the exchange, notes authentication, patches throttle_time_ms and mutes if due."""
+        if request.api_key == ApiKey.SASL_AUTHENTICATE:
+            self._note_authentication(request, frame)
+        elif request.refused:
+            frame = produce_response_with_refusals(
+                frame,
+                request.api_version,
+                request.topic_order,
+                request.refused,
+                TOPIC_THRESHOLD_ERROR,
+                self._refusal_message(request.refused),
+            )
+        engine = self.proxy.engine
+        if not engine.table:
+            return frame
+        request_ms = (
+            None
+            if request.exempt
+            else request_time_ms(request.api_key, (now - request.sent_at) * 1000, request.fetch_max_wait_ms)
+        )
+        throttle = charge_response(
+            engine, self.user, request.client_id, request.api_key, len(frame) - 4, request_ms, now
+        )
+        if throttle <= 0:
+            return frame
+        patched, _upstream_ms = patch_throttle_time(memoryview(frame), request.api_key, request.api_version, throttle)
+        self.mute(throttle, now)
+        return patched
+
+    def _note_authentication(self, request: InFlight, frame: memoryview | bytes) -> None:
+        view = memoryview(frame)
+        body = response_body_offset(view, request.api_key, request.api_version)
+        if len(view) >= body + 2 and view[body] == 0 and view[body + 1] == 0:  # error_code == NONE
+            if request.sasl_user is not None:
+                self.user = request.sasl_user
+
+    # muting --------------------------------------------------------------------------------------
+    def mute(self, throttle_ms: int, now: float) -> None:
+        assert self.reading is not None
+        self.proxy.delay_queue.mute(self, now + throttle_ms / 1000)
+        self.reading.pause("quota")
+        self.proxy.metrics.mutes_total.inc()
+
+    def unmute(self) -> None:
+        """Called by the delay queue when the throttle time is over."""
+        if self.closed or self.reading is None:
+            return
+        self._release_held()
+
+    def _release_held(self) -> None:
+        assert self.reading is not None and self.transport is not None
+        if self.held and self.upstream is not None:
+            frames = list(self.held)
+            self.held.clear()
+            self._forward(frames)
+        if not self.held and not self.muted:
+            self.reading.resume("quota")
+            if not self.reading.paused:
+                self.transport.resume_reading()  # the hold-pause in data_received bypasses the gate
 
     # pairing -----------------------------------------------------------------------------------
     async def _connect_upstream(self) -> None:
@@ -130,12 +349,9 @@ class ClientConnection(asyncio.Protocol):
                 upstream.transport.close()
                 return
             self.upstream = upstream
-            if self.early_frames:
-                upstream.transport.writelines(self.early_frames)
-                self.early_frames = []
-            assert self.reading is not None and self.transport is not None
+            assert self.reading is not None
             self.reading.resume("upstream-connecting")
-            self.transport.resume_reading()  # the early-data pause above bypasses the gate
+            self._release_held()
             return
         log.warning("%s: no broker reachable for client %s; closing it", self.listener, self.peer)
         self.close()
@@ -171,6 +387,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         client = self.client
+        now = client.proxy.loop.time()
         try:
             frames = self.splitter.feed(data)
             out: list[bytes | memoryview] = []
@@ -181,13 +398,12 @@ class UpstreamConnection(asyncio.Protocol):
                 expected = client.in_flight.popleft()
                 if correlation_id != expected.correlation_id:
                     raise FrameError(f"response {correlation_id} arrived where {expected.correlation_id} was due")
+                response: bytes | memoryview = frame
                 rewrite = RESPONSE_REWRITERS.get(expected.api_key)
                 if rewrite is not None:
-                    rewritten = rewrite(frame, expected.api_version, client.proxy.advertise)
-                    if rewritten is not None:
-                        out.append(rewritten)
-                        continue
-                out.append(frame)
+                    response = rewrite(frame, expected.api_version, client.proxy.advertise) or frame
+                out.append(client.on_response(expected, response, now))
+                client.take_local_responses(out, now)
         except FrameError as exc:
             client.protocol_error("broker", exc)
             return

@@ -36,6 +36,19 @@ class ProxyMetrics:
         self.upstream_connect_failures_total = Counter(
             "quotagate_upstream_connect_failures", "Failed connections to brokers", registry=self.registry
         )
+        self.mutes_total = Counter(
+            "quotagate_client_mutes",
+            "Times a client connection was muted (reading paused) for a quota",
+            registry=self.registry,
+        )
+        self.topic_refusals_total = Counter(
+            "quotagate_topic_threshold_refusals",
+            "Topics refused from produce requests by per-topic bytes-in thresholds",
+            registry=self.registry,
+        )
+        self.config_reloads_total = Counter(
+            "quotagate_config_reloads", "Configuration reloads, by result", ["result"], registry=self.registry
+        )
         self.bytes_in = self.bytes_total.labels("in")
         self.bytes_out = self.bytes_total.labels("out")
         self._requests_by_key: dict[int, Counter] = {}

@@ -18,10 +18,14 @@ from collections.abc import Callable
 from prometheus_client import start_http_server
 
 from quotagate.config import Config
+from quotagate.config.reload import ConfigWatcher
 from quotagate.protocol.discovery import decode_discovery_brokers, encode_discovery_request
 from quotagate.protocol.framing import FrameError
 from quotagate.proxy.connection import ClientConnection
+from quotagate.proxy.delay_queue import DelayQueue
 from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.quotas import QuotaEngine, QuotaKey
+from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 
 log = logging.getLogger("quotagate.proxy")
 
@@ -39,6 +43,14 @@ class Proxy:
     def __init__(self, config: Config, metrics: ProxyMetrics | None = None) -> None:
         self.config = config
         self.metrics = metrics or ProxyMetrics()
+        self.loop = asyncio.get_running_loop()
+        # One engine and one delay queue for every listener: an entity's connections to all the
+        # brokers draw on the same buckets, so quotas hold for the cluster.
+        self.engine = QuotaEngine(config.quotas, config.windows)
+        self.delay_queue = DelayQueue(self.loop)
+        self.topic_guard = TopicThresholdGuard(
+            config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE)
+        )
         self.brokers: dict[int, tuple[str, int]] = {}  # node id -> the broker's own address
         self.listener_ports: dict[int, int] = {}  # node id -> proxy port serving it
         self.clients: set[ClientConnection] = set()
@@ -111,6 +123,27 @@ class Proxy:
         task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def apply_config(self, config: Config) -> None:
+        """Applies a reloaded configuration: quotas live, listener and metrics settings at restart."""
+        if config.proxy != self.config.proxy or config.metrics != self.config.metrics:
+            log.warning("[proxy] and [metrics] changes take effect at the next restart; quotas apply now")
+        now = self.loop.time()
+        self.engine.update(config.quotas, config.windows, now)
+        self.topic_guard.update(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE), now)
+        self.config = Config(
+            self.config.proxy, self.config.metrics, config.quotas, config.windows, config.topic_thresholds
+        )
+
+    def watch_config(self, path: str) -> ConfigWatcher:
+        """Reloads `path` when it changes (and when the returned watcher's reload() is called)."""
+
+        def count(ok: bool) -> None:
+            self.metrics.config_reloads_total.labels("applied" if ok else "rejected").inc()
+
+        watcher = ConfigWatcher(path, self.apply_config, count)
+        self._spawn(watcher.watch())
+        return watcher
 
     # bookkeeping for connections ---------------------------------------------------------------
     def connection_opened(self, client: ClientConnection) -> None:

@@ -1,7 +1,7 @@
 """What each Kafka exchange costs, and under which quota keys (spec §2, §3).
 
-- Produce charges its request size (header + body, no size prefix) to producer_byte_rate, even
-  with acks=0, when there is no response.
+- Produce charges its request size (header + body, no size prefix) to producer_byte_rate when the
+  request is read, even with acks=0, when there is no response.
 - Fetch charges its response size to consumer_byte_rate.
 - Every request that is not exempt charges its request time to request_percentage. The proxy
   cannot see broker thread time, so request time here is the upstream service time: from the
@@ -26,22 +26,33 @@ def request_time_ms(api_key: int, latency_ms: float, fetch_max_wait_ms: int) -> 
     return latency_ms
 
 
-def charge_exchange(
+def charge_request(engine: QuotaEngine, user: str, client_id: str, api_key: int, request_size: int, now: float) -> int:
+    """Charges what is known when a request is read: a produce's size. Returns the throttle in ms.
+
+    Charging produce bytes as they arrive (not when the answer comes back) lets the proxy stop
+    reading from a client the moment it is in debt, as a broker does by reading one request at a
+    time: a client that pipelines many produce requests cannot get ahead of its quota."""
+    if api_key == ApiKey.PRODUCE:
+        return engine.charge(user, client_id, QuotaKey.PRODUCER_BYTE_RATE, request_size, now)
+    return 0
+
+
+def charge_response(
     engine: QuotaEngine,
     user: str,
     client_id: str,
     api_key: int,
-    request_size: int,
     response_size: int,
     request_ms: float | None,
     now: float,
 ) -> int:
-    """Charges one request (and its response) to the client's quotas; returns the throttle in ms.
+    """Charges what is known when the response is back; returns the throttle the response carries.
 
-    request_ms is None for exchanges exempt from request-time quotas."""
+    request_ms is None for exchanges exempt from request-time quotas. A produce's bytes were charged
+    by charge_request; its response carries the produce throttle as it stands now."""
     throttle = 0
     if api_key == ApiKey.PRODUCE:
-        throttle = engine.charge(user, client_id, QuotaKey.PRODUCER_BYTE_RATE, request_size, now)
+        throttle = engine.throttle_ms(user, client_id, QuotaKey.PRODUCER_BYTE_RATE, now)
     elif api_key == ApiKey.FETCH:
         throttle = engine.charge(user, client_id, QuotaKey.CONSUMER_BYTE_RATE, response_size, now)
     if request_ms is not None:

@@ -87,7 +87,7 @@ def test_quotas_and_window_settings_are_parsed() -> None:
 @pytest.mark.parametrize(
     ("quotas", "key", "problem"),
     [
-        ('[[quotas]]\nproducer_byte_rate = 1\n', "quotas[0]", "needs user, client_id or both"),
+        ("[[quotas]]\nproducer_byte_rate = 1\n", "quotas[0]", "needs user, client_id or both"),
         ('[[quotas]]\nuser = "a"\n', "quotas[0]", "sets no quota"),
         ('[[quotas]]\nuser = "a"\nproduce_byte_rate = 1\n', "quotas[0].produce_byte_rate", "unknown key"),
         ('[[quotas]]\nuser = "a"\nproducer_byte_rate = 0\n', "quotas[0].producer_byte_rate", "> 0"),

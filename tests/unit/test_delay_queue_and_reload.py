@@ -1,0 +1,104 @@
+"""The delay queue that unmutes throttled connections, and hot reload of the config file."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+
+from quotagate.config import Config
+from quotagate.config.reload import ConfigWatcher
+from quotagate.proxy.delay_queue import DelayQueue
+from quotagate.quotas import QuotaKey
+
+
+class Connection:
+    def __init__(self, loop: asyncio.AbstractEventLoop, name: str, unmuted: list[tuple[str, float]]) -> None:
+        self.loop, self.name, self.unmuted = loop, name, unmuted
+        self.muted_until = 0.0
+        self.closed = False
+
+    def unmute(self) -> None:
+        self.unmuted.append((self.name, self.loop.time()))
+
+
+async def test_connections_are_unmuted_in_deadline_order_by_one_queue() -> None:
+    loop = asyncio.get_running_loop()
+    queue = DelayQueue(loop)
+    unmuted: list[tuple[str, float]] = []
+    start = loop.time()
+    for name, delay in (("slow", 0.3), ("fast", 0.1), ("mid", 0.2)):
+        queue.mute(Connection(loop, name, unmuted), start + delay)
+    assert len(queue) == 3
+    await asyncio.sleep(0.45)
+    assert [name for name, _ in unmuted] == ["fast", "mid", "slow"]
+    assert all(at >= start + delay for (_, at), delay in zip(unmuted, (0.1, 0.2, 0.3), strict=True))
+    assert len(queue) == 0
+
+
+async def test_muting_again_extends_the_mute_without_a_second_entry() -> None:
+    loop = asyncio.get_running_loop()
+    queue = DelayQueue(loop)
+    unmuted: list[tuple[str, float]] = []
+    connection = Connection(loop, "c", unmuted)
+    start = loop.time()
+    queue.mute(connection, start + 0.1)
+    queue.mute(connection, start + 0.25)
+    queue.mute(connection, start + 0.05)  # shorter than the current mute: no effect
+    assert len(queue) == 1
+    await asyncio.sleep(0.15)
+    assert unmuted == []
+    await asyncio.sleep(0.2)
+    assert [name for name, _ in unmuted] == ["c"] and unmuted[0][1] >= start + 0.25
+
+
+async def test_a_closed_connection_is_never_unmuted() -> None:
+    loop = asyncio.get_running_loop()
+    queue = DelayQueue(loop)
+    unmuted: list[tuple[str, float]] = []
+    connection = Connection(loop, "gone", unmuted)
+    queue.mute(connection, loop.time() + 0.05)
+    connection.closed = True
+    await asyncio.sleep(0.1)
+    assert unmuted == [] and len(queue) == 0
+
+
+BASE = '[proxy]\nbootstrap_servers = ["k:1"]\n'
+
+
+def test_reload_applies_a_good_file_and_keeps_the_running_config_on_a_bad_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "q.toml"
+    path.write_text(BASE + '[[quotas]]\nuser = "a"\nproducer_byte_rate = 100\n')
+    applied: list[Config] = []
+    results: list[bool] = []
+    watcher = ConfigWatcher(path, applied.append, results.append)
+
+    path.write_text(BASE + '[[quotas]]\nuser = "a"\nproducer_byte_rate = 500\n')
+    assert watcher.reload()
+    assert applied[-1].quotas.resolve("a", "x", QuotaKey.PRODUCER_BYTE_RATE).value == 500
+
+    path.write_text(BASE + '[[quotas]]\nuser = "a"\nproducer_byte_rate = -1\n')
+    with caplog.at_level(logging.ERROR, logger="quotagate.config"):
+        assert not watcher.reload()
+    assert len(applied) == 1
+    assert results == [True, False]
+    assert "quotas[0].producer_byte_rate: must be a number > 0" in caplog.text
+
+
+async def test_the_watcher_notices_a_changed_file(tmp_path: Path) -> None:
+    path = tmp_path / "q.toml"
+    path.write_text(BASE)
+    applied: list[Config] = []
+    watcher = ConfigWatcher(path, applied.append, poll_seconds=0.05)
+    task = asyncio.create_task(watcher.watch())
+    try:
+        path.write_text(BASE + '[[quotas]]\nclient_id = "c"\nconsumer_byte_rate = 7\n')
+        await asyncio.sleep(0.3)
+    finally:
+        task.cancel()
+    assert len(applied) == 1
+    assert applied[0].quotas.resolve("u", "c", QuotaKey.CONSUMER_BYTE_RATE).value == 7
