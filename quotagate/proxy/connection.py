@@ -75,6 +75,8 @@ class InFlight(NamedTuple):
     # Topics the proxy refused from a forwarded produce, merged back into the broker's answer.
     refused: dict[str, tuple[int, ...]] | None = None
     topic_order: tuple[str, ...] = ()
+    # Least throttle the response must carry (a refusal says when to come back).
+    min_throttle_ms: int = 0
 
 
 class ClientConnection(asyncio.Protocol):
@@ -165,6 +167,7 @@ class ClientConnection(asyncio.Protocol):
                 forwarded: memoryview | bytes | None = frame
                 refused: dict[str, tuple[int, ...]] | None = None
                 order: tuple[str, ...] = ()
+                refusal_wait = 0
                 if api_key == ApiKey.PRODUCE:
                     if self.proxy.topic_guard:
                         forwarded, refused, order = self._apply_topic_thresholds(frame, body, version, now)
@@ -173,6 +176,9 @@ class ClientConnection(asyncio.Protocol):
                         if engine.table
                         else 0
                     )
+                    if refused:
+                        refusal_wait = self.proxy.topic_guard.retry_after_ms(refused, now)
+                        throttle = max(throttle, refusal_wait)
                     if throttle > 0:
                         # In debt: this request goes on (Kafka appends, then throttles), but reading
                         # stops here; what was read after it waits for the mute to end.
@@ -217,6 +223,7 @@ class ClientConnection(asyncio.Protocol):
                     local,
                     refused if forwarded is not None else None,
                     order,
+                    refusal_wait,
                 )
             )
             if forwarded is not None:

@@ -78,6 +78,15 @@ class TopicThresholdGuard:
                 refused.add(topic)
         return refused
 
+    def retry_after_ms(self, topics: Iterable[str], now: float) -> int:
+        """How long until one of the refused `topics` would be accepted again: a topic is accepted
+        once either the total or its own bucket is out of debt. The proxy sends this as the
+        refusal's throttle_time_ms and mutes the client for it, so a refused client backs off
+        instead of retrying in a tight loop."""
+        total = self._bucket_for_total(now)
+        waits = [min(total.throttle_ms(now), self._bucket_for_topic(t, now).throttle_ms(now)) for t in topics]
+        return min(waits, default=0)
+
     def record(self, topic_bytes: Mapping[str, int], now: float) -> None:
         """Counts bytes that were accepted, per topic."""
         total = self._bucket_for_total(now)

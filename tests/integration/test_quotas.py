@@ -346,3 +346,64 @@ def test_a_raw_client_that_pipelines_and_ignores_throttling_is_held_to_the_quota
     print(f"raw pipeliner {charged_rate / QUOTA:.3f}x, {len(responses)} of {len(frames)} requests answered")
     assert len(responses) < len(frames), "the quota must have held most of the 8 MB back"
     assert charged_rate == pytest.approx(QUOTA, rel=0.10), f"raw client pushed {charged_rate:.0f} B/s"
+
+
+def test_per_topic_thresholds_refuse_only_the_topic_over_its_own_while_the_total_is_over(proxy_factory, kafka) -> None:
+    total, hot_threshold, cool_rate = 400_000, 100_000, 150_000
+    proxy = proxy_factory(
+        kafka.bootstrap,
+        WINDOWS + f"[topic_thresholds]\ntotal_bytes_in_per_sec = {total}\n"
+        f"[topic_thresholds.topics]\nhot = {hot_threshold}\ncool = 250000\n",
+    )
+    for topic in ("hot", "cool"):
+        create_topic(proxy.bootstrap, topic, partitions=2)
+    seconds = 12.0
+    results: dict[str, dict[str, list]] = {t: {"acked": [], "errors": []} for t in ("hot", "cool")}
+
+    def produce(topic: str, rate: float | None) -> None:
+        producer = Producer(
+            {
+                "bootstrap.servers": proxy.bootstrap,
+                "client.id": f"{topic}-producer",
+                "linger.ms": 5,
+                "batch.size": 16384,
+                "queue.buffering.max.kbytes": 256,
+                "retries": 0,  # show each refusal instead of retrying it
+            }
+        )
+
+        def delivered(err, _msg) -> None:
+            if err is None:
+                results[topic]["acked"].append((time.monotonic(), RECORD))
+            else:
+                results[topic]["errors"].append(err.code())
+
+        value = os.urandom(RECORD)
+        started = time.monotonic()
+        sent = 0
+        while (elapsed := time.monotonic() - started) < seconds:
+            if rate is not None and sent * RECORD > rate * elapsed:
+                producer.poll(0.005)  # pace the cool producer
+                continue
+            try:
+                producer.produce(topic, value=value, on_delivery=delivered)
+                sent += 1
+            except BufferError:
+                producer.poll(0.01)
+            producer.poll(0)
+        producer.flush(30)
+
+    started = time.monotonic()
+    run_threads(lambda: produce("hot", None), lambda: produce("cool", cool_rate))
+    hot_rate = rate_between(results["hot"]["acked"], started + 2, started + seconds)
+    cool_rate_achieved = rate_between(results["cool"]["acked"], started + 2, started + seconds)
+    print(
+        f"hot accepted {hot_rate:.0f} B/s with {len(results['hot']['errors'])} refusals; "
+        f"cool {cool_rate_achieved:.0f} B/s with {len(results['cool']['errors'])} refusals"
+    )
+    assert results["cool"]["errors"] == [], "a topic under its own threshold is never refused"
+    assert cool_rate_achieved == pytest.approx(cool_rate, rel=0.15)
+    assert results["hot"]["errors"], "the topic over its threshold must be refused while the total is over"
+    assert set(results["hot"]["errors"]) == {89}, "refusals carry THROTTLING_QUOTA_EXCEEDED"
+    # What hot gets is what the total leaves over: about total - cool.
+    assert hot_rate == pytest.approx(total - cool_rate, rel=0.25)

@@ -32,3 +32,9 @@ def test_refusals_end_once_the_buckets_refill() -> None:
     g.record({"orders": 1200}, now=0.0)
     assert g.refused(["orders"], now=0.0) == {"orders"}
     assert g.refused(["orders"], now=0.5) == set()  # total back above zero after 0.2 s
+
+
+def test_a_refusal_says_when_the_topic_will_be_accepted_again() -> None:
+    g = guard(1000, orders=100)
+    g.record({"orders": 1200}, now=0.0)  # total: −200 → 200 ms; orders: −1100 → 11 s
+    assert g.retry_after_ms(["orders"], now=0.0) == 200
