@@ -99,3 +99,25 @@ def test_clients_ride_through_a_broker_restart_without_losing_acknowledged_data(
     read_while_down = [t for t, _ in consumer.received if stopped_at + 1 < t < restarted_at]
     assert acked_while_down, "the producer must keep producing while broker 2 is down"
     assert read_while_down, "the consumer must keep consuming while broker 2 is down"
+
+
+def test_a_quota_holds_for_the_cluster_not_per_broker(proxy_factory, kafka_cluster) -> None:
+    """One producer writes to partitions led by all 3 brokers; together they get one quota, not 3."""
+    from tests.integration.test_quotas import WINDOWS, Acked, confluent_producer_loop, quota_config, rate_between
+
+    quota = 300_000
+    proxy = proxy_factory(
+        kafka_cluster.bootstrap, WINDOWS + quota_config(f'client_id = "spread"\nproducer_byte_rate = {quota}')
+    )
+    topic = unique_topic("spread")
+    create_topic(proxy.bootstrap, topic, partitions=6, replication=1)
+    consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": unique_topic("g")})
+    leaders = {p.leader for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions.values()}
+    consumer.close()
+    acked = Acked()
+    started = time.monotonic()
+    confluent_producer_loop(proxy.bootstrap, topic, "spread", 16.0, acked)
+    rate = rate_between(acked.events, started + 3, started + 16)
+    print(f"spread over brokers {sorted(leaders)}: {rate / quota:.3f}x of the quota")
+    assert leaders == {1, 2, 3}, "the partitions must be led by all three brokers"
+    assert rate == pytest.approx(quota, rel=0.10), f"{rate:.0f} B/s over 3 brokers"

@@ -3,12 +3,12 @@ from struct import pack, unpack_from
 import pytest
 from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
-from kafka.protocol.producer import ProduceResponse
 
 from quotagate.protocol.apis import FETCH_MAX_VERSION, PRODUCE_MAX_VERSION, ApiKey, response_header_is_flexible
 from quotagate.protocol.headers import response_body_offset
 from quotagate.protocol.produce import produce_response_throttle_offset
 from quotagate.protocol.rewrite import RESPONSE_REWRITERS
+from tests.unit.messages import produce_response
 
 PROXY_HOST = "proxy.example"
 
@@ -130,38 +130,6 @@ def test_api_versions_caps_what_the_proxy_must_parse_and_hides_share_apis(versio
 def test_api_versions_error_answer_is_forwarded_untouched() -> None:
     message = ApiVersionsResponse(version=0, error_code=35, api_keys=[])
     assert rewrite(ApiKey.API_VERSIONS, 0, message) is None
-
-
-def produce_response(version: int, throttle: int, endpoints: bool = False) -> ProduceResponse:
-    topic = ProduceResponse.TopicProduceResponse
-    partition = topic.PartitionProduceResponse
-    error = partition.BatchIndexAndErrorMessage
-    topics = []
-    for t in range(2):
-        partitions = [
-            partition(
-                version=version,
-                index=p,
-                error_code=0,
-                base_offset=1000 + p,
-                **(
-                    {
-                        "record_errors": [error(version=version, batch_index=1, batch_index_error_message="x")] * p,
-                        "error_message": "oops" if p == 2 else None,
-                    }
-                    if version >= 8
-                    else {}
-                ),
-            )
-            for p in range(3)
-        ]
-        name = {"name": f"topic-{t}"} if version < 13 else {"topic_id": "0" * 31 + str(t)}
-        topics.append(topic(version=version, partition_responses=partitions, **name))
-    fields = {}
-    if endpoints:
-        node = ProduceResponse.NodeEndpoint
-        fields["node_endpoints"] = [node(version=version, node_id=2, host="kafka-2", port=9092, rack=None)]
-    return ProduceResponse(version=version, responses=topics, throttle_time_ms=throttle, **fields)
 
 
 @pytest.mark.parametrize("version", range(3, 14))

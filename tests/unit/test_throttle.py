@@ -8,6 +8,7 @@ from quotagate.protocol.apis import RESPONSE_CLASSES, ApiKey, response_header_is
 from quotagate.protocol.framing import FrameError
 from quotagate.protocol.headers import response_body_offset
 from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time, throttle_time_offset
+from tests.unit.messages import produce_response as shared_produce_response
 
 UPSTREAM = 1234
 HIGHER = 5000
@@ -119,35 +120,7 @@ def test_apis_without_throttle_time_in_any_version_are_not_throttleable() -> Non
 
 
 def produce_response(version: int, throttle: int, endpoints: bool = False) -> ProduceResponse:
-    topic = ProduceResponse.TopicProduceResponse
-    partition = topic.PartitionProduceResponse
-    error = partition.BatchIndexAndErrorMessage
-    topics = []
-    for t in range(3):
-        partitions = [
-            partition(
-                version=version,
-                index=p,
-                error_code=0,
-                base_offset=1000 + p,
-                **(
-                    {
-                        "record_errors": [error(version=version, batch_index=1, batch_index_error_message="x")] * p,
-                        "error_message": "oops" if p == 2 else None,
-                    }
-                    if version >= 8
-                    else {}
-                ),
-            )
-            for p in range(4)
-        ]
-        name = {"name": f"topic-{t}"} if version < 13 else {"topic_id": "0" * 31 + str(t)}
-        topics.append(topic(version=version, partition_responses=partitions, **name))
-    fields = {}
-    if endpoints:
-        node = ProduceResponse.NodeEndpoint
-        fields["node_endpoints"] = [node(version=version, node_id=2, host="kafka-2", port=9092, rack="r")]
-    return ProduceResponse(version=version, responses=topics, throttle_time_ms=throttle, **fields)
+    return shared_produce_response(version, throttle, endpoints, topics=3, partitions=4)
 
 
 @pytest.mark.parametrize("version", range(1, ProduceResponse.max_version + 1))
