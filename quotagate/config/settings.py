@@ -81,7 +81,14 @@ def parse_config(text: str) -> Config:
         proxy=_parse_proxy(proxy),
         metrics=_parse_metrics(metrics),
         quotas=_parse_quotas(data.get("quotas", [])),
-        windows=QuotaWindows(**{key: _integer(data, key, default, 1, 3600) for key, default in _WINDOW_KEYS.items()}),
+        windows=QuotaWindows(
+            **{
+                key: _positive(data, key, default)
+                if key.endswith("_seconds")
+                else _integer(data, key, default, 1, 3600)
+                for key, default in _WINDOW_KEYS.items()
+            }
+        ),
         topic_thresholds=_parse_topic_thresholds(data.get("topic_thresholds")),
     )
 

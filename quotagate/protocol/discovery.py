@@ -1,30 +1,42 @@
-"""The proxy's own Metadata request, used to discover the brokers it fronts before any client asks."""
+"""The proxy's own Metadata request: the brokers it fronts and the cluster's topics, before any client asks."""
 
 from __future__ import annotations
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
+from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
+from quotagate.protocol.headers import response_body_offset
 
-# v1 is the oldest version where an empty topic list means "no topics" (v0: all topics); it is
-# non-flexible, so the response header is just the correlation id.
-DISCOVERY_METADATA_VERSION = 1
+# v12: a version every Kafka from 2.8 to 4.x speaks (4.0 dropped v0-3), with topic ids; a null
+# topic list asks for every topic.
+DISCOVERY_METADATA_VERSION = 12
 DISCOVERY_CLIENT_ID = "quotagate-discovery"
 
 
 def encode_discovery_request(correlation_id: int) -> bytes:
-    request = MetadataRequest(version=DISCOVERY_METADATA_VERSION, topics=[])
+    request = MetadataRequest(
+        version=DISCOVERY_METADATA_VERSION,
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
     request.with_header(correlation_id=correlation_id, client_id=DISCOVERY_CLIENT_ID)
     return bytes(request.encode(header=True, framed=True))
 
 
-def decode_discovery_brokers(frame: bytes, correlation_id: int) -> list[tuple[int, str, int]]:
-    """(node_id, host, port) of every broker in the answer to encode_discovery_request."""
+def decode_discovery(
+    frame: bytes, correlation_id: int
+) -> tuple[list[tuple[int, str, int]], list[tuple[str, object, int]]]:
+    """Brokers (node_id, host, port) and topics (name, id, partitions) in the discovery answer."""
     view = memoryview(frame)
     if len(view) < FRAME_SIZE_BYTES + 4 or int.from_bytes(view[4:8], "big", signed=True) != correlation_id:
         raise FrameError("discovery metadata response does not match its request")
+    body_offset = response_body_offset(view, ApiKey.METADATA, DISCOVERY_METADATA_VERSION)
     try:
-        response = MetadataResponse.decode(view[8:], version=DISCOVERY_METADATA_VERSION)
+        response = MetadataResponse.decode(view[body_offset:], version=DISCOVERY_METADATA_VERSION)
     except Exception as exc:
         raise FrameError(f"cannot decode discovery metadata response: {exc}") from exc
-    return [(b.node_id, b.host, b.port) for b in response.brokers]
+    brokers = [(b.node_id, b.host, b.port) for b in response.brokers]
+    topics = [(t.name, t.topic_id, len(t.partitions)) for t in response.topics if t.error_code == 0 and t.name]
+    return brokers, topics

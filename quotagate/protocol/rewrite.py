@@ -1,17 +1,19 @@
 """Rewrites of the responses that name brokers, so that clients only ever learn proxy addresses.
 
 Each rewriter takes a whole response frame and returns a new frame, or None when nothing needs to
-change (then the original bytes are forwarded untouched). Broker addresses go through `advertise`,
-a callback owned by the proxy: it records the broker's real address for node_id (so the proxy can
-connect there) and returns the proxy address clients must use for that node.
+change (then the original bytes are forwarded untouched). Broker addresses go through a
+`ClusterView` owned by the proxy: `advertise` records the broker's real address for node_id (so
+the proxy can connect there) and returns the proxy address clients must use for that node;
+`observe_topics` is told the partition counts that Metadata responses carry.
 
 ApiVersions is rewritten too: the proxy caps the versions it lets clients use (see apis.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from struct import pack, unpack_from
+from typing import Any, Protocol
 
 from quotagate.protocol.apis import (
     HIDDEN_APIS,
@@ -23,8 +25,15 @@ from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
 from quotagate.protocol.headers import response_body_offset
 from quotagate.protocol.produce import produce_response_has_top_level_tags
 
-Advertise = Callable[[int, str, int], tuple[str, int]]
-Rewriter = Callable[[memoryview, int, Advertise], "bytes | None"]
+
+class ClusterView(Protocol):
+    def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]: ...
+
+    def observe_topics(self, topics: Iterable[tuple[str, Any, int]]) -> None:
+        """(name, topic id or None, partition count) of topics a broker just described."""
+
+
+Rewriter = Callable[[memoryview, int, ClusterView], "bytes | None"]
 
 DESCRIBE_CLUSTER_ENDPOINT_CONTROLLERS = 2
 
@@ -45,49 +54,56 @@ def _reframe(frame: memoryview, body_offset: int, message: object) -> bytes:
     return b"".join((pack(">i", len(header) + len(body)), header, body))
 
 
-def rewrite_metadata(frame: memoryview, version: int, advertise: Advertise) -> bytes:
+def rewrite_metadata(frame: memoryview, version: int, cluster: ClusterView) -> bytes:
     body_offset, response = _decode(ApiKey.METADATA, frame, version)
     for broker in response.brokers:  # type: ignore[attr-defined]
-        broker.host, broker.port = advertise(broker.node_id, broker.host, broker.port)
+        broker.host, broker.port = cluster.advertise(broker.node_id, broker.host, broker.port)
+    cluster.observe_topics(
+        (topic.name, topic.topic_id if version >= 10 else None, len(topic.partitions))
+        for topic in response.topics  # type: ignore[attr-defined]
+        if topic.error_code == 0 and topic.name
+    )
     return _reframe(frame, body_offset, response)
 
 
-def rewrite_find_coordinator(frame: memoryview, version: int, advertise: Advertise) -> bytes | None:
+def rewrite_find_coordinator(frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
     body_offset, response = _decode(ApiKey.FIND_COORDINATOR, frame, version)
     if version < 4:
         if response.error_code != 0 or response.node_id < 0:  # type: ignore[attr-defined]
             return None
-        response.host, response.port = advertise(response.node_id, response.host, response.port)  # type: ignore[attr-defined]
+        response.host, response.port = cluster.advertise(response.node_id, response.host, response.port)  # type: ignore[attr-defined]
     else:
         for coordinator in response.coordinators:  # type: ignore[attr-defined]
             if coordinator.error_code == 0 and coordinator.node_id >= 0:
-                coordinator.host, coordinator.port = advertise(coordinator.node_id, coordinator.host, coordinator.port)
+                coordinator.host, coordinator.port = cluster.advertise(
+                    coordinator.node_id, coordinator.host, coordinator.port
+                )
     return _reframe(frame, body_offset, response)
 
 
-def rewrite_describe_cluster(frame: memoryview, version: int, advertise: Advertise) -> bytes:
+def rewrite_describe_cluster(frame: memoryview, version: int, cluster: ClusterView) -> bytes:
     body_offset, response = _decode(ApiKey.DESCRIBE_CLUSTER, frame, version)
     if response.endpoint_type == DESCRIBE_CLUSTER_ENDPOINT_CONTROLLERS:  # type: ignore[attr-defined]
         # Controller endpoints are not reachable through the proxy: name none of them.
         response.brokers = []  # type: ignore[attr-defined]
     else:
         for broker in response.brokers:  # type: ignore[attr-defined]
-            broker.host, broker.port = advertise(broker.broker_id, broker.host, broker.port)
+            broker.host, broker.port = cluster.advertise(broker.broker_id, broker.host, broker.port)
     return _reframe(frame, body_offset, response)
 
 
-def rewrite_produce(frame: memoryview, version: int, advertise: Advertise) -> bytes | None:
+def rewrite_produce(frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
     # The usual produce response has no top-level tags: check cheaply, decode only when needed.
     body_offset = response_body_offset(frame, ApiKey.PRODUCE, version)
     if not produce_response_has_top_level_tags(frame, body_offset, version):
         return None
     body_offset, response = _decode(ApiKey.PRODUCE, frame, version)
     for node in response.node_endpoints or ():  # type: ignore[attr-defined]
-        node.host, node.port = advertise(node.node_id, node.host, node.port)
+        node.host, node.port = cluster.advertise(node.node_id, node.host, node.port)
     return _reframe(frame, body_offset, response)
 
 
-def rewrite_api_versions(frame: memoryview, version: int, advertise: Advertise) -> bytes | None:
+def rewrite_api_versions(frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
     body_offset = response_body_offset(frame, ApiKey.API_VERSIONS, version)
     if len(frame) < body_offset + 2:
         raise FrameError("truncated ApiVersions response")

@@ -22,12 +22,22 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, cast
 
 from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.fetch import fetch_max_wait_ms
 from quotagate.protocol.framing import FrameError, FrameSplitter
 from quotagate.protocol.headers import peek_correlation_id, peek_request_header, response_body_offset
+from quotagate.protocol.mutations import (
+    MUTATION_APIS,
+    MutationRequest,
+    MutationTopic,
+    decode_mutation,
+    decode_results,
+    merge_refusals,
+    refusal_response,
+)
 from quotagate.protocol.produce import (
     produce_refusal_response,
     produce_request_acks,
@@ -39,7 +49,7 @@ from quotagate.protocol.rewrite import RESPONSE_REWRITERS
 from quotagate.protocol.sasl import authenticate_user, handshake_mechanism
 from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time
 from quotagate.proxy.flow_control import ReadGate
-from quotagate.quotas import ANONYMOUS
+from quotagate.quotas import ANONYMOUS, QuotaKey
 from quotagate.quotas.charging import charge_request, charge_response, request_time_ms
 
 if TYPE_CHECKING:
@@ -60,6 +70,16 @@ _AUTH_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 _REQUEST_TIME_EXEMPT = THROTTLE_EXEMPT_APIS | _AUTH_APIS
 
 
+@dataclass(slots=True)
+class MutationInFlight:
+    """A topic mutation under the controller mutation quota, between request and response."""
+
+    request: MutationRequest
+    forwarded: list[int]  # indexes of the topics sent to the broker
+    refused: list[int]  # indexes answered THROTTLING_QUOTA_EXCEEDED by the proxy
+    charged: dict[int, int]  # index -> partitions charged for it
+
+
 class InFlight(NamedTuple):
     correlation_id: int
     api_key: int
@@ -77,6 +97,7 @@ class InFlight(NamedTuple):
     topic_order: tuple[str, ...] = ()
     # Least throttle the response must carry (a refusal says when to come back).
     min_throttle_ms: int = 0
+    mutation: MutationInFlight | None = None
 
 
 class ClientConnection(asyncio.Protocol):
@@ -168,6 +189,7 @@ class ClientConnection(asyncio.Protocol):
                 refused: dict[str, tuple[int, ...]] | None = None
                 order: tuple[str, ...] = ()
                 refusal_wait = 0
+                mutation: MutationInFlight | None = None
                 if api_key == ApiKey.PRODUCE:
                     if self.proxy.topic_guard:
                         forwarded, refused, order = self._apply_topic_thresholds(frame, body, version, now)
@@ -190,6 +212,10 @@ class ClientConnection(asyncio.Protocol):
                         if stop_after is not None:
                             break
                         continue
+                elif api_key in MUTATION_APIS and engine.enforces(QuotaKey.CONTROLLER_MUTATION_RATE):
+                    forwarded, mutation = self._admit_mutation(
+                        frame, body, api_key, version, header.client_id or "", now
+                    )
                 elif api_key == ApiKey.FETCH:
                     max_wait = fetch_max_wait_ms(frame, body, version)
                 elif api_key == ApiKey.SASL_HANDSHAKE:
@@ -204,7 +230,14 @@ class ClientConnection(asyncio.Protocol):
                 self.protocol_error("client", exc)
                 return
             local = None
-            if forwarded is None:  # every topic refused: the proxy answers, in this request's turn
+            if forwarded is None and mutation is not None:  # nothing admitted: answered by the proxy
+                local = refusal_response(
+                    mutation.request,
+                    header.correlation_id,
+                    mutation.refused,
+                    engine.throttle_ms(self.user, header.client_id or "", QuotaKey.CONTROLLER_MUTATION_RATE, now),
+                )
+            elif forwarded is None:  # every topic refused: the proxy answers, in this request's turn
                 assert refused is not None
                 local = produce_refusal_response(
                     header.correlation_id, version, refused, TOPIC_THRESHOLD_ERROR, self._refusal_message(refused)
@@ -224,6 +257,7 @@ class ClientConnection(asyncio.Protocol):
                     refused if forwarded is not None else None,
                     order,
                     refusal_wait,
+                    mutation,
                 )
             )
             if forwarded is not None:
@@ -238,6 +272,77 @@ class ClientConnection(asyncio.Protocol):
             replies: list[bytes | memoryview] = []
             self.take_local_responses(replies, now)
             self.transport.writelines(replies)
+
+    def _admit_mutation(
+        self, frame: memoryview, body: int, api_key: int, version: int, client_id: str, now: float
+    ) -> tuple[memoryview | bytes | None, MutationInFlight | None]:
+        """Admits a topic mutation's topics in order under the controller mutation quota (KIP-599).
+
+        Returns the frame to forward (the original, one re-encoded with the admitted topics only,
+        or None when nothing was admitted) and what the response will need. validate_only
+        requests are never charged (KIP-599)."""
+        request = decode_mutation(frame, body, api_key, version)
+        if request.validate_only:
+            return frame, None
+        costs = [self._mutation_cost(request, topic) for topic in request.topics]
+        admitted = self.proxy.engine.admit(
+            self.user, client_id, QuotaKey.CONTROLLER_MUTATION_RATE, costs, request.strict, now
+        )
+        forwarded = [i for i, ok in enumerate(admitted) if ok]
+        refused = [i for i, ok in enumerate(admitted) if not ok]
+        mutation = MutationInFlight(request, forwarded, refused, {i: costs[i] for i in forwarded})
+        if not refused:
+            return frame, mutation
+        self.proxy.metrics.mutation_refusals_total.inc(len(refused))
+        if not forwarded:
+            return None, mutation
+        return request.encode_keeping(forwarded), mutation
+
+    def _mutation_cost(self, request: MutationRequest, topic: MutationTopic) -> int:
+        """Partitions a topic mutation is charged before the broker answers (spec §4)."""
+        topics = self.proxy.topics
+        if request.api_key == ApiKey.CREATE_TOPICS:
+            # −1 asks for the broker's default count, unknown here: charge 1 now, the rest when the
+            # response (v5+) says how many partitions were made.
+            return max(topic.requested, 1)
+        current = topics.partition_count(topics.name_of(topic.name, topic.topic_id))
+        if current is None:
+            return 0  # a topic the proxy has not seen described: nothing, as for an unknown topic
+        if request.api_key == ApiKey.CREATE_PARTITIONS:
+            return max(topic.requested - current, 0)
+        return current  # DeleteTopics: the partitions it removes
+
+    def _settle_mutation(self, request: InFlight, frame: memoryview | bytes, now: float) -> memoryview | bytes:
+        """Refunds topics the broker rejected (Kafka charges only topics that pass validation),
+        charges a CreateTopics the partitions it really made, updates the topic catalog, and
+        merges the proxy's refusals back into the response in the client's order."""
+        mutation = request.mutation
+        assert mutation is not None
+        if request.local_response is not None:
+            return frame
+        engine, topics, key = self.proxy.engine, self.proxy.topics, QuotaKey.CONTROLLER_MUTATION_RATE
+        response, results = decode_results(frame, request.api_key, request.api_version)
+        for index, result in zip(mutation.forwarded, results, strict=False):
+            charged = mutation.charged[index]
+            topic = mutation.request.topics[index]
+            name = topics.name_of(result.name or topic.name, topic.topic_id)
+            if result.error_code != 0:
+                engine.refund(self.user, request.client_id, key, charged, now)
+            elif request.api_key == ApiKey.CREATE_TOPICS:
+                made = result.num_partitions if result.num_partitions > 0 else charged
+                if made > charged:
+                    engine.charge(self.user, request.client_id, key, made - charged, now)
+                elif made < charged:
+                    engine.refund(self.user, request.client_id, key, charged - made, now)
+                if name:
+                    topics.observe([(name, None, made)])
+            elif request.api_key == ApiKey.CREATE_PARTITIONS and name:
+                topics.observe([(name, None, topic.requested)])
+            elif request.api_key == ApiKey.DELETE_TOPICS and name:
+                topics.forget(name)
+        if mutation.refused:
+            return merge_refusals(frame, mutation.request, mutation.forwarded, mutation.refused, response)
+        return frame
 
     def _apply_topic_thresholds(
         self, frame: memoryview, body: int, version: int, now: float
@@ -290,16 +395,22 @@ class ClientConnection(asyncio.Protocol):
                 self._refusal_message(request.refused),
             )
         engine = self.proxy.engine
-        if not engine.table:
-            return frame
-        request_ms = (
-            None
-            if request.exempt
-            else request_time_ms(request.api_key, (now - request.sent_at) * 1000, request.fetch_max_wait_ms)
-        )
-        throttle = charge_response(
-            engine, self.user, request.client_id, request.api_key, len(frame) - 4, request_ms, now
-        )
+        throttle = request.min_throttle_ms
+        if request.mutation is not None:
+            frame = self._settle_mutation(request, frame, now)
+            throttle = max(
+                throttle, engine.throttle_ms(self.user, request.client_id, QuotaKey.CONTROLLER_MUTATION_RATE, now)
+            )
+        if engine.table:
+            request_ms = (
+                None
+                if request.exempt
+                else request_time_ms(request.api_key, (now - request.sent_at) * 1000, request.fetch_max_wait_ms)
+            )
+            throttle = max(
+                throttle,
+                charge_response(engine, self.user, request.client_id, request.api_key, len(frame) - 4, request_ms, now),
+            )
         if throttle <= 0:
             return frame
         patched, _upstream_ms = patch_throttle_time(memoryview(frame), request.api_key, request.api_version, throttle)
@@ -408,7 +519,7 @@ class UpstreamConnection(asyncio.Protocol):
                 response: bytes | memoryview = frame
                 rewrite = RESPONSE_REWRITERS.get(expected.api_key)
                 if rewrite is not None:
-                    response = rewrite(frame, expected.api_version, client.proxy.advertise) or frame
+                    response = rewrite(frame, expected.api_version, client.proxy) or frame
                 out.append(client.on_response(expected, response, now))
                 client.take_local_responses(out, now)
         except FrameError as exc:

@@ -46,6 +46,11 @@ class ProxyMetrics:
             "Topics refused from produce requests by per-topic bytes-in thresholds",
             registry=self.registry,
         )
+        self.mutation_refusals_total = Counter(
+            "quotagate_mutation_refusals",
+            "Topics answered THROTTLING_QUOTA_EXCEEDED by the controller mutation quota (strict mode)",
+            registry=self.registry,
+        )
         self.config_reloads_total = Counter(
             "quotagate_config_reloads", "Configuration reloads, by result", ["result"], registry=self.registry
         )

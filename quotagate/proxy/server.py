@@ -13,17 +13,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client import start_http_server
 
 from quotagate.config import Config
 from quotagate.config.reload import ConfigWatcher
-from quotagate.protocol.discovery import decode_discovery_brokers, encode_discovery_request
+from quotagate.protocol.discovery import decode_discovery, encode_discovery_request
 from quotagate.protocol.framing import FrameError
 from quotagate.proxy.connection import ClientConnection
 from quotagate.proxy.delay_queue import DelayQueue
 from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.proxy.topics import TopicCatalog
 from quotagate.quotas import QuotaEngine, QuotaKey
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 
@@ -53,6 +55,7 @@ class Proxy:
         )
         self.brokers: dict[int, tuple[str, int]] = {}  # node id -> the broker's own address
         self.listener_ports: dict[int, int] = {}  # node id -> proxy port serving it
+        self.topics = TopicCatalog()
         self.clients: set[ClientConnection] = set()
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -69,6 +72,9 @@ class Proxy:
         if node_id not in self.listener_ports:
             self._open_broker_listener(node_id)
         return self.config.proxy.advertised_host, self.config.proxy.broker_port(node_id)
+
+    def observe_topics(self, topics: Iterable[tuple[str, Any, int]]) -> None:
+        self.topics.observe(topics)
 
     def _open_broker_listener(self, node_id: int) -> None:
         port = self.config.proxy.broker_port(node_id)
@@ -157,20 +163,23 @@ class Proxy:
 
     # discovery ---------------------------------------------------------------------------------
     async def refresh_metadata(self) -> bool:
-        """Asks one broker for the broker list and opens listeners for new ones."""
+        """Asks one broker for the brokers and topics; opens listeners for new brokers."""
         candidates = list(self.config.proxy.bootstrap_servers) + list(self.brokers.values())
         for host, port in dict.fromkeys(candidates):
             try:
-                brokers = await self._fetch_brokers(host, port)
+                brokers, topics = await self._fetch_metadata(host, port)
             except (OSError, TimeoutError, FrameError, asyncio.IncompleteReadError) as exc:
                 log.debug("metadata refresh from %s:%d failed: %s", host, port, exc)
                 continue
             for node_id, broker_host, broker_port in brokers:
                 self.advertise(node_id, broker_host, broker_port)
+            self.topics.observe(topics)
             return True
         return False
 
-    async def _fetch_brokers(self, host: str, port: int) -> list[tuple[int, str, int]]:
+    async def _fetch_metadata(
+        self, host: str, port: int
+    ) -> tuple[list[tuple[int, str, int]], list[tuple[str, Any, int]]]:
         timeout = self.config.proxy.connect_timeout_seconds
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
         try:
@@ -179,7 +188,7 @@ class Proxy:
             writer.write(encode_discovery_request(correlation_id))
             size = await asyncio.wait_for(reader.readexactly(4), timeout)
             body = await asyncio.wait_for(reader.readexactly(int.from_bytes(size, "big")), timeout)
-            return decode_discovery_brokers(size + body, correlation_id)
+            return decode_discovery(size + body, correlation_id)
         finally:
             writer.close()
 

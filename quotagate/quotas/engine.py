@@ -30,9 +30,11 @@ class QuotaWindows:
     """Kafka's sample-window settings; here they size the bursts (and the request-time cap)."""
 
     quota_window_num: int = 11
-    quota_window_size_seconds: int = 1
+    # Whole seconds in Kafka; fractions are allowed here, to size a burst that is not a whole
+    # number of seconds of quota (e.g. 20 partitions/s with a burst of 50: 5 windows of 0.5 s).
+    quota_window_size_seconds: float = 1
     controller_quota_window_num: int = 11
-    controller_quota_window_size_seconds: int = 1
+    controller_quota_window_size_seconds: float = 1
 
     def burst_seconds(self, key: QuotaKey) -> float:
         if key is QuotaKey.CONTROLLER_MUTATION_RATE:
@@ -41,7 +43,7 @@ class QuotaWindows:
 
     @property
     def request_throttle_cap_ms(self) -> int:
-        return self.quota_window_size_seconds * 1000
+        return round(self.quota_window_size_seconds * 1000)
 
 
 def tokens_per_second(key: QuotaKey, value: float) -> float:
@@ -72,6 +74,34 @@ class QuotaEngine:
         if key is QuotaKey.REQUEST_PERCENTAGE:
             return min(throttle, self.windows.request_throttle_cap_ms)
         return throttle
+
+    def admit(self, user: str, client_id: str, key: QuotaKey, costs: list[int], strict: bool, now: float) -> list[bool]:
+        """Admits a request's items (topics) in order and charges each admitted one its cost.
+
+        Strict (KIP-599): an item is admitted iff the bucket is not in debt before it; an admitted
+        item is charged in full, so the bucket may go deep into debt. Permissive: every item is
+        admitted and charged. Unlimited clients get everything admitted and nothing charged."""
+        resolution = self.table.resolve(user, client_id, key)
+        if resolution is None:
+            return [True] * len(costs)
+        bucket = self._bucket(resolution, now)
+        admitted = []
+        for cost in costs:
+            bucket.refill(now)
+            if strict and bucket.tokens < 0:
+                admitted.append(False)
+                continue
+            bucket.tokens -= cost
+            admitted.append(True)
+        return admitted
+
+    def refund(self, user: str, client_id: str, key: QuotaKey, amount: float, now: float) -> None:
+        """Gives back tokens charged for work that did not happen (a topic the broker rejected)."""
+        resolution = self.table.resolve(user, client_id, key)
+        bucket = None if resolution is None else self.buckets.get(resolution.bucket_id)
+        if bucket is not None:
+            bucket.refill(now)
+            bucket.tokens = min(bucket.burst, bucket.tokens + amount)
 
     def throttle_ms(self, user: str, client_id: str, key: QuotaKey, now: float) -> int:
         """The client's current throttle for `key`, without charging anything."""

@@ -138,3 +138,33 @@ def test_idle_full_buckets_expire_and_indebted_ones_stay() -> None:
     engine.charge("u", "debtor", PRODUCE, 10_000, now=0.0)
     assert engine.expire_idle(now=4000.0) == 1
     assert [bucket_id[3] for bucket_id in engine.buckets] == ["debtor"]
+
+
+def mutation_engine(rate: float, window_num: int) -> QuotaEngine:
+    windows = QuotaWindows(controller_quota_window_num=window_num, controller_quota_window_size_seconds=1)
+    return QuotaEngine(QuotaTable({QuotaEntity("u", None): {MUTATION: rate}}), windows)
+
+
+def test_seed_example_seven_topics_of_80_partitions_are_all_admitted_then_throttle_12_seconds() -> None:
+    engine = mutation_engine(rate=5, window_num=100)  # burst 500
+    assert engine.admit("u", "c", MUTATION, [80] * 7, strict=True, now=0.0) == [True] * 7
+    assert engine.throttle_ms("u", "c", MUTATION, now=0.0) == 12000
+    assert engine.admit("u", "c", MUTATION, [1], strict=True, now=1.0) == [False]
+
+
+def test_kafka_example_strict_admits_one_of_two_topics_and_permissive_admits_both() -> None:
+    strict = mutation_engine(rate=2, window_num=10)  # burst 20
+    assert strict.admit("u", "c", MUTATION, [30, 30], strict=True, now=0.0) == [True, False]
+    assert strict.throttle_ms("u", "c", MUTATION, now=0.0) == 5000
+    permissive = mutation_engine(rate=2, window_num=10)
+    assert permissive.admit("u", "c", MUTATION, [30, 30], strict=False, now=0.0) == [True, True]
+    assert permissive.throttle_ms("u", "c", MUTATION, now=0.0) == 20000
+
+
+def test_a_refund_gives_back_what_a_rejected_topic_was_charged() -> None:
+    engine = mutation_engine(rate=2, window_num=10)
+    engine.admit("u", "c", MUTATION, [30], strict=True, now=0.0)
+    engine.refund("u", "c", MUTATION, 30, now=0.0)
+    assert engine.throttle_ms("u", "c", MUTATION, now=0.0) == 0
+    engine.refund("u", "c", MUTATION, 1000, now=0.0)  # never above the burst
+    assert engine.admit("u", "c", MUTATION, [20, 1], strict=True, now=0.0) == [True, True]

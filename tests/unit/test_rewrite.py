@@ -14,14 +14,18 @@ PROXY_HOST = "proxy.example"
 
 
 class Recorder:
-    """An `advertise` callback that records real addresses and maps node N to port 20000 + N."""
+    """A ClusterView that records real addresses and topics, and maps node N to port 20000 + N."""
 
     def __init__(self) -> None:
         self.seen: dict[int, tuple[str, int]] = {}
+        self.topics: list[tuple[str, object, int]] = []
 
-    def __call__(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+    def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
         self.seen[node_id] = (host, port)
         return PROXY_HOST, 20000 + node_id
+
+    def observe_topics(self, topics) -> None:
+        self.topics.extend(topics)
 
 
 def response_frame(api_key: int, version: int, message) -> memoryview:
@@ -149,3 +153,27 @@ def test_produce_node_endpoints_get_proxy_addresses(version: int) -> None:
     out = rewrite(ApiKey.PRODUCE, version, produce_response(version, throttle=7, endpoints=True))
     assert [(n.node_id, n.host, n.port) for n in out.node_endpoints] == [(2, PROXY_HOST, 20002)]
     assert out.throttle_time_ms == 7 and len(out.responses) == 2
+
+
+@pytest.mark.parametrize("version", [4, 9, 12])
+def test_metadata_topics_are_observed_with_their_partition_counts(version: int) -> None:
+    topic_cls = MetadataResponse.MetadataResponseTopic
+    partition_cls = topic_cls.MetadataResponsePartition
+    message = MetadataResponse(
+        version=version,
+        brokers=[],
+        controller_id=1,
+        topics=[
+            topic_cls(
+                version=version,
+                error_code=0,
+                name=name,
+                partitions=[partition_cls(version=version, partition_index=i) for i in range(count)],
+            )
+            for name, count in (("orders", 6), ("clicks", 2))
+        ]
+        + [topic_cls(version=version, error_code=3, name="missing", partitions=[])],
+    )
+    recorder = Recorder()
+    rewrite(ApiKey.METADATA, version, message, recorder)
+    assert [(name, count) for name, _, count in recorder.topics] == [("orders", 6), ("clicks", 2)]

@@ -1,0 +1,167 @@
+"""Topic mutations cut to the admitted topics, refusals answered and merged in the client's order."""
+
+from struct import pack
+
+import pytest
+from kafka.protocol.admin import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
+
+from quotagate.protocol.apis import ApiKey, is_flexible
+from quotagate.protocol.headers import peek_request_header, response_body_offset
+from quotagate.protocol.mutations import (
+    QUOTA_EXCEEDED_MESSAGE,
+    THROTTLING_QUOTA_EXCEEDED,
+    decode_mutation,
+    decode_results,
+    merge_refusals,
+    refusal_response,
+)
+
+NAMES = ["t0", "t1", "t2"]
+
+
+def framed(message, correlation_id: int = 4) -> memoryview:
+    message.with_header(correlation_id=correlation_id, client_id="admin")
+    return memoryview(bytes(message.encode(header=True, framed=True)))
+
+
+def create_topics(version: int) -> CreateTopicsRequest:
+    topic = CreateTopicsRequest.CreatableTopic
+    return CreateTopicsRequest(
+        version=version,
+        topics=[
+            topic(
+                version=version, name=n, num_partitions=10 * (i + 1), replication_factor=1, assignments=[], configs=[]
+            )
+            for i, n in enumerate(NAMES)
+        ],
+        timeout_ms=1000,
+        **({"validate_only": False} if version >= 1 else {}),
+    )
+
+
+def delete_topics(version: int) -> DeleteTopicsRequest:
+    if version >= 6:
+        state = DeleteTopicsRequest.DeleteTopicState
+        return DeleteTopicsRequest(
+            version=version, topics=[state(version=version, name=n) for n in NAMES], timeout_ms=1000
+        )
+    return DeleteTopicsRequest(version=version, topic_names=NAMES, timeout_ms=1000)
+
+
+def create_partitions(version: int) -> CreatePartitionsRequest:
+    topic = CreatePartitionsRequest.CreatePartitionsTopic
+    return CreatePartitionsRequest(
+        version=version,
+        topics=[topic(version=version, name=n, count=5, assignments=None) for n in NAMES],
+        timeout_ms=1000,
+        validate_only=False,
+    )
+
+
+CASES = (
+    [(ApiKey.CREATE_TOPICS, v, create_topics) for v in range(2, 8)]
+    + [(ApiKey.DELETE_TOPICS, v, delete_topics) for v in range(1, 7)]
+    + [(ApiKey.CREATE_PARTITIONS, v, create_partitions) for v in range(0, 4)]
+)
+
+
+@pytest.mark.parametrize(("api_key", "version", "build"), CASES)
+def test_a_mutation_keeps_only_the_admitted_topics_in_order(api_key, version, build) -> None:
+    frame = framed(build(version))
+    header = peek_request_header(frame)
+    request = decode_mutation(frame, header.body_offset, api_key, version)
+    assert [t.name for t in request.topics] == NAMES
+    kept = memoryview(request.encode_keeping([0, 2]))
+    kept_header = peek_request_header(kept)
+    assert (kept_header.api_key, kept_header.correlation_id, kept_header.client_id) == (api_key, 4, "admin")
+    again = decode_mutation(kept, kept_header.body_offset, api_key, version)
+    assert [t.name for t in again.topics] == ["t0", "t2"]
+    assert [t.name for t in request.topics] == NAMES  # the decoded original is left intact
+
+
+def test_create_topics_asks_for_its_partition_counts_and_minus_one_for_the_broker_default() -> None:
+    message = create_topics(7)
+    message.topics[1].num_partitions = -1
+    frame = framed(message)
+    request = decode_mutation(frame, peek_request_header(frame).body_offset, ApiKey.CREATE_TOPICS, 7)
+    assert [t.requested for t in request.topics] == [10, -1, 30]
+    assert request.strict and not request.validate_only
+
+
+def result_entries(api_key: int, version: int, names: list[str]) -> object:
+    if api_key == ApiKey.CREATE_TOPICS:
+        entry = CreateTopicsResponse.CreatableTopicResult
+        extra = {"num_partitions": 10, "replication_factor": 1, "configs": []} if version >= 5 else {}
+        return CreateTopicsResponse(
+            version=version,
+            throttle_time_ms=0,
+            topics=[entry(version=version, name=n, error_code=0, **extra) for n in names],
+        )
+    if api_key == ApiKey.DELETE_TOPICS:
+        entry = DeleteTopicsResponse.DeletableTopicResult
+        return DeleteTopicsResponse(
+            version=version, throttle_time_ms=0, responses=[entry(version=version, name=n, error_code=0) for n in names]
+        )
+    entry = CreatePartitionsResponse.CreatePartitionsTopicResult
+    return CreatePartitionsResponse(
+        version=version, throttle_time_ms=0, results=[entry(version=version, name=n, error_code=0) for n in names]
+    )
+
+
+def response_frame(api_key: int, version: int, message) -> bytes:
+    header = pack(">i", 4) + (b"\x00" if is_flexible(api_key, version) else b"")
+    body = bytes(message.encode(version=version))
+    return pack(">i", len(header) + len(body)) + header + body
+
+
+@pytest.mark.parametrize(("api_key", "version", "build"), CASES)
+def test_refusals_are_merged_into_the_broker_response_in_request_order(api_key, version, build) -> None:
+    frame = framed(build(version))
+    request = decode_mutation(frame, peek_request_header(frame).body_offset, api_key, version)
+    upstream = response_frame(api_key, version, result_entries(api_key, version, ["t0", "t2"]))
+    response, results = decode_results(upstream, api_key, version)
+    assert [(r.name, r.error_code) for r in results] == [("t0", 0), ("t2", 0)]
+    merged = merge_refusals(upstream, request, [0, 2], [1], response)
+    _, merged_results = decode_results(merged, api_key, version)
+    assert [(r.name, r.error_code) for r in merged_results] == [
+        ("t0", 0),
+        ("t1", THROTTLING_QUOTA_EXCEEDED),
+        ("t2", 0),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "build"),
+    [(ApiKey.CREATE_TOPICS, 7, create_topics), (ApiKey.DELETE_TOPICS, 6, delete_topics)]
+    + [(ApiKey.DELETE_TOPICS, 5, delete_topics), (ApiKey.CREATE_PARTITIONS, 3, create_partitions)],
+)
+def test_a_request_with_nothing_admitted_is_answered_by_the_proxy(api_key, version, build) -> None:
+    frame = framed(build(version))
+    request = decode_mutation(frame, peek_request_header(frame).body_offset, api_key, version)
+    answer = memoryview(refusal_response(request, 4, [0, 1, 2], throttle_ms=5000))
+    body = answer[response_body_offset(answer, api_key, version) :]
+    decoded = request_response_class(api_key).decode(body, version=version)
+    assert decoded.throttle_time_ms == 5000
+    entries = (
+        decoded.topics
+        if api_key == ApiKey.CREATE_TOPICS
+        else (decoded.responses if api_key == ApiKey.DELETE_TOPICS else decoded.results)
+    )
+    assert [(e.name, e.error_code, e.error_message) for e in entries] == [
+        (n, THROTTLING_QUOTA_EXCEEDED, QUOTA_EXCEEDED_MESSAGE) for n in NAMES
+    ]
+
+
+def request_response_class(api_key: int) -> type:
+    return {
+        ApiKey.CREATE_TOPICS: CreateTopicsResponse,
+        ApiKey.DELETE_TOPICS: DeleteTopicsResponse,
+        ApiKey.CREATE_PARTITIONS: CreatePartitionsResponse,
+    }[api_key]
