@@ -139,8 +139,12 @@ def test_refusals_are_merged_into_the_broker_response_in_request_order(api_key, 
 
 @pytest.mark.parametrize(
     ("api_key", "version", "build"),
-    [(ApiKey.CREATE_TOPICS, 7, create_topics), (ApiKey.DELETE_TOPICS, 6, delete_topics)]
-    + [(ApiKey.DELETE_TOPICS, 5, delete_topics), (ApiKey.CREATE_PARTITIONS, 3, create_partitions)],
+    [
+        (ApiKey.CREATE_TOPICS, 7, create_topics),
+        (ApiKey.DELETE_TOPICS, 6, delete_topics),
+        (ApiKey.DELETE_TOPICS, 5, delete_topics),
+        (ApiKey.CREATE_PARTITIONS, 3, create_partitions),
+    ],
 )
 def test_a_request_with_nothing_admitted_is_answered_by_the_proxy(api_key, version, build) -> None:
     frame = framed(build(version))
