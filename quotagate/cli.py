@@ -17,7 +17,7 @@ async def _run(config_path: str) -> int:
     config = load_config(config_path)
     proxy = Proxy(config)
     try:
-        proxy.start_metrics_http()
+        await proxy.start_admin_http()
         await proxy.start()
     except OSError as exc:
         print(f"quotagate: cannot listen: {exc}", file=sys.stderr)

@@ -50,6 +50,23 @@ class ProxyConfig:
 class MetricsConfig:
     port: int = DEFAULT_METRICS_PORT
     host: str = "127.0.0.1"
+    # Entities (user, client-id) exported with series of their own; the rest fold into "other".
+    max_entities: int = 500
+
+
+@dataclass(frozen=True)
+class UsageConfig:
+    """Usage records (one per request) for the analysis pipeline; off unless enabled."""
+
+    enabled: bool = False
+    sink: str = "jsonl"  # "jsonl" files or a "kafka" topic
+    directory: str = "usage"
+    max_file_bytes: int = 64 * 1024 * 1024
+    buffer_records: int = 100_000
+    flush_interval_seconds: float = 1.0
+    kafka_bootstrap_servers: tuple[str, ...] = ()  # default: proxy.bootstrap_servers
+    kafka_topic: str = "quotagate-usage"
+    proxy_id: str = ""  # default: the host name
 
 
 @dataclass(frozen=True)
@@ -59,6 +76,7 @@ class Config:
     quotas: QuotaTable = field(default_factory=QuotaTable)
     windows: QuotaWindows = field(default_factory=QuotaWindows)
     topic_thresholds: TopicThresholds | None = None
+    usage: UsageConfig = field(default_factory=UsageConfig)
 
 
 def load_config(path: str | Path) -> Config:
@@ -74,7 +92,7 @@ def parse_config(text: str) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("file", f"not valid TOML: {exc}") from exc
-    _reject_unknown("", data, {"proxy", "metrics", "quotas", "topic_thresholds", *_WINDOW_KEYS})
+    _reject_unknown("", data, {"proxy", "metrics", "quotas", "topic_thresholds", "usage", *_WINDOW_KEYS})
     proxy = _section(data, "proxy", required=True)
     metrics = _section(data, "metrics", required=False)
     return Config(
@@ -90,6 +108,31 @@ def parse_config(text: str) -> Config:
             }
         ),
         topic_thresholds=_parse_topic_thresholds(data.get("topic_thresholds")),
+        usage=_parse_usage(_section(data, "usage", required=False)),
+    )
+
+
+def _parse_usage(table: dict[str, Any]) -> UsageConfig:
+    _reject_unknown("usage.", table, {f.name for f in fields(UsageConfig)})
+    enabled = table.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise ConfigError("usage.enabled", f"must be true or false, got {enabled!r}")
+    sink = _string(table, "usage.sink", "jsonl")
+    if sink not in ("jsonl", "kafka"):
+        raise ConfigError("usage.sink", f'must be "jsonl" or "kafka", got {sink!r}')
+    servers = table.get("kafka_bootstrap_servers", [])
+    if not isinstance(servers, list) or not all(isinstance(s, str) and ":" in s for s in servers):
+        raise ConfigError("usage.kafka_bootstrap_servers", 'must be a list of "host:port" strings')
+    return UsageConfig(
+        enabled=enabled,
+        sink=sink,
+        directory=_string(table, "usage.directory", "usage"),
+        max_file_bytes=_integer(table, "usage.max_file_bytes", 64 * 1024 * 1024, 1024, 2**40),
+        buffer_records=_integer(table, "usage.buffer_records", 100_000, 1, 10_000_000),
+        flush_interval_seconds=_positive(table, "usage.flush_interval_seconds", 1.0),
+        kafka_bootstrap_servers=tuple(servers),
+        kafka_topic=_string(table, "usage.kafka_topic", "quotagate-usage"),
+        proxy_id=_string(table, "usage.proxy_id", ""),
     )
 
 
@@ -216,6 +259,7 @@ def _parse_metrics(table: dict[str, Any]) -> MetricsConfig:
     return MetricsConfig(
         port=_port(table, "metrics.port", DEFAULT_METRICS_PORT),
         host=_string(table, "metrics.host", "127.0.0.1"),
+        max_entities=_integer(table, "metrics.max_entities", 500, 1, 100_000),
     )
 
 

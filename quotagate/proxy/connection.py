@@ -49,6 +49,7 @@ from quotagate.protocol.rewrite import RESPONSE_REWRITERS
 from quotagate.protocol.sasl import authenticate_user, handshake_mechanism
 from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time
 from quotagate.proxy.flow_control import ReadGate
+from quotagate.proxy.usage import UsageRecord
 from quotagate.quotas import ANONYMOUS, QuotaKey
 from quotagate.quotas.charging import charge_request, charge_response, request_time_ms
 
@@ -193,6 +194,8 @@ class ClientConnection(asyncio.Protocol):
                 if api_key == ApiKey.PRODUCE:
                     if self.proxy.topic_guard:
                         forwarded, refused, order = self._apply_topic_thresholds(frame, body, version, now)
+                    elif self.proxy.usage is not None:  # usage records name the topics: a cheap walk
+                        order = tuple(t.name for t in produce_request_layout(frame, body, version).topics)
                     throttle = (
                         charge_request(engine, self.user, header.client_id or "", api_key, len(frame) - 4, now)
                         if engine.table
@@ -207,6 +210,9 @@ class ClientConnection(asyncio.Protocol):
                         self.mute(throttle, now)
                         stop_after = index
                     if produce_request_acks(frame, body, version) == 0:  # no response will come
+                        self.proxy.entity_metrics.record_response(
+                            self.user, header.client_id or "", api_key, len(frame) - 4, 0, None, throttle, now
+                        )
                         if forwarded is not None:
                             out.append(forwarded)
                         if stop_after is not None:
@@ -291,6 +297,7 @@ class ClientConnection(asyncio.Protocol):
         forwarded = [i for i, ok in enumerate(admitted) if ok]
         refused = [i for i, ok in enumerate(admitted) if not ok]
         mutation = MutationInFlight(request, forwarded, refused, {i: costs[i] for i in forwarded})
+        self.proxy.entity_metrics.record_mutations(self.user, client_id, sum(costs[i] for i in forwarded), now)
         if not refused:
             return frame, mutation
         self.proxy.metrics.mutation_refusals_total.inc(len(refused))
@@ -353,11 +360,11 @@ class ClientConnection(asyncio.Protocol):
         layout = produce_request_layout(frame, body, version)
         refused_names = guard.refused([topic.name for topic in layout.topics], now)
         guard.record({t.name: t.record_bytes for t in layout.topics if t.name not in refused_names}, now)
+        order = tuple(topic.name for topic in layout.topics)
         if not refused_names:
-            return frame, None, ()
+            return frame, None, order
         self.proxy.metrics.topic_refusals_total.inc(len(refused_names))
         refused = {t.name: t.partitions for t in layout.topics if t.name in refused_names}
-        order = tuple(topic.name for topic in layout.topics)
         if len(refused) == len(layout.topics):
             return None, refused, order
         kept = {topic.name for topic in layout.topics} - refused_names
@@ -395,6 +402,14 @@ class ClientConnection(asyncio.Protocol):
                 self._refusal_message(request.refused),
             )
         engine = self.proxy.engine
+        latency_ms = (now - request.sent_at) * 1000
+        if request.local_response is None:
+            self.proxy.metrics.observe_latency(request.api_key, latency_ms / 1000)
+        if request.exempt:
+            request_ms = None
+            self.proxy.entity_metrics.record_exempt(latency_ms)
+        else:
+            request_ms = request_time_ms(request.api_key, latency_ms, request.fetch_max_wait_ms)
         throttle = request.min_throttle_ms
         if request.mutation is not None:
             frame = self._settle_mutation(request, frame, now)
@@ -402,20 +417,53 @@ class ClientConnection(asyncio.Protocol):
                 throttle, engine.throttle_ms(self.user, request.client_id, QuotaKey.CONTROLLER_MUTATION_RATE, now)
             )
         if engine.table:
-            request_ms = (
-                None
-                if request.exempt
-                else request_time_ms(request.api_key, (now - request.sent_at) * 1000, request.fetch_max_wait_ms)
-            )
             throttle = max(
                 throttle,
                 charge_response(engine, self.user, request.client_id, request.api_key, len(frame) - 4, request_ms, now),
             )
+        self.proxy.entity_metrics.record_response(
+            self.user,
+            request.client_id,
+            request.api_key,
+            request.request_size,
+            len(frame) - 4,
+            request_ms,
+            throttle,
+            now,
+        )
+        if self.proxy.usage is not None:
+            self.proxy.record_usage(self._usage_record(request, len(frame) - 4, latency_ms, throttle, now))
         if throttle <= 0:
             return frame
         patched, _upstream_ms = patch_throttle_time(memoryview(frame), request.api_key, request.api_version, throttle)
         self.mute(throttle, now)
         return patched
+
+    def _usage_record(
+        self, request: InFlight, response_size: int, latency_ms: float, throttle: int, now: float
+    ) -> UsageRecord:
+        mutation = request.mutation
+        if request.local_response is not None:
+            decision = "refused"
+        elif request.refused or (mutation is not None and mutation.refused):
+            decision = "partially_refused"
+        else:
+            decision = "throttled" if throttle > 0 else "ok"
+        topics = tuple(t.name or "" for t in mutation.request.topics) if mutation is not None else request.topic_order
+        return UsageRecord(
+            self.proxy.wall_ms(now),
+            self.user,
+            request.client_id,
+            request.api_key,
+            request.api_version,
+            topics,
+            request.request_size,
+            response_size,
+            sum(mutation.charged.values()) if mutation is not None else 0,
+            latency_ms if request.local_response is None else -1.0,
+            throttle,
+            decision,
+        )
 
     def _note_authentication(self, request: InFlight, frame: memoryview | bytes) -> None:
         view = memoryview(frame)

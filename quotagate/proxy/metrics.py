@@ -6,7 +6,10 @@ increment on the hot path.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Upstream service times on loopback are ~0.2-2 ms; long polls reach the fetch max wait (500 ms).
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 class ProxyMetrics:
@@ -54,12 +57,45 @@ class ProxyMetrics:
         self.config_reloads_total = Counter(
             "quotagate_config_reloads", "Configuration reloads, by result", ["result"], registry=self.registry
         )
+        self.upstream_latency = Histogram(
+            "quotagate_upstream_latency_seconds",
+            "Time from forwarding a request to receiving its response, by Kafka API key",
+            ["api_key"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.delay_queue_size = Gauge(
+            "quotagate_delay_queue_size", "Connections waiting in the delay queue to be unmuted", registry=self.registry
+        )
+        self.muted_connections = Gauge(
+            "quotagate_muted_connections", "Client connections muted for a quota now", registry=self.registry
+        )
+        self.upstream_up = Gauge(
+            "quotagate_upstream_up",
+            "1 if the proxy's last metadata refresh reached a broker, else 0",
+            registry=self.registry,
+        )
+        self.usage_written_total = Counter(
+            "quotagate_usage_records_written", "Usage records written to the sink", registry=self.registry
+        )
+        self.usage_dropped_total = Counter(
+            "quotagate_usage_records_dropped",
+            "Usage records dropped because the buffer was full or the sink failed",
+            registry=self.registry,
+        )
         self.bytes_in = self.bytes_total.labels("in")
         self.bytes_out = self.bytes_total.labels("out")
         self._requests_by_key: dict[int, Counter] = {}
+        self._latency_by_key: dict[int, Histogram] = {}
 
     def count_request(self, api_key: int) -> None:
         child = self._requests_by_key.get(api_key)
         if child is None:
             child = self._requests_by_key[api_key] = self.requests_total.labels(str(api_key))
         child.inc()
+
+    def observe_latency(self, api_key: int, seconds: float) -> None:
+        child = self._latency_by_key.get(api_key)
+        if child is None:
+            child = self._latency_by_key[api_key] = self.upstream_latency.labels(str(api_key))
+        child.observe(seconds)

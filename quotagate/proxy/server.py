@@ -13,19 +13,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
-
-from prometheus_client import start_http_server
 
 from quotagate.config import Config
 from quotagate.config.reload import ConfigWatcher
 from quotagate.protocol.discovery import decode_discovery, encode_discovery_request
 from quotagate.protocol.framing import FrameError
+from quotagate.proxy.admin_http import AdminHttpServer
 from quotagate.proxy.connection import ClientConnection
 from quotagate.proxy.delay_queue import DelayQueue
+from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.topics import TopicCatalog
+from quotagate.proxy.usage import UsageRecord, UsageRecorder, make_sink
 from quotagate.quotas import QuotaEngine, QuotaKey
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 
@@ -50,6 +52,16 @@ class Proxy:
         # brokers draw on the same buckets, so quotas hold for the cluster.
         self.engine = QuotaEngine(config.quotas, config.windows)
         self.delay_queue = DelayQueue(self.loop)
+        self.entity_metrics = EntityMetrics(lambda: self.engine, self.loop.time, config.metrics.max_entities)
+        self.metrics.registry.register(self.entity_metrics)
+        self.metrics.delay_queue_size.set_function(lambda: len(self.delay_queue))
+        self.metrics.muted_connections.set_function(lambda: sum(1 for client in self.clients if client.muted))
+        self.upstream_reachable = False
+        self.admin_http: AdminHttpServer | None = None
+        self.usage: UsageRecorder | None = None
+        self.proxy_id = config.usage.proxy_id or socket.gethostname()
+        # Wall-clock epoch ms for usage records, from the loop clock without a syscall per record.
+        self._wall_offset = time.time() - self.loop.time()
         self.topic_guard = TopicThresholdGuard(
             config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE)
         )
@@ -100,11 +112,27 @@ class Proxy:
         if not await self.refresh_metadata():
             log.warning("no bootstrap server answered yet; brokers will be discovered when one does")
         self._spawn(self._refresh_periodically())
+        usage = self.config.usage
+        if usage.enabled:
+            servers = [f"{host}:{port}" for host, port in self.config.proxy.bootstrap_servers]
+            self.usage = UsageRecorder(usage, self.metrics, make_sink(usage, self.proxy_id, servers))
+            self._spawn(self.usage.run())
+            log.info("usage records: %s", usage.directory if usage.sink == "jsonl" else f"topic {usage.kafka_topic}")
 
-    def start_metrics_http(self) -> None:
+    async def start_admin_http(self) -> None:
+        """Serves /metrics, /healthz, /readyz and /quotas on the metrics port."""
         metrics = self.config.metrics
-        start_http_server(metrics.port, addr=metrics.host, registry=self.metrics.registry)
-        log.info("metrics on http://%s:%d/metrics", metrics.host, metrics.port)
+        self.admin_http = AdminHttpServer(self)
+        await self.admin_http.start(metrics.host, metrics.port)
+        log.info("metrics on http://%s:%d/metrics (also /healthz, /readyz, /quotas)", metrics.host, metrics.port)
+
+    def readiness_problems(self) -> list[str]:
+        problems = []
+        if not self._servers:
+            problems.append("no listener is up")
+        if not self.upstream_reachable:
+            problems.append("no bootstrap server reachable at the last metadata refresh")
+        return problems
 
     async def _serve(self, sock: socket.socket, name: str, upstreams: Callable[[], list[tuple[str, int]]]) -> None:
         loop = asyncio.get_running_loop()
@@ -114,6 +142,13 @@ class Proxy:
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
+    def wall_ms(self, loop_time: float) -> int:
+        return int((loop_time + self._wall_offset) * 1000)
+
+    def record_usage(self, record: UsageRecord) -> None:
+        if self.usage is not None:
+            self.usage.add(record)
+
     async def stop(self) -> None:
         for server in self._servers:
             server.close()
@@ -121,8 +156,12 @@ class Proxy:
             client.close()
         for task in list(self._tasks):
             task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)  # lets the usage task flush
         for server in self._servers:
             await server.wait_closed()
+        if self.admin_http is not None:
+            await self.admin_http.stop()
         self._stopped.set()
 
     def _spawn(self, coro: object) -> None:
@@ -168,14 +207,26 @@ class Proxy:
         for host, port in dict.fromkeys(candidates):
             try:
                 brokers, topics = await self._fetch_metadata(host, port)
-            except (OSError, TimeoutError, FrameError, asyncio.IncompleteReadError) as exc:
+            except asyncio.IncompleteReadError as exc:
+                # The broker took the connection but would not answer: a SASL listener wants
+                # authentication first. It is up; brokers are then learned from clients' metadata.
+                log.debug("metadata refresh from %s:%d unanswered: %s", host, port, exc)
+                self._set_upstream_reachable(True)
+                return False
+            except (OSError, TimeoutError, FrameError) as exc:
                 log.debug("metadata refresh from %s:%d failed: %s", host, port, exc)
                 continue
             for node_id, broker_host, broker_port in brokers:
                 self.advertise(node_id, broker_host, broker_port)
             self.topics.observe(topics)
+            self._set_upstream_reachable(True)
             return True
+        self._set_upstream_reachable(False)
         return False
+
+    def _set_upstream_reachable(self, reachable: bool) -> None:
+        self.upstream_reachable = reachable
+        self.metrics.upstream_up.set(1 if reachable else 0)
 
     async def _fetch_metadata(
         self, host: str, port: int

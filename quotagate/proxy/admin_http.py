@@ -1,0 +1,114 @@
+"""The proxy's HTTP endpoints, served on its own event loop: /metrics, /healthz, /readyz, /quotas.
+
+On the loop rather than in prometheus-client's thread, so a scrape reads the per-entity stats
+while nothing else touches them (no locks on the hot path). Requests are tiny GETs: the server
+reads the request head, answers, and closes the connection.
+
+- /metrics: Prometheus text format.
+- /healthz: 200 while the process runs.
+- /readyz: 200 when the listeners are up and a broker answered the last metadata refresh; else
+  503 with the reasons, as JSON.
+- /quotas: JSON view of quota state: the configured quotas, and for every tracked entity the
+  quota matched per key (level, entity, value), its tokens and its current throttle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from quotagate.quotas import QuotaKey
+
+if TYPE_CHECKING:
+    from quotagate.proxy.server import Proxy
+
+log = logging.getLogger("quotagate.http")
+
+MAX_REQUEST_HEAD = 16 * 1024
+_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+
+
+class AdminHttpServer:
+    def __init__(self, proxy: Proxy) -> None:
+        self.proxy = proxy
+        self.server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        self.server = await asyncio.start_server(self._serve, host, port)
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            method, path = _request_line(head)
+            status, content_type, body = self.route(method, path)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError):
+            writer.close()
+            return
+        writer.write(
+            f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        try:
+            await writer.drain()
+        except ConnectionError:
+            pass
+        writer.close()
+
+    def route(self, method: str, path: str) -> tuple[int, str, bytes]:
+        if method != "GET":
+            return 405, "text/plain", b"only GET\n"
+        path = path.split("?", 1)[0]
+        if path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, generate_latest(self.proxy.metrics.registry)
+        if path == "/healthz":
+            return 200, "text/plain", b"ok\n"
+        if path == "/readyz":
+            problems = self.proxy.readiness_problems()
+            body = json.dumps({"ready": not problems, "problems": problems}).encode() + b"\n"
+            return (503 if problems else 200), "application/json", body
+        if path == "/quotas":
+            return 200, "application/json", json.dumps(self.quota_state(), indent=2).encode() + b"\n"
+        return 404, "text/plain", b"try /metrics, /healthz, /readyz or /quotas\n"
+
+    def quota_state(self) -> dict[str, Any]:
+        proxy = self.proxy
+        engine = proxy.engine
+        now = proxy.loop.time()
+        configured = [
+            {"user": entity.user, "client_id": entity.client_id, **{key.value: value for key, value in values.items()}}
+            for entity, values in engine.table.items()
+        ]
+        entities = []
+        for (user, client_id), _stats in sorted(proxy.entity_metrics.stats.items()):
+            quotas = {}
+            for key in QuotaKey:
+                resolution = engine.resolve(user, client_id, key)
+                if resolution is None:
+                    continue
+                quotas[key.value] = {
+                    "level": resolution.level,
+                    "matched": str(resolution.entity),
+                    "quota": resolution.value,
+                    "tokens": round(engine.tokens(resolution, now), 3),
+                    "throttle_ms": engine.throttle_ms(user, client_id, key, now),
+                }
+            entities.append({"user": user, "client_id": client_id, "quotas": quotas})
+        return {"configured": configured, "entities": entities, "delay_queue_size": len(proxy.delay_queue)}
+
+
+def _request_line(head: bytes) -> tuple[str, str]:
+    line = head.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = line.split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+        raise ValueError(f"bad request line {line!r}")
+    return parts[0], parts[1]

@@ -1,0 +1,197 @@
+"""Per-entity quota metrics in Prometheus form, with bounded label cardinality.
+
+Kafka's quota metrics (groups Produce, Fetch, Request, ControllerMutation; byte-rate,
+throttle-time, request-time, tokens) become counters and gauges labelled (user, client_id). Byte
+rates are `rate()` of the byte counters, as Prometheus prefers counters to pre-computed rates.
+
+Cardinality: at scrape time the entities are ranked by traffic and only the top `max_entities` are
+exported; the others are summed into one user="other", client_id="other" series. Memory: at
+most `max_tracked` entities are tracked at all (idle ones are dropped first, then new ones are
+counted straight into "other"). Cost: about 15 series per exported entity (8 counters, 4 throttle
+groups, and 2 gauges per quota key in use). When an entity enters or leaves the top N, the "other"
+counters step down or up: Prometheus treats a step down as a counter reset.
+
+Recording is a dict lookup and a few float additions per response, on the event loop; the
+collector runs on the event loop too (the metrics endpoint is served there), so no locks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from quotagate.protocol.apis import ApiKey
+from quotagate.protocol.mutations import MUTATION_APIS
+from quotagate.quotas import QuotaEngine, QuotaKey
+
+OTHER = "other"
+IDLE_SECONDS = 3600.0
+GROUPS = ("produce", "fetch", "request", "controller_mutation")
+
+
+@dataclass(slots=True)
+class EntityStats:
+    produce_bytes: float = 0.0
+    fetch_bytes: float = 0.0
+    request_seconds: float = 0.0
+    mutations: float = 0.0
+    produce_throttle_seconds: float = 0.0
+    fetch_throttle_seconds: float = 0.0
+    request_throttle_seconds: float = 0.0
+    mutation_throttle_seconds: float = 0.0
+    throttled_produce: int = 0
+    throttled_fetch: int = 0
+    throttled_request: int = 0
+    throttled_controller_mutation: int = 0
+    last_seen: float = 0.0
+
+    @property
+    def traffic(self) -> float:
+        return self.produce_bytes + self.fetch_bytes + self.request_seconds * 1e6 + self.mutations * 1e3
+
+    def add(self, other: EntityStats) -> None:
+        for field in fields(EntityStats):
+            if field.name != "last_seen":
+                setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+
+_COUNTERS = (
+    ("quotagate_produce_bytes", "Produce request bytes charged to producer_byte_rate", "produce_bytes"),
+    ("quotagate_fetch_bytes", "Fetch response bytes charged to consumer_byte_rate", "fetch_bytes"),
+    ("quotagate_request_time_seconds", "Request time charged to request_percentage", "request_seconds"),
+    ("quotagate_controller_mutations", "Partitions charged to controller_mutation_rate", "mutations"),
+    ("quotagate_produce_throttle_time_seconds", "Throttle time of produce responses", "produce_throttle_seconds"),
+    ("quotagate_fetch_throttle_time_seconds", "Throttle time of fetch responses", "fetch_throttle_seconds"),
+    ("quotagate_request_throttle_time_seconds", "Throttle time of other responses", "request_throttle_seconds"),
+    (
+        "quotagate_controller_mutation_throttle_time_seconds",
+        "Throttle time of topic mutation responses",
+        "mutation_throttle_seconds",
+    ),
+)
+
+
+class EntityMetrics(Collector):
+    def __init__(self, engine: Callable[[], QuotaEngine], clock: Callable[[], float], max_entities: int) -> None:
+        self._engine = engine
+        self._clock = clock
+        self.max_entities = max_entities
+        self.max_tracked = max(10 * max_entities, 10_000)
+        self.stats: dict[tuple[str, str], EntityStats] = {}
+        self.untracked = EntityStats()  # entities beyond max_tracked, always in "other"
+        self.exempt_request_seconds = 0.0
+        self.exported = 0
+        self.folded = 0
+
+    def entity(self, user: str, client_id: str, now: float) -> EntityStats:
+        key = (user, client_id)
+        stats = self.stats.get(key)
+        if stats is None:
+            if len(self.stats) >= self.max_tracked and not self._drop_idle(now):
+                return self.untracked
+            stats = self.stats[key] = EntityStats()
+        stats.last_seen = now
+        return stats
+
+    def record_response(
+        self,
+        user: str,
+        client_id: str,
+        api_key: int,
+        request_size: int,
+        response_size: int,
+        request_ms: float | None,
+        throttle_ms: int,
+        now: float,
+    ) -> None:
+        """Counts one exchange (the proxy's hot path: a lookup and a few additions)."""
+        stats = self.entity(user, client_id, now)
+        if api_key == ApiKey.PRODUCE:
+            stats.produce_bytes += request_size
+        elif api_key == ApiKey.FETCH:
+            stats.fetch_bytes += response_size
+        if request_ms is not None:  # exempt exchanges are counted by record_exempt
+            stats.request_seconds += request_ms / 1000
+        if throttle_ms > 0:
+            seconds = throttle_ms / 1000
+            if api_key == ApiKey.PRODUCE:
+                stats.produce_throttle_seconds += seconds
+                stats.throttled_produce += 1
+            elif api_key == ApiKey.FETCH:
+                stats.fetch_throttle_seconds += seconds
+                stats.throttled_fetch += 1
+            elif api_key in MUTATION_APIS:
+                stats.mutation_throttle_seconds += seconds
+                stats.throttled_controller_mutation += 1
+            else:
+                stats.request_throttle_seconds += seconds
+                stats.throttled_request += 1
+
+    def record_exempt(self, latency_ms: float) -> None:
+        self.exempt_request_seconds += latency_ms / 1000
+
+    def record_mutations(self, user: str, client_id: str, partitions: int, now: float) -> None:
+        self.entity(user, client_id, now).mutations += partitions
+
+    def _drop_idle(self, now: float) -> bool:
+        idle = [key for key, stats in self.stats.items() if now - stats.last_seen >= IDLE_SECONDS]
+        for key in idle:
+            self.untracked.add(self.stats.pop(key))  # keep "other" monotonic
+        return bool(idle)
+
+    def ranked(self) -> tuple[list[tuple[tuple[str, str], EntityStats]], EntityStats]:
+        """The exported entities (top by traffic) and the sum of all the others."""
+        ranked = sorted(self.stats.items(), key=lambda item: item[1].traffic, reverse=True)
+        exported = ranked[: self.max_entities]
+        other = EntityStats()
+        other.add(self.untracked)
+        for _, stats in ranked[self.max_entities :]:
+            other.add(stats)
+        self.exported, self.folded = len(exported), len(ranked) - len(exported)
+        return exported, other
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        exported, other = self.ranked()
+        rows = [*exported, ((OTHER, OTHER), other)]
+        labels = ["user", "client_id"]
+        for name, documentation, attribute in _COUNTERS:
+            family = CounterMetricFamily(name, documentation, labels=labels)
+            for (user, client_id), stats in rows:
+                family.add_metric([user, client_id], getattr(stats, attribute))
+            yield family
+        throttled = CounterMetricFamily(
+            "quotagate_throttled_responses",
+            "Responses that carried a throttle, by quota group",
+            labels=[*labels, "group"],
+        )
+        for (user, client_id), stats in rows:
+            for group in GROUPS:
+                throttled.add_metric([user, client_id, group], getattr(stats, f"throttled_{group}"))
+        yield throttled
+        exempt = CounterMetricFamily(
+            "quotagate_request_exempt_time_seconds", "Request time of requests exempt from request quotas"
+        )
+        exempt.add_metric([], self.exempt_request_seconds)
+        yield exempt
+        yield from self._quota_gauges(exported)
+        yield GaugeMetricFamily("quotagate_entities_exported", "Entities with series of their own", value=self.exported)
+        yield GaugeMetricFamily("quotagate_entities_folded", "Entities summed into user=other", value=self.folded)
+
+    def _quota_gauges(self, exported: list[tuple[tuple[str, str], EntityStats]]) -> Iterator[GaugeMetricFamily]:
+        engine = self._engine()
+        now = self._clock()
+        labels = ["user", "client_id", "quota"]
+        tokens = GaugeMetricFamily("quotagate_quota_tokens", "Tokens left in the entity's bucket", labels=labels)
+        limits = GaugeMetricFamily("quotagate_quota_limit", "The quota that applies to the entity", labels=labels)
+        for (user, client_id), _ in exported:
+            for key in QuotaKey:
+                resolution = engine.resolve(user, client_id, key)
+                if resolution is None:
+                    continue
+                tokens.add_metric([user, client_id, key.value], engine.tokens(resolution, now))
+                limits.add_metric([user, client_id, key.value], resolution.value)
+        yield tokens
+        yield limits

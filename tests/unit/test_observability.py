@@ -1,0 +1,166 @@
+"""Per-entity metrics with bounded cardinality, usage records, and the admin HTTP endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from quotagate.config.settings import UsageConfig, parse_config
+from quotagate.protocol.apis import ApiKey
+from quotagate.proxy.entity_metrics import EntityMetrics
+from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.proxy.usage import JsonlSink, UsageRecord, UsageRecorder
+from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable
+from tests.unit.test_connection import rig  # noqa: F401  (fixture)
+
+
+def metrics_text(collector: EntityMetrics) -> str:
+    registry = CollectorRegistry()
+    registry.register(collector)
+    return generate_latest(registry).decode()
+
+
+def test_only_the_top_entities_by_traffic_get_series_and_the_rest_fold_into_other() -> None:
+    engine = QuotaEngine(QuotaTable({QuotaEntity(None, "<default>"): {QuotaKey.PRODUCER_BYTE_RATE: 1000}}))
+    collector = EntityMetrics(lambda: engine, lambda: 0.0, max_entities=2)
+    for client, size in (("small", 10), ("big", 5000), ("mid", 300), ("tiny", 1)):
+        collector.record_response("u", client, ApiKey.PRODUCE, size, 20, 1.0, 0, now=0.0)
+    text = metrics_text(collector)
+    assert 'quotagate_produce_bytes_total{client_id="big",user="u"} 5000.0' in text
+    assert 'quotagate_produce_bytes_total{client_id="mid",user="u"} 300.0' in text
+    assert 'quotagate_produce_bytes_total{client_id="other",user="other"} 11.0' in text
+    assert 'client_id="small"' not in text and 'client_id="tiny"' not in text
+    assert "quotagate_entities_exported 2.0" in text and "quotagate_entities_folded 2.0" in text
+    assert 'quotagate_quota_limit{client_id="big",quota="producer_byte_rate",user="u"} 1000.0' in text
+
+
+def test_throttle_time_is_counted_under_the_group_of_the_api() -> None:
+    collector = EntityMetrics(lambda: QuotaEngine(), lambda: 0.0, max_entities=10)
+    collector.record_response("u", "c", ApiKey.FETCH, 80, 5000, 0.0, 1500, now=0.0)
+    collector.record_response("u", "c", ApiKey.METADATA, 80, 500, 2.0, 250, now=0.0)
+    text = metrics_text(collector)
+    assert 'quotagate_fetch_throttle_time_seconds_total{client_id="c",user="u"} 1.5' in text
+    assert 'quotagate_request_throttle_time_seconds_total{client_id="c",user="u"} 0.25' in text
+    assert 'quotagate_throttled_responses_total{client_id="c",group="fetch",user="u"} 1.0' in text
+
+
+def record(ts_ms: int, client_id: str = "c") -> UsageRecord:
+    return UsageRecord(ts_ms, "alice", client_id, 0, 9, ("orders",), 1200, 60, 0, 1.5, 0, "ok")
+
+
+async def test_usage_records_land_in_hourly_partitions_as_versioned_json(tmp_path: Path) -> None:
+    sink = JsonlSink(tmp_path, "proxy-1", max_file_bytes=1 << 20)
+    await sink.write([record(1_700_000_000_000), record(1_700_003_600_000)])  # two different hours
+    files = sorted(p.relative_to(tmp_path).parent.as_posix() for p in tmp_path.rglob("*.jsonl"))
+    assert files == ["date=2023-11-14/hour=22", "date=2023-11-14/hour=23"]
+    line = json.loads(next((tmp_path / "date=2023-11-14" / "hour=22").glob("*.jsonl")).read_text().splitlines()[0])
+    assert line == {
+        "v": 1,
+        "ts": 1_700_000_000_000,
+        "proxy": "proxy-1",
+        "user": "alice",
+        "client_id": "c",
+        "api_key": 0,
+        "api_version": 9,
+        "topics": ["orders"],
+        "bytes_in": 1200,
+        "bytes_out": 60,
+        "partitions_mutated": 0,
+        "upstream_latency_ms": 1.5,
+        "throttle_ms": 0,
+        "decision": "ok",
+    }
+
+
+class StuckSink:
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+
+    async def write(self, records: list[UsageRecord]) -> None:
+        await self.release.wait()
+
+    async def close(self) -> None:
+        return None
+
+
+class BrokenSink:
+    async def write(self, records: list[UsageRecord]) -> None:
+        raise OSError("disk full")
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_a_stuck_sink_bounds_memory_and_counts_what_it_drops() -> None:
+    metrics = ProxyMetrics()
+    sink = StuckSink()
+    recorder = UsageRecorder(UsageConfig(enabled=True, buffer_records=100, flush_interval_seconds=0.01), metrics, sink)
+    task = asyncio.create_task(recorder.run())
+    await asyncio.sleep(0.05)
+    for i in range(100):
+        recorder.add(record(i))
+    await asyncio.sleep(0.05)  # the flush takes those 100 and gets stuck in the sink
+    for i in range(250):
+        recorder.add(record(i))  # the hot path never waits: 100 kept, 150 dropped
+    assert len(recorder.buffer) == 100
+    assert metrics.usage_dropped_total._value.get() == 150
+    sink.release.set()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_failing_sink_drops_the_batch_and_keeps_going() -> None:
+    metrics = ProxyMetrics()
+    recorder = UsageRecorder(UsageConfig(enabled=True), metrics, BrokenSink())
+    recorder.add(record(1))
+    await recorder.flush()
+    assert metrics.usage_dropped_total._value.get() == 1 and not recorder.buffer
+
+
+def test_usage_config_is_validated_with_the_key_named() -> None:
+    config = parse_config('[proxy]\nbootstrap_servers = ["k:1"]\n[usage]\nenabled = true\ndirectory = "/tmp/u"\n')
+    assert config.usage.enabled and config.usage.sink == "jsonl" and config.usage.directory == "/tmp/u"
+    import pytest
+
+    from quotagate.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"usage\.sink"):
+        parse_config('[proxy]\nbootstrap_servers = ["k:1"]\n[usage]\nsink = "s3"\n')
+
+
+async def http_get(port: int, path: str) -> tuple[int, str]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    data = await reader.read()
+    writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body.decode()
+
+
+async def test_admin_endpoints_serve_metrics_health_readiness_and_quota_state(rig) -> None:  # noqa: F811
+    proxy, _broker, _port = rig
+    from tests.proxy_fixtures import free_port_block
+
+    port = free_port_block(1)
+    from quotagate.proxy.admin_http import AdminHttpServer
+
+    server = AdminHttpServer(proxy)
+    await server.start("127.0.0.1", port)
+    try:
+        proxy.entity_metrics.record_response("alice", "app", ApiKey.PRODUCE, 100, 10, 1.0, 0, now=0.0)
+        status, body = await http_get(port, "/metrics")
+        assert status == 200 and "quotagate_requests_total" in body and 'client_id="app"' in body
+        assert (await http_get(port, "/healthz"))[0] == 200
+        status, body = await http_get(port, "/readyz")
+        assert status == 503 and "no bootstrap server reachable" in body  # the double answers no metadata
+        proxy._set_upstream_reachable(True)
+        assert (await http_get(port, "/readyz"))[0] == 200
+        status, body = await http_get(port, "/quotas")
+        state = json.loads(body)
+        assert status == 200 and state["entities"][0]["user"] == "alice"
+        assert (await http_get(port, "/nope"))[0] == 404
+    finally:
+        await server.stop()
