@@ -42,7 +42,7 @@ kafka-cluster-down: venv
 demo: venv kafka-jars
 	$(PY) scripts/demo.py
 
-test: venv kafka-jars
+test: venv kafka-jars prometheus-tools
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -rs --durations=15
 
@@ -59,3 +59,8 @@ clean:
 # Throughput through the proxy against direct (figures only; targets are never asserted in tests).
 bench: venv kafka-jars
 	$(PY) bench/throughput.py
+
+# promtool and prometheus (Debian's prometheus package; the service is not left running) for the ops/ tests.
+.PHONY: prometheus-tools
+prometheus-tools:
+	bash scripts/ensure_prometheus.sh

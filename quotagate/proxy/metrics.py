@@ -83,6 +83,11 @@ class ProxyMetrics:
             "Usage records dropped because the buffer was full or the sink failed",
             registry=self.registry,
         )
+        # Series that alerts take increase() of exist from the start, so the first event counts.
+        for result in ("applied", "rejected"):
+            self.config_reloads_total.labels(result)
+        for side in ("client", "broker"):
+            self.protocol_errors_total.labels(side)
         self.bytes_in = self.bytes_total.labels("in")
         self.bytes_out = self.bytes_total.labels("out")
         self._requests_by_key: dict[int, Counter] = {}
