@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from quotagate.config.settings import Config, ConfigError, load_config
 
 log = logging.getLogger("quotagate.config")
 
-DEFAULT_POLL_SECONDS = 0.5
+DEFAULT_POLL_SECONDS = float(os.environ.get("QUOTAGATE_CONFIG_POLL_SECONDS", "0.5"))
 
 
 class ConfigWatcher:

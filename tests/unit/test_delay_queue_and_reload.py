@@ -102,3 +102,39 @@ async def test_the_watcher_notices_a_changed_file(tmp_path: Path) -> None:
         task.cancel()
     assert len(applied) == 1
     assert applied[0].quotas.resolve("u", "c", QuotaKey.CONSUMER_BYTE_RATE).value == 7
+
+
+def test_sighup_reloads_the_config_of_a_running_proxy(tmp_path: Path) -> None:
+    """The real CLI: a changed quota is applied on SIGHUP (the file watcher is slowed down so the
+    signal, not the poll, is what applies it)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.proxy_fixtures import free_port_block
+
+    first = free_port_block(3)
+    path = tmp_path / "q.toml"
+    base = f'[proxy]\nbootstrap_servers = ["127.0.0.1:{first}"]\nport = {first + 1}\n[metrics]\nport = {first + 2}\n'
+    path.write_text(base)
+    log = tmp_path / "log"
+    env = {**os.environ, "QUOTAGATE_CONFIG_POLL_SECONDS": "3600"}
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "quotagate", "run", "--config", str(path)], stdout=out, stderr=out, env=env
+        )
+    try:
+        deadline = time.monotonic() + 20
+        while "quotagate ready" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        path.write_text(base + '[[quotas]]\nuser = "a"\nproducer_byte_rate = 10\n')
+        process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while "config reloaded" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "config reloaded" in log.read_text(), log.read_text()
+    finally:
+        process.terminate()
+        process.wait(10)
