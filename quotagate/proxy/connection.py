@@ -45,7 +45,6 @@ from quotagate.protocol.produce import (
     produce_request_layout,
     produce_response_with_refusals,
 )
-from quotagate.protocol.rewrite import RESPONSE_REWRITERS
 from quotagate.protocol.sasl import authenticate_user, handshake_mechanism
 from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time
 from quotagate.proxy.flow_control import ReadGate
@@ -565,7 +564,7 @@ class UpstreamConnection(asyncio.Protocol):
                 if correlation_id != expected.correlation_id:
                     raise FrameError(f"response {correlation_id} arrived where {expected.correlation_id} was due")
                 response: bytes | memoryview = frame
-                rewrite = RESPONSE_REWRITERS.get(expected.api_key)
+                rewrite = client.proxy.rewriters.get(expected.api_key)
                 if rewrite is not None:
                     response = rewrite(frame, expected.api_version, client.proxy) or frame
                 out.append(client.on_response(expected, response, now))

@@ -21,6 +21,7 @@ from quotagate.config import Config
 from quotagate.config.reload import ConfigWatcher
 from quotagate.protocol.discovery import decode_discovery, encode_discovery_request
 from quotagate.protocol.framing import FrameError
+from quotagate.protocol.rewrite import response_rewriters
 from quotagate.proxy.admin_http import AdminHttpServer
 from quotagate.proxy.connection import ClientConnection
 from quotagate.proxy.delay_queue import DelayQueue
@@ -68,6 +69,7 @@ class Proxy:
         self.brokers: dict[int, tuple[str, int]] = {}  # node id -> the broker's own address
         self.listener_ports: dict[int, int] = {}  # node id -> proxy port serving it
         self.topics = TopicCatalog()
+        self.rewriters = response_rewriters()
         self.clients: set[ClientConnection] = set()
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task[None]] = set()
