@@ -56,9 +56,18 @@ lint: venv
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache
 
-# Throughput through the proxy against direct (figures only; targets are never asserted in tests).
+# quotagate against direct and against haproxy (TCP mode), on one broker, in one run: produce,
+# consume, small requests, 200 connections, latency at half load. Prints a table and writes
+# bench/results/latest.json. Figures only: targets are reported, never asserted. See bench/README.md.
 bench: venv kafka-jars
-	$(PY) bench/throughput.py
+	bash scripts/ensure_haproxy.sh
+	$(PY) bench/run.py
+
+# The same workloads, shorter and with fewer rounds: under 3 minutes with the Kafka start.
+.PHONY: bench-quick
+bench-quick: venv kafka-jars
+	bash scripts/ensure_haproxy.sh
+	$(PY) bench/run.py --quick
 
 # promtool and prometheus (Debian's prometheus package; the service is not left running) for the ops/ tests.
 .PHONY: prometheus-tools
