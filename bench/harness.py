@@ -86,6 +86,12 @@ def peak_rss_mb(pid: int) -> float:
     return _status_kb(pid, "VmHWM:") / 1024
 
 
+def process_cpu_seconds() -> float:
+    """CPU seconds the machine spent in processes (user, nice, system), from /proc/stat."""
+    user, nice, system = (int(value) for value in Path("/proc/stat").read_text().split(maxsplit=4)[1:4])
+    return (user + nice + system) / CLOCK_TICKS
+
+
 def total_cpu_seconds() -> float:
     """Busy CPU seconds of the whole machine (all cores), from /proc/stat: user..steal minus idle, iowait."""
     fields = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]

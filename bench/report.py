@@ -232,7 +232,25 @@ def noise(figures: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def build(raw: dict[str, dict[str, Rounds]], peak_rss: dict[str, float | None]) -> dict[str, Any]:
+def foreign_load(raw: dict[str, dict[str, Rounds]], cpus: int) -> dict[str, Any]:
+    """Runs during which processes the bench did not start used more than 5 % of the machine."""
+    flagged = []
+    worst = 0.0
+    for path, workloads in raw.items():
+        for workload, runs in workloads.items():
+            for run in runs:
+                if "foreign_cpu_s" not in run or not run.get("wall_s"):
+                    continue
+                share = run["foreign_cpu_s"] / (run["wall_s"] * cpus)
+                worst = max(worst, share)
+                if share > 0.05:
+                    flagged.append(
+                        {"path": path, "workload": workload, "round": run.get("round"), "share": round(share, 3)}
+                    )
+    return {"worst_share": round(worst, 3), "runs_over_5_percent": flagged}
+
+
+def build(raw: dict[str, dict[str, Rounds]], peak_rss: dict[str, float | None], cpus: int = 2) -> dict[str, Any]:
     """Every figure and the headline keys: the quotas-not-binding config at top level, no_quota beside it."""
     figures = {name: path_figures(name, raw[name], peak_rss.get(name)) for name in raw}
     compared = {name: comparisons(name, raw, figures) for name in raw if name != DIRECT}
@@ -250,6 +268,7 @@ def build(raw: dict[str, dict[str, Rounds]], peak_rss: dict[str, float | None]) 
     report["per_round_comparisons"] = {name: c["per_round"] for name, c in compared.items()}
     report["paths"] = figures
     report["noise"] = noise(figures)
+    report["foreign_load"] = foreign_load(raw, cpus)
     return report
 
 
@@ -349,6 +368,16 @@ def table(report: dict[str, Any]) -> str:
         lines.append(
             f"note: p99 added comes from {half_rounds} round(s); p99 moves by 5-20 ms between runs on every path "
             "here, so only a full run's median (3+ rounds) is worth comparing with 1 ms; p95 and avg are steadier."
+        )
+    foreign = report.get("foreign_load", {})
+    if foreign.get("runs_over_5_percent"):
+        runs = ", ".join(
+            f"{r['workload']}/{r['path']}/r{r['round']} {r['share']:.0%}" for r in foreign["runs_over_5_percent"]
+        )
+        lines.append(f"WARNING: other processes used the CPU during: {runs}; those figures are suspect.")
+    elif foreign:
+        lines.append(
+            f"other processes on the machine: at most {foreign.get('worst_share', 0):.1%} of the CPU during any run"
         )
     lines.append("")
     for name, verdicts in report.get("targets", {}).items():

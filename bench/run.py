@@ -27,6 +27,7 @@ import functools
 import json
 import os
 import platform
+import resource
 import shutil
 import signal
 import subprocess
@@ -122,28 +123,48 @@ class Snapshot:
     at: float
     path_cpu_s: float
     machine_cpu_s: float
+    machine_process_cpu_s: float
+    ours_cpu_s: float
     metrics: dict[str, float]
 
 
-def snapshot(path: BenchPath) -> Snapshot:
+def _ours_cpu_seconds(known_pids: list[int]) -> float:
+    """CPU of everything this run started: itself, its finished children (the tool JVMs, conn_load),
+    and the long-running ones (broker, haproxy, quotagates) by pid."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    for pid in known_pids:
+        with contextlib.suppress(OSError):
+            total += harness.cpu_seconds(pid)
+    return total
+
+
+def snapshot(path: BenchPath, known_pids: list[int]) -> Snapshot:
     return Snapshot(
         time.monotonic(),
         harness.cpu_seconds(path.pid) if path.pid else 0.0,
         harness.total_cpu_seconds(),
+        harness.process_cpu_seconds(),
+        _ours_cpu_seconds(known_pids),
         harness.scrape(path.metrics_port) if path.metrics_port else {},
     )
 
 
-def measured(path: BenchPath, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def measured(path: BenchPath, run: Callable[[], dict[str, Any]], known_pids: list[int]) -> dict[str, Any]:
     """Runs one workload on one path; adds the proxy's CPU, the machine's CPU and quotagate's counters."""
-    before = snapshot(path)
+    before = snapshot(path, known_pids)
     result = run()
-    after = snapshot(path)
+    after = snapshot(path, known_pids)
+    machine_process = after.machine_process_cpu_s - before.machine_process_cpu_s
     figures: dict[str, Any] = {
         "wall_s": round(after.at - before.at, 2),
         "path_cpu_s": round(after.path_cpu_s - before.path_cpu_s, 3),
         # Both cores together: how close to CPU-bound the whole box was (2.0 x wall = saturated).
         "machine_cpu_s": round(after.machine_cpu_s - before.machine_cpu_s, 2),
+        # CPU used by processes this run did not start: anything else on the machine competing
+        # for the same two cores (another test suite, say). Near 0 in a clean run.
+        "foreign_cpu_s": round(machine_process - (after.ours_cpu_s - before.ours_cpu_s), 2),
     }
     if path.metrics_port:
         figures["quotagate_requests"] = harness.all_requests(after.metrics) - harness.all_requests(before.metrics)
@@ -219,9 +240,10 @@ def summarize_profile(raw: Path, top: int = 15) -> dict[str, Any]:
 
 
 class Bench:
-    def __init__(self, settings: Settings, paths: list[BenchPath], profiler: Profiler) -> None:
+    def __init__(self, settings: Settings, paths: list[BenchPath], profiler: Profiler, known_pids: list[int]) -> None:
         self.settings = settings
         self.paths = paths
+        self.known_pids = known_pids
         self.profiler = profiler
         self.raw: dict[str, dict[str, list[dict[str, Any]]]] = {
             p.name: {w: [] for w in ("produce", "consume", "small_requests", "connections", "half_load")} for p in paths
@@ -237,7 +259,7 @@ class Bench:
         for round_no in range(rounds):
             for path in self.rotated(round_no):
                 with self.profiler.around(name, path, f"r{round_no}"):
-                    result = measured(path, functools.partial(run_one, path, round_no))
+                    result = measured(path, functools.partial(run_one, path, round_no), self.known_pids)
                 result["round"] = round_no
                 self.raw[path.name][name].append(result)
                 log(f"{name} r{round_no} {path.name}: {short(name, result)}")
@@ -396,7 +418,9 @@ def main() -> int:
             paths.append(BenchPath(name, f"{HOST}:{base}", base, child.pid, base + 9))
         # Raw profiles go with the logs (outside the repo); their summaries go into the results.
         profiler = Profiler(args.profile, args.profile_target, workdir)
-        bench = Bench(settings, paths, profiler)
+        known_pids = [p for p in (*(n.pid for n in cluster.nodes), haproxy.pid) if p is not None]
+        known_pids += [child.pid for child in quotagates.values()]
+        bench = Bench(settings, paths, profiler, known_pids)
         log(f"all paths up after {time.monotonic() - started:.1f}s")
         bench.run()
         for path in paths[1:]:
@@ -404,7 +428,7 @@ def main() -> int:
             peak_rss[path.name] = harness.peak_rss_mb(path.pid)
         for child in [haproxy, *quotagates.values()]:
             child.check_alive()
-    results: dict[str, Any] = report.build(bench.raw, peak_rss)
+    results: dict[str, Any] = report.build(bench.raw, peak_rss, os.cpu_count() or 1)
     results = {
         **results,
         "mode": settings.mode,
