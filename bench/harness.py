@@ -86,10 +86,11 @@ def peak_rss_mb(pid: int) -> float:
     return _status_kb(pid, "VmHWM:") / 1024
 
 
-def process_cpu_seconds() -> float:
-    """CPU seconds the machine spent in processes (user, nice, system), from /proc/stat."""
-    user, nice, system = (int(value) for value in Path("/proc/stat").read_text().split(maxsplit=4)[1:4])
-    return (user + nice + system) / CLOCK_TICKS
+def busy_cpu_seconds_but_steal() -> float:
+    """Busy CPU seconds of this machine's own work (user, nice, system, irq, softirq), from /proc/stat."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().splitlines()[0].split()[1:8]]
+    user, nice, system, _idle, _iowait, irq, softirq = fields
+    return (user + nice + system + irq + softirq) / CLOCK_TICKS
 
 
 def total_cpu_seconds() -> float:
