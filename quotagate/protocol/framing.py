@@ -3,10 +3,16 @@
 `FrameSplitter` turns the chunks a socket delivers into whole frames. Goals: each byte is looked at
 once (no rescanning), a chunk that holds only whole frames is sliced without copying, and a peer that
 announces an absurd size is refused before anything is buffered for it.
+
+`StreamingFrameSplitter` also passes a large frame on in pieces as its bytes arrive (cut-through),
+when its caller agrees after seeing the frame's first bytes: a 1 MB fetch response then reaches the
+client while the broker is still sending it, and the proxy never holds more of it than one read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from enum import IntEnum
 from struct import unpack_from
 
 FRAME_SIZE_BYTES = 4
@@ -64,3 +70,97 @@ class FrameSplitter:
         if size < 0 or size > self._max_frame_size:
             raise FrameError(f"frame size {size} is outside 0..{self._max_frame_size}")
         return FRAME_SIZE_BYTES + size
+
+
+def frame_body_size(frame: bytes | bytearray | memoryview) -> int:
+    """The size a frame announces: its bytes after the 4-byte prefix (all of them arrived or not)."""
+    return int(unpack_from(">i", frame, 0)[0])
+
+
+class Piece(IntEnum):
+    """What a piece from `StreamingFrameSplitter.pieces` is."""
+
+    WHOLE = 0  # a complete frame
+    HEAD = 1  # the first bytes of a streamed frame (prefix, header and at least `head_size` bytes)
+    BODY = 2  # more bytes of the streamed frame
+    LAST = 3  # the streamed frame's final bytes
+
+
+class StreamingFrameSplitter(FrameSplitter):
+    """A FrameSplitter that may pass large frames on in pieces instead of buffering them whole.
+
+    A frame of at least `stream_from` bytes that has not fully arrived is offered to the caller's
+    `streamable(head)` once at least `head_size` of its bytes are here. If it says yes, the frame comes
+    out as HEAD, then BODY pieces as its bytes arrive, then LAST; else it is buffered and comes out
+    WHOLE, like every smaller frame. `pieces` is a generator so that the caller has handled every
+    earlier piece before it is asked about the next frame.
+    """
+
+    __slots__ = ("_head_size", "_offered", "_stream_from", "_stream_left")
+
+    def __init__(self, max_frame_size: int, stream_from: int, head_size: int) -> None:
+        super().__init__(max_frame_size)
+        if head_size < FRAME_SIZE_BYTES or stream_from <= head_size:
+            raise ValueError("need FRAME_SIZE_BYTES <= head_size < stream_from")
+        self._stream_from = stream_from
+        self._head_size = head_size
+        self._stream_left = 0  # bytes of the streamed frame still to come
+        self._offered = False  # the buffered partial frame was offered and refused
+
+    @property
+    def streaming(self) -> bool:
+        """A streamed frame has begun and not ended."""
+        return self._stream_left > 0
+
+    def pieces(self, data: bytes, streamable: Callable[[memoryview], bool]) -> Iterator[tuple[Piece, memoryview]]:
+        """Yields the pieces `data` completes, in order. Raises FrameError on a bad size."""
+        view = memoryview(data)
+        pos, end = 0, len(view)
+        if self._stream_left:
+            taken = min(self._stream_left, end)
+            self._stream_left -= taken
+            pos = taken
+            yield (Piece.BODY if self._stream_left else Piece.LAST), view[:taken]
+        if self._partial and pos < end:
+            self._partial += view[pos:]
+            if self._needed == 0 and len(self._partial) >= FRAME_SIZE_BYTES:
+                self._needed = self._frame_length(self._partial, 0)
+            if self._needed == 0 or len(self._partial) < self._needed:
+                if self._may_offer(self._needed, len(self._partial)):
+                    # A copy: a view of the bytearray, if kept, would stop it from growing.
+                    head = memoryview(bytes(self._partial))
+                    if streamable(head):
+                        self._stream_left = self._needed - len(head)
+                        self._reset_partial()
+                        yield Piece.HEAD, head
+                    else:
+                        self._offered = True
+                return
+            view = memoryview(bytes(self._partial))
+            pos, end = 0, len(view)
+            self._reset_partial()
+        while end - pos >= FRAME_SIZE_BYTES:
+            length = self._frame_length(view, pos)
+            if end - pos >= length:
+                yield Piece.WHOLE, view[pos : pos + length]
+                pos += length
+                continue
+            if self._may_offer(length, end - pos):
+                if streamable(view[pos:end]):
+                    self._stream_left = length - (end - pos)
+                    yield Piece.HEAD, view[pos:end]
+                    return
+                self._offered = True
+            break
+        if pos < end:
+            self._partial += view[pos:]
+            if end - pos >= FRAME_SIZE_BYTES:
+                self._needed = self._frame_length(view, pos)
+
+    def _may_offer(self, length: int, have: int) -> bool:
+        return not self._offered and length >= self._stream_from and have >= self._head_size
+
+    def _reset_partial(self) -> None:
+        self._partial = bytearray()
+        self._needed = 0
+        self._offered = False

@@ -6,6 +6,11 @@ charge the client's quotas -> patch throttle_time_ms -> client -> mute the clien
 Kafka answers the requests of one connection in order, so a FIFO of in-flight requests is enough
 to know which API each response belongs to, and pipelined requests keep their order.
 
+Large responses that need nothing but their first bytes (a Fetch: charged by the size its prefix
+announces, throttle_time_ms near the start) are cut through: their head is charged and patched and
+the rest is passed on as it arrives, so the client reads while the broker still sends, and the
+proxy holds at most one read of them. Responses the proxy must rewrite are buffered whole.
+
 Muting (KIP-219): a throttled client gets its response at once, with throttle_time_ms set, and
 then the proxy stops reading from it until the shared delay queue says the time is over. Frames
 already read while muted are held, in order, and forwarded when the mute ends: nothing is dropped
@@ -27,7 +32,7 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 
 from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.fetch import fetch_max_wait_ms
-from quotagate.protocol.framing import FrameError, FrameSplitter
+from quotagate.protocol.framing import FrameError, FrameSplitter, Piece, StreamingFrameSplitter, frame_body_size
 from quotagate.protocol.headers import peek_correlation_id, peek_request_header, response_body_offset
 from quotagate.protocol.mutations import (
     MUTATION_APIS,
@@ -46,7 +51,7 @@ from quotagate.protocol.produce import (
     produce_response_with_refusals,
 )
 from quotagate.protocol.sasl import authenticate_user, handshake_mechanism
-from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time
+from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time, throttle_time_offset
 from quotagate.proxy.flow_control import ReadGate
 from quotagate.proxy.usage import UsageRecord
 from quotagate.quotas import ANONYMOUS, QuotaKey
@@ -61,6 +66,10 @@ WRITE_BUFFER_HIGH = 1024 * 1024
 WRITE_BUFFER_LOW = 256 * 1024
 # Responses are not bounded by the client's max frame size; the broker's fetch.max.bytes is.
 MAX_RESPONSE_FRAME = 2**31 - 1
+# Responses from this size on may be cut through once RESPONSE_HEAD_BYTES of them are here (enough
+# for the header and throttle_time_ms); smaller ones are always handled whole.
+STREAM_RESPONSES_FROM = 16 * 1024
+RESPONSE_HEAD_BYTES = 64
 # Error for partitions refused by per-topic bytes-in thresholds: THROTTLING_QUOTA_EXCEEDED. Clients
 # treat it as retriable (the Java producer retries it after retry.backoff.ms), and it says a quota
 # was hit rather than that the request was wrong.
@@ -273,7 +282,12 @@ class ClientConnection(asyncio.Protocol):
             self.held.extend(frames[stop_after + 1 :])
         if out:
             self.upstream.transport.writelines(out)
-        if self.in_flight and self.in_flight[0].local_response is not None and self.transport is not None:
+        if (
+            self.in_flight
+            and self.in_flight[0].local_response is not None
+            and self.transport is not None
+            and not self.upstream.splitter.streaming  # else it goes after the response being cut through
+        ):
             replies: list[bytes | memoryview] = []
             self.take_local_responses(replies, now)
             self.transport.writelines(replies)
@@ -388,7 +402,10 @@ class ClientConnection(asyncio.Protocol):
 
     # responses -----------------------------------------------------------------------------------
     def on_response(self, request: InFlight, frame: memoryview | bytes, now: float) -> memoryview | bytes:
-        """Charges the exchange, notes authentication, patches throttle_time_ms and mutes if due."""
+        """Charges the exchange, notes authentication, patches throttle_time_ms and mutes if due.
+
+        `frame` may be only the head of a cut-through response: its size is the one its prefix
+        announces, and only what `UpstreamConnection.streamable` allows happens to it."""
         if request.api_key == ApiKey.SASL_AUTHENTICATE:
             self._note_authentication(request, frame)
         elif request.refused:
@@ -415,23 +432,24 @@ class ClientConnection(asyncio.Protocol):
             throttle = max(
                 throttle, engine.throttle_ms(self.user, request.client_id, QuotaKey.CONTROLLER_MUTATION_RATE, now)
             )
+        response_size = frame_body_size(frame)
         if engine.table:
             throttle = max(
                 throttle,
-                charge_response(engine, self.user, request.client_id, request.api_key, len(frame) - 4, request_ms, now),
+                charge_response(engine, self.user, request.client_id, request.api_key, response_size, request_ms, now),
             )
         self.proxy.entity_metrics.record_response(
             self.user,
             request.client_id,
             request.api_key,
             request.request_size,
-            len(frame) - 4,
+            response_size,
             request_ms,
             throttle,
             now,
         )
         if self.proxy.usage is not None:
-            self.proxy.record_usage(self._usage_record(request, len(frame) - 4, latency_ms, throttle, now))
+            self.proxy.record_usage(self._usage_record(request, response_size, latency_ms, throttle, now))
         if throttle <= 0:
             return frame
         patched, _upstream_ms = patch_throttle_time(memoryview(frame), request.api_key, request.api_version, throttle)
@@ -542,7 +560,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.client = client
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
         self.reading: ReadGate = None  # type: ignore[assignment]  # set in connection_made
-        self.splitter = FrameSplitter(MAX_RESPONSE_FRAME)
+        self.splitter = StreamingFrameSplitter(MAX_RESPONSE_FRAME, STREAM_RESPONSES_FROM, RESPONSE_HEAD_BYTES)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
@@ -553,28 +571,61 @@ class UpstreamConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         client = self.client
         now = client.proxy.loop.time()
+        out: list[bytes | memoryview] = []
         try:
-            frames = self.splitter.feed(data)
-            out: list[bytes | memoryview] = []
-            for frame in frames:
-                correlation_id = peek_correlation_id(frame)
-                if not client.in_flight:
-                    raise FrameError(f"response {correlation_id} to no request")
-                expected = client.in_flight.popleft()
-                if correlation_id != expected.correlation_id:
-                    raise FrameError(f"response {correlation_id} arrived where {expected.correlation_id} was due")
-                response: bytes | memoryview = frame
-                rewrite = client.proxy.rewriters.get(expected.api_key)
-                if rewrite is not None:
-                    response = rewrite(frame, expected.api_version, client.proxy) or frame
-                out.append(client.on_response(expected, response, now))
-                client.take_local_responses(out, now)
+            for kind, piece in self.splitter.pieces(data, self.streamable):
+                if kind == Piece.WHOLE:
+                    expected = self._expected(piece)
+                    response: bytes | memoryview = piece
+                    rewrite = client.proxy.rewriters.get(expected.api_key)
+                    if rewrite is not None:
+                        response = rewrite(piece, expected.api_version, client.proxy) or piece
+                    out.append(client.on_response(expected, response, now))
+                    client.take_local_responses(out, now)
+                elif kind == Piece.HEAD:
+                    out.append(client.on_response(self._expected(piece), piece, now))
+                else:
+                    out.append(piece)
+                    if kind == Piece.LAST:  # what the proxy answered itself goes after it, in turn
+                        client.take_local_responses(out, now)
         except FrameError as exc:
             client.protocol_error("broker", exc)
             return
         if out and client.transport is not None:
             client.proxy.metrics.bytes_out.inc(sum(len(f) for f in out))
             client.transport.writelines(out)
+
+    def _expected(self, frame: memoryview) -> InFlight:
+        """The request a response answers: the oldest in flight, checked by correlation id."""
+        in_flight = self.client.in_flight
+        correlation_id = peek_correlation_id(frame)
+        if not in_flight:
+            raise FrameError(f"response {correlation_id} to no request")
+        expected = in_flight.popleft()
+        if correlation_id != expected.correlation_id:
+            raise FrameError(f"response {correlation_id} arrived where {expected.correlation_id} was due")
+        return expected
+
+    def streamable(self, head: memoryview) -> bool:
+        """Whether the response that begins with `head` can be cut through: `on_response` needs no
+        more of it than its head (no rewrite, refusal merge, mutation results or SASL outcome) and
+        its throttle_time_ms, if it has one, lies within the head."""
+        in_flight = self.client.in_flight
+        if not in_flight:
+            return False  # the WHOLE path reports the stray response
+        request = in_flight[0]
+        if (
+            request.refused
+            or request.mutation is not None
+            or request.api_key == ApiKey.SASL_AUTHENTICATE
+            or request.api_key in self.client.proxy.rewriters
+        ):
+            return False
+        try:
+            throttle_time_offset(head, request.api_key, request.api_version)
+        except FrameError:
+            return False  # the field lies further in (or the head is bad): handle it whole
+        return True
 
     def pause_writing(self) -> None:
         if self.client.reading is not None:

@@ -182,3 +182,132 @@ async def test_a_broker_named_later_gets_a_listener_bound_before_the_answer_leav
         writer.close()
     finally:
         await broker.stop()
+
+
+def fetch_v4(correlation_id: int, client_id: bytes = b"app") -> bytes:
+    """The head of a Fetch v4 request: what the proxy peeks at (replica id, max wait); the double
+    answers without reading the rest."""
+    payload = pack(">hhih", FETCH, 4, correlation_id, len(client_id)) + client_id + pack(">iii", -1, 0, 1)
+    return pack(">i", len(payload)) + payload
+
+
+FETCH = 1
+
+
+async def start_stalling_broker(port: int, body: bytes, release: asyncio.Event) -> asyncio.Server:
+    """Answers each request with `body`, but sends only the first half until `release` is set."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                request = await reader.readexactly(size)
+                payload = request[4:8] + body
+                response = pack(">i", len(payload)) + payload
+                if request[:2] != pack(">h", FETCH):
+                    writer.write(response)
+                    continue
+                writer.write(response[: len(response) // 2])
+                await writer.drain()
+                await release.wait()
+                writer.write(response[len(response) // 2 :])
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    return await asyncio.start_server(serve, "127.0.0.1", port)
+
+
+async def proxy_before(broker_port: int, quotas: str = "") -> Proxy:
+    config = parse_config(
+        f'[proxy]\nbootstrap_servers = ["127.0.0.1:{broker_port}"]\nport = {broker_port + 1}\n'
+        f"connect_timeout_seconds = 2\nmetadata_refresh_seconds = 3600\n{quotas}"
+    )
+    proxy = Proxy(config)
+    await proxy.start()
+    return proxy
+
+
+async def test_a_large_fetch_response_reaches_the_client_while_the_broker_still_sends_it() -> None:
+    first = free_port_block(12)
+    release = asyncio.Event()
+    body = pack(">i", 0) + bytes(range(256)) * 4096  # throttle_time_ms, then 1 MiB of "records"
+    broker = await start_stalling_broker(first, body, release)
+    proxy = await proxy_before(first)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", first + 1)
+        writer.write(fetch_v4(9))
+        size = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), 5), "big")
+        assert size == 4 + len(body)
+        # Half of the response, before the broker has sent the rest: cut through, not buffered whole.
+        first_half = await asyncio.wait_for(reader.readexactly(size // 2 - 8), 5)
+        release.set()
+        rest = await asyncio.wait_for(reader.readexactly(size - len(first_half)), 5)
+        assert first_half + rest == pack(">i", 9) + body
+        writer.write(heartbeat(10))  # the connection goes on in step
+        assert (await read_response(reader))[0] == 10
+        writer.close()
+    finally:
+        release.set()  # a failed test must not leave the double waiting forever
+        await proxy.stop()
+        broker.close()
+
+
+async def test_a_cut_through_fetch_response_carries_the_proxys_throttle_and_mutes() -> None:
+    first = free_port_block(12)
+    release = asyncio.Event()
+    release.set()
+    body = pack(">i", 0) + b"r" * 300_000
+    broker = await start_stalling_broker(first, body, release)
+    # Burst: 10 kB/s × 11 one-second windows = 110 kB, so a 300 kB fetch leaves ~190 kB of debt.
+    proxy = await proxy_before(first, '[[quotas]]\nclient_id = "app"\nconsumer_byte_rate = 10000\n')
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", first + 1)
+        writer.write(fetch_v4(3))
+        correlation_id, response = await asyncio.wait_for(read_response(reader), 5)
+        assert correlation_id == 3
+        throttle_ms = unpack_from(">i", response)[0]
+        assert 15_000 < throttle_ms < 25_000, throttle_ms
+        assert response[4:] == body[4:]
+        (client,) = proxy.clients
+        assert client.muted
+        writer.close()
+    finally:
+        await proxy.stop()
+        broker.close()
+
+
+async def test_a_proxy_made_response_waits_for_the_cut_through_response_before_it() -> None:
+    from kafka.protocol.admin import CreateTopicsRequest
+
+    from quotagate.quotas import ANONYMOUS, QuotaKey
+
+    first = free_port_block(12)
+    release = asyncio.Event()
+    body = pack(">i", 0) + b"f" * 200_000
+    broker = await start_stalling_broker(first, body, release)
+    proxy = await proxy_before(first, '[[quotas]]\nclient_id = "app"\ncontroller_mutation_rate = 1\n')
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", first + 1)
+        writer.write(fetch_v4(1))
+        size = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), 5), "big")
+        first_half = await asyncio.wait_for(reader.readexactly(size // 2 - 8), 5)
+        # In debt: the proxy itself refuses the next CreateTopics (v6: strict), while the fetch is half sent.
+        proxy.engine.charge(ANONYMOUS, "app", QuotaKey.CONTROLLER_MUTATION_RATE, 1000, proxy.loop.time())
+        topic = CreateTopicsRequest.CreatableTopic(
+            version=6, name="t", num_partitions=3, replication_factor=1, assignments=[], configs=[]
+        )
+        create = CreateTopicsRequest(version=6, topics=[topic], timeout_ms=1000, validate_only=False)
+        create.with_header(correlation_id=2, client_id="app")
+        writer.write(bytes(create.encode(header=True, framed=True)))
+        await asyncio.sleep(0.2)
+        release.set()
+        rest = await asyncio.wait_for(reader.readexactly(size - len(first_half)), 5)
+        assert first_half + rest == pack(">i", 1) + body  # nothing slipped into the middle
+        correlation_id, refusal = await asyncio.wait_for(read_response(reader), 5)
+        assert correlation_id == 2 and b"t" in refusal
+        writer.close()
+    finally:
+        release.set()
+        await proxy.stop()
+        broker.close()

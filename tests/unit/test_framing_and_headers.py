@@ -1,10 +1,11 @@
+import random
 from struct import pack
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
-from quotagate.protocol.framing import FrameError, FrameSplitter
+from quotagate.protocol.framing import FrameError, FrameSplitter, Piece, StreamingFrameSplitter
 from quotagate.protocol.headers import peek_correlation_id, peek_request_header, response_body_offset
 from quotagate.protocol.produce import produce_request_acks
 
@@ -48,6 +49,94 @@ def test_splitter_refuses_a_bad_size_announced_in_a_split_prefix() -> None:
     assert splitter.feed(b"\x7f\xff") == []
     with pytest.raises(FrameError):
         splitter.feed(b"\xff\xff")
+
+
+def streamed(splitter: StreamingFrameSplitter, chunks: list[bytes], accept: bool = True) -> list[tuple[Piece, bytes]]:
+    return [(kind, bytes(piece)) for chunk in chunks for kind, piece in splitter.pieces(chunk, lambda head: accept)]
+
+
+def test_streaming_splitter_cuts_a_large_frame_through_as_its_bytes_arrive() -> None:
+    big = frame(b"B" * 1000)
+    small = frame(b"s" * 10)
+    splitter = StreamingFrameSplitter(4096, stream_from=100, head_size=16)
+    out = streamed(splitter, [small + big[:300], big[300:700], big[700:] + small])
+    assert [kind for kind, _ in out] == [Piece.WHOLE, Piece.HEAD, Piece.BODY, Piece.LAST, Piece.WHOLE]
+    assert out[1][1] == big[:300] and b"".join(piece for _, piece in out[1:4]) == big
+    assert out[0][1] == out[4][1] == small
+    assert not splitter.streaming and splitter.buffered == 0
+
+
+def test_streaming_splitter_buffers_a_refused_or_small_frame_whole() -> None:
+    big = frame(b"B" * 1000)
+    asked: list[bytes] = []
+    splitter = StreamingFrameSplitter(4096, stream_from=100, head_size=16)
+
+    def refuse(head: memoryview) -> bool:
+        asked.append(bytes(head))
+        return False
+
+    out = [(k, bytes(p)) for chunk in (big[:300], big[300:600], big[600:]) for k, p in splitter.pieces(chunk, refuse)]
+    assert out == [(Piece.WHOLE, big)]
+    assert asked == [big[:300]]  # offered once, not again for each chunk
+    small = frame(b"s" * 50)  # under stream_from: never offered
+    assert streamed(splitter, [small[:20], small[20:]]) == [(Piece.WHOLE, small)]
+
+
+def test_streaming_splitter_waits_for_head_size_bytes_before_offering() -> None:
+    big = frame(b"B" * 1000)
+    heads: list[bytes] = []
+    splitter = StreamingFrameSplitter(4096, stream_from=100, head_size=64)
+
+    def accept(head: memoryview) -> bool:
+        heads.append(bytes(head))
+        return True
+
+    out = [(k, bytes(p)) for i in range(0, len(big), 10) for k, p in splitter.pieces(big[i : i + 10], accept)]
+    assert heads == [big[:70]] and out[0] == (Piece.HEAD, big[:70])
+    assert b"".join(piece for _, piece in out) == big and out[-1][0] == Piece.LAST
+
+
+def test_streaming_splitter_asks_about_a_frame_only_after_yielding_the_earlier_ones() -> None:
+    # The caller matches responses to requests in order: when it is asked about a frame, it must
+    # already have handled every frame before it.
+    frames = [frame(b"a" * 5), frame(b"b" * 5), frame(b"C" * 500)]
+    seen: list[Piece] = []
+    splitter = StreamingFrameSplitter(4096, stream_from=100, head_size=16)
+
+    def accept(head: memoryview) -> bool:
+        assert len(seen) == 2
+        return True
+
+    for kind, _ in splitter.pieces(b"".join(frames)[:-100], accept):
+        seen.append(kind)
+    assert seen == [Piece.WHOLE, Piece.WHOLE, Piece.HEAD]
+
+
+def test_streaming_splitter_refuses_a_bad_size_like_the_plain_one() -> None:
+    splitter = StreamingFrameSplitter(2048, stream_from=100, head_size=16)
+    with pytest.raises(FrameError, match=r"outside 0\.\.2048"):
+        list(splitter.pieces(frame(b"x" * 3) + pack(">i", 4096) + b"zz", lambda head: True))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_streaming_splitter_reassembles_any_chunking(seed: int) -> None:
+    rng = random.Random(seed)
+    frames = [frame(bytes([i % 256]) * rng.choice([0, 3, 90, 150, 700, 3000])) for i in range(40)]
+    data = b"".join(frames)
+    cuts = sorted(rng.sample(range(1, len(data)), 60))
+    chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+    splitter = StreamingFrameSplitter(4096, stream_from=100, head_size=16)
+    out = [(k, bytes(p)) for c in chunks for k, p in splitter.pieces(c, lambda head: rng.random() < 0.5)]
+    rebuilt: list[bytes] = []
+    for kind, piece in out:
+        if kind in (Piece.WHOLE, Piece.HEAD):
+            rebuilt.append(piece)
+        else:
+            rebuilt[-1] += piece
+        if kind == Piece.HEAD:
+            assert len(piece) >= 16
+    assert rebuilt == frames
+    assert not splitter.streaming and splitter.buffered == 0
 
 
 def encoded_request(message, correlation_id: int = 7, client_id: str | None = "app-1") -> memoryview:
