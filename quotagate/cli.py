@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -27,6 +28,11 @@ async def _run(config_path: str) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, lambda: loop.create_task(proxy.stop()))
     loop.add_signal_handler(signal.SIGHUP, watcher.reload)
+    # Everything allocated so far (modules, kafka-python's schema classes, the config) lives as long
+    # as the process: move it out of the collector's sight. A full collection then scans only what
+    # serving allocates, instead of pausing every connection for ~20-30 ms (measured on 2 cores).
+    gc.collect()
+    gc.freeze()
     logging.getLogger("quotagate").info("quotagate ready")
     await proxy.wait_stopped()
     return 0
