@@ -106,6 +106,7 @@ FULL = Settings(
     half_warmup_seconds=3,
 )
 
+WORKLOADS = ("produce", "consume", "small_requests", "connections", "half_load")
 TOPIC_1K, TOPIC_SMALL, TOPIC_HALF = "bench-1k", "bench-small", "bench-half"
 # What each topic keeps (on tmpfs, memory): bench-1k must hold the consume test's records.
 RETENTION_BYTES = {TOPIC_1K: 4_000_000_000, TOPIC_SMALL: 500_000_000, TOPIC_HALF: 1_000_000_000}
@@ -243,14 +244,21 @@ def summarize_profile(raw: Path, top: int = 15) -> dict[str, Any]:
 
 
 class Bench:
-    def __init__(self, settings: Settings, paths: list[BenchPath], profiler: Profiler, known_pids: list[int]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        paths: list[BenchPath],
+        profiler: Profiler,
+        known_pids: list[int],
+        selected: tuple[str, ...] = WORKLOADS,
+    ) -> None:
         self.settings = settings
+        self.selected = selected
+        self.half_rate: int | None = None
         self.paths = paths
         self.known_pids = known_pids
         self.profiler = profiler
-        self.raw: dict[str, dict[str, list[dict[str, Any]]]] = {
-            p.name: {w: [] for w in ("produce", "consume", "small_requests", "connections", "half_load")} for p in paths
-        }
+        self.raw: dict[str, dict[str, list[dict[str, Any]]]] = {p.name: {w: [] for w in WORKLOADS} for p in paths}
         self.phase_seconds: dict[str, float] = {}
 
     def rotated(self, round_no: int) -> list[BenchPath]:
@@ -258,6 +266,8 @@ class Bench:
         return self.paths[shift:] + self.paths[:shift]
 
     def phase(self, name: str, rounds: int, run_one: Callable[[BenchPath, int], dict[str, Any]]) -> None:
+        if name not in self.selected:
+            return
         started = time.monotonic()
         for round_no in range(rounds):
             for path in self.rotated(round_no):
@@ -272,7 +282,10 @@ class Bench:
         """JIT in the broker, the page cache, and every path's first connections; nothing measured."""
         started = time.monotonic()
         direct = self.paths[0]
-        workloads.produce(direct, TOPIC_1K, 300_000 if self.settings.mode == "full" else 150_000)
+        records = 300_000 if self.settings.mode == "full" else 150_000
+        if "consume" in self.selected and "produce" not in self.selected:
+            records += self.settings.consume_records  # what the produce phase would have left to read
+        workloads.produce(direct, TOPIC_1K, records)
         for path in self.paths[1:]:
             workloads.produce(path, TOPIC_1K, 20_000)
         workloads.consume(direct, TOPIC_1K, 200_000)
@@ -306,8 +319,10 @@ class Bench:
 
         self.phase("connections", s.connection_rounds, conns)
 
+        if "half_load" not in self.selected:
+            return
         direct_rps = report.median([r["steady"]["records_per_s"] for r in self.raw["direct"]["produce"]])
-        assert direct_rps is not None
+        assert direct_rps is not None  # main() makes half_load bring produce along
         half_rate = direct_rps / 2
         self.half_rate = round(half_rate)
 
@@ -379,14 +394,25 @@ def main() -> int:
     )
     parser.add_argument(
         "--profile",
-        choices=("produce", "consume", "small_requests", "connections", "half_load"),
+        choices=WORKLOADS,
         help="py-spy the quotagate process during this workload (its figures then carry py-spy's cost)",
     )
     parser.add_argument("--profile-target", default=report.QUOTA, choices=report.QUOTAGATE_PATHS)
     parser.add_argument(
         "--kafka-on-disk", action="store_true", help="keep the broker's log on disk, not tmpfs (see harness.py)"
     )
+    parser.add_argument(
+        "--workloads",
+        default=",".join(WORKLOADS),
+        help="comma-separated subset to run, for a focused comparison (half_load brings produce: its rate)",
+    )
     args = parser.parse_args()
+    selected = tuple(w for w in WORKLOADS if w in args.workloads.split(","))
+    unknown = set(args.workloads.split(",")) - set(WORKLOADS)
+    if unknown or not selected:
+        parser.error(f"--workloads: unknown {sorted(unknown)}; choose from {', '.join(WORKLOADS)}")
+    if "half_load" in selected and "produce" not in selected:
+        selected = tuple(w for w in WORKLOADS if w in (*selected, "produce"))
     # `make` stopped by SIGTERM: unwind like Ctrl-C, so every process we started is stopped by pid.
     signal.signal(signal.SIGTERM, _terminate)
     settings = QUICK if args.quick else FULL
@@ -423,7 +449,7 @@ def main() -> int:
         profiler = Profiler(args.profile, args.profile_target, workdir)
         known_pids = [p for p in (*(n.pid for n in cluster.nodes), haproxy.pid) if p is not None]
         known_pids += [child.pid for child in quotagates.values()]
-        bench = Bench(settings, paths, profiler, known_pids)
+        bench = Bench(settings, paths, profiler, known_pids, selected)
         log(f"all paths up after {time.monotonic() - started:.1f}s")
         bench.run()
         for path in paths[1:]:
