@@ -60,16 +60,16 @@ clean:
 # consume, small requests, 200 connections, latency at half load. Prints a table and writes
 # bench/results/latest.json. Figures only: targets are reported, never asserted. See bench/README.md.
 bench: venv kafka-jars
-	bash scripts/ensure_haproxy.sh
+	bash scripts/ensure_debian_tools.sh haproxy haproxy
 	$(PY) bench/run.py
 
 # The same workloads, shorter and with fewer rounds: under 3 minutes with the Kafka start.
 .PHONY: bench-quick
 bench-quick: venv kafka-jars
-	bash scripts/ensure_haproxy.sh
+	bash scripts/ensure_debian_tools.sh haproxy haproxy
 	$(PY) bench/run.py --quick
 
 # promtool and prometheus (Debian's prometheus package; the service is not left running) for the ops/ tests.
 .PHONY: prometheus-tools
 prometheus-tools:
-	bash scripts/ensure_prometheus.sh
+	bash scripts/ensure_debian_tools.sh prometheus promtool prometheus

@@ -225,7 +225,7 @@ backend kafka_broker_1
 def start_haproxy(workdir: Path) -> Child:
     binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
     if not Path(binary).exists():
-        raise BenchError("haproxy is not installed: run `bash scripts/ensure_haproxy.sh`")
+        raise BenchError("haproxy is not installed: run `bash scripts/ensure_debian_tools.sh haproxy haproxy`")
     config = workdir / "haproxy.cfg"
     config.write_text(haproxy_config())
     check = subprocess.run([binary, "-c", "-f", str(config)], capture_output=True, text=True, timeout=30)

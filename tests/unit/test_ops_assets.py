@@ -1,7 +1,7 @@
 """Checks of the operator assets in ops/: the Grafana dashboard, the Prometheus alerts and their tests.
 
 Every PromQL expression may use only the metrics quotagate exports (and Prometheus's `up`). The promtool
-tests need `promtool` on PATH: `make prometheus-tools` (scripts/ensure_prometheus.sh) installs it. Without
+tests need `promtool` on PATH: `make prometheus-tools` (scripts/ensure_debian_tools.sh) installs it. Without
 it they fail rather than skip, so that a run cannot pass without checking the rules.
 """
 
@@ -22,7 +22,7 @@ DASHBOARD = OPS / "grafana" / "quotagate-dashboard.json"
 ALERTS = OPS / "prometheus" / "alerts.yml"
 ALERTS_TEST = OPS / "prometheus" / "alerts_test.yml"
 PROMETHEUS_EXAMPLE = OPS / "prometheus" / "prometheus.example.yml"
-ENSURE_SCRIPT = ROOT / "scripts" / "ensure_prometheus.sh"
+ENSURE_SCRIPT = ROOT / "scripts" / "ensure_debian_tools.sh"
 
 # The metrics quotagate exports (docs: ops/README.md).
 ENTITY_METRICS = {
@@ -191,7 +191,7 @@ def promtool() -> str:
     if path is None:
         pytest.fail(
             "promtool is not on PATH, so the Prometheus rules cannot be checked. "
-            "Run `make prometheus-tools` (scripts/ensure_prometheus.sh installs Debian's prometheus package), "
+            "Run `make prometheus-tools` (scripts/ensure_debian_tools.sh installs Debian's prometheus package), "
             "then run the tests again.",
             pytrace=False,
         )
@@ -400,7 +400,7 @@ def test_ensure_prometheus_script() -> None:
     subprocess.run(["bash", "-n", str(ENSURE_SCRIPT)], check=True, timeout=30)
     promtool()  # installed: the script must then be a no-op that prints the versions
     result = subprocess.run(
-        ["bash", str(ENSURE_SCRIPT)], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+        ["bash", str(ENSURE_SCRIPT), "prometheus", "promtool", "prometheus"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "promtool, version" in result.stdout and "prometheus, version" in result.stdout, result.stdout
@@ -409,7 +409,7 @@ def test_ensure_prometheus_script() -> None:
 
 def test_makefile_has_prometheus_tools_target() -> None:
     makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^prometheus-tools:.*\n\t.*scripts/ensure_prometheus\.sh", makefile, re.M)
+    assert re.search(r"^prometheus-tools:.*\n\t.*scripts/ensure_debian_tools\.sh prometheus ", makefile, re.M)
 
 
 def test_readme_documents_cardinality() -> None:
