@@ -200,18 +200,9 @@ class ClientConnection(asyncio.Protocol):
                 refusal_wait = 0
                 mutation: MutationInFlight | None = None
                 if api_key == ApiKey.PRODUCE:
-                    if self.proxy.topic_guard:
-                        forwarded, refused, order = self._apply_topic_thresholds(frame, body, version, now)
-                    elif self.proxy.usage is not None:  # usage records name the topics: a cheap walk
-                        order = tuple(t.name for t in produce_request_layout(frame, body, version).topics)
-                    throttle = (
-                        charge_request(engine, self.user, header.client_id or "", api_key, len(frame) - 4, now)
-                        if engine.table
-                        else 0
+                    forwarded, refused, order, refusal_wait, throttle = self._admit_produce(
+                        frame, body, version, header.client_id or "", now
                     )
-                    if refused:
-                        refusal_wait = self.proxy.topic_guard.retry_after_ms(refused, now)
-                        throttle = max(throttle, refusal_wait)
                     if throttle > 0:
                         # In debt: this request goes on (Kafka appends, then throttles), but reading
                         # stops here; what was read after it waits for the mute to end.
@@ -291,6 +282,29 @@ class ClientConnection(asyncio.Protocol):
             replies: list[bytes | memoryview] = []
             self.take_local_responses(replies, now)
             self.transport.writelines(replies)
+
+    def _admit_produce(
+        self, frame: memoryview, body: int, version: int, client_id: str, now: float
+    ) -> tuple[memoryview | bytes | None, dict[str, tuple[int, ...]] | None, tuple[str, ...], int, int]:
+        """Applies per-topic thresholds to a produce request and charges it its size when read.
+
+        Returns the frame to forward (None when every topic is refused), the refused topics, the
+        request's topic order, the least throttle its refusals need, and the throttle due now."""
+        forwarded: memoryview | bytes | None = frame
+        refused: dict[str, tuple[int, ...]] | None = None
+        order: tuple[str, ...] = ()
+        if self.proxy.topic_guard:
+            forwarded, refused, order = self._apply_topic_thresholds(frame, body, version, now)
+        elif self.proxy.usage is not None:  # usage records name the topics: a cheap walk
+            order = tuple(t.name for t in produce_request_layout(frame, body, version).topics)
+        engine = self.proxy.engine
+        size = len(frame) - 4
+        throttle = charge_request(engine, self.user, client_id, ApiKey.PRODUCE, size, now) if engine.table else 0
+        refusal_wait = 0
+        if refused:
+            refusal_wait = self.proxy.topic_guard.retry_after_ms(refused, now)
+            throttle = max(throttle, refusal_wait)
+        return forwarded, refused, order, refusal_wait, throttle
 
     def _admit_mutation(
         self, frame: memoryview, body: int, api_key: int, version: int, client_id: str, now: float
