@@ -72,19 +72,19 @@ class Settings:
 QUICK = Settings(
     mode="quick",
     rounds=2,
-    produce_records=200_000,
-    produce_warmup_records=50_000,
-    consume_records=800_000,
+    produce_records=100_000,
+    produce_warmup_records=25_000,
+    consume_records=500_000,
     small_rounds=1,
     small_producers=4,
-    small_records_each=5_000,
+    small_records_each=2_000,
     connection_rounds=1,
     connections=200,
     connection_seconds=3,
     connection_idle_seconds=1,
     half_rounds=1,
-    half_seconds=5,
-    half_warmup_seconds=2,
+    half_seconds=4,
+    half_warmup_seconds=1,
 )
 # Full: 3 rounds of everything that feeds a headline ratio, and runs long enough that the
 # producer's own JIT and GC settle (its first seconds carry 100+ ms latency spikes).
@@ -282,13 +282,13 @@ class Bench:
         """JIT in the broker, the page cache, and every path's first connections; nothing measured."""
         started = time.monotonic()
         direct = self.paths[0]
-        records = 300_000 if self.settings.mode == "full" else 150_000
+        records = 300_000 if self.settings.mode == "full" else 100_000
         if "consume" in self.selected and "produce" not in self.selected:
             records += self.settings.consume_records  # what the produce phase would have left to read
         workloads.produce(direct, TOPIC_1K, records)
         for path in self.paths[1:]:
             workloads.produce(path, TOPIC_1K, 20_000)
-        workloads.consume(direct, TOPIC_1K, 200_000)
+        workloads.consume(direct, TOPIC_1K, min(200_000, records))
         self.phase_seconds["warm_up"] = round(time.monotonic() - started, 1)
 
     def run(self) -> None:
