@@ -400,7 +400,12 @@ def test_ensure_prometheus_script() -> None:
     subprocess.run(["bash", "-n", str(ENSURE_SCRIPT)], check=True, timeout=30)
     promtool()  # installed: the script must then be a no-op that prints the versions
     result = subprocess.run(
-        ["bash", str(ENSURE_SCRIPT), "prometheus", "promtool", "prometheus"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+        ["bash", str(ENSURE_SCRIPT), "prometheus", "promtool", "prometheus"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "promtool, version" in result.stdout and "prometheus, version" in result.stdout, result.stdout
