@@ -24,6 +24,7 @@ from kafka.protocol.admin import (
 from quotagate.protocol.apis import ApiKey, is_flexible
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
 from quotagate.protocol.headers import response_body_offset
+from quotagate.protocol.throttle import THROTTLE_MAX_MS
 
 THROTTLING_QUOTA_EXCEEDED = 89
 QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."  # Kafka's own wording
@@ -157,7 +158,7 @@ def _response_frame(correlation_id_and_header: bytes, response: Any) -> bytes:
 def refusal_response(request: MutationRequest, correlation_id: int, refused: list[int], throttle_ms: int) -> bytes:
     """A whole response made by the proxy: every topic at `refused` gets THROTTLING_QUOTA_EXCEEDED."""
     cls = _RESPONSES[request.api_key]
-    response = cls(version=request.version, throttle_time_ms=throttle_ms)
+    response = cls(version=request.version, throttle_time_ms=min(throttle_ms, THROTTLE_MAX_MS))
     setattr(response, _results_field(request.api_key), [_refusal(request, request.topics[i]) for i in refused])
     flexible = is_flexible(request.api_key, request.version)
     return _response_frame(pack(">i", correlation_id) + (b"\x00" if flexible else b""), response)

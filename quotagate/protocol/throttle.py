@@ -29,7 +29,7 @@ from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
 from quotagate.protocol.headers import read_uvarint, skip_tagged_fields
 from quotagate.protocol.produce import _read_count, _skip_string, produce_response_throttle_offset
 
-__all__ = ["THROTTLE_EXEMPT_APIS", "patch_throttle_time", "throttle_time_offset"]
+__all__ = ["THROTTLE_EXEMPT_APIS", "THROTTLE_MAX_MS", "patch_throttle_time", "throttle_time_offset"]
 
 # APIs Kafka exempts from request quotas: the ones ApiKeys.java marks `clusterAction` (used only
 # between brokers and controllers; their time is recorded as "exempt-request-time", never throttled),
@@ -62,7 +62,8 @@ THROTTLE_EXEMPT_APIS: frozenset[int] = frozenset(
 )
 
 _INT32 = Struct(">i")
-_INT32_MAX = 2**31 - 1
+# The field is an int32: a client deep in debt is told the largest value it can hold.
+THROTTLE_MAX_MS = 2**31 - 1
 _HEADER_TAGS = FRAME_SIZE_BYTES + _INT32.size  # response header: size, correlation id, (flexible) tags
 _NEVER = 1 << 15  # above every int16 version: "this API's header is never flexible"
 _OPEN_ENDED = (1 << 15) - 1  # the last version of a field declared "N+" (as kafka-python parses it)
@@ -288,4 +289,4 @@ def patch_throttle_time(
     if throttle_ms <= current or throttle_ms <= 0:
         return frame, current
     end = offset + 4
-    return b"".join((frame[:offset], _INT32.pack(min(throttle_ms, _INT32_MAX)), frame[end:])), current
+    return b"".join((frame[:offset], _INT32.pack(min(throttle_ms, THROTTLE_MAX_MS)), frame[end:])), current

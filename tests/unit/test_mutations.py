@@ -163,6 +163,15 @@ def test_a_request_with_nothing_admitted_is_answered_by_the_proxy(api_key, versi
     ]
 
 
+def test_a_proxy_made_refusal_caps_its_throttle_at_the_int32_maximum() -> None:
+    # A client deep in debt (10^9 partitions at 1/s) must get an answer, not break the encoder.
+    frame = framed(create_topics(7))
+    request = decode_mutation(frame, peek_request_header(frame).body_offset, ApiKey.CREATE_TOPICS, 7)
+    answer = memoryview(refusal_response(request, 4, [0], throttle_ms=10**12))
+    body = answer[response_body_offset(answer, ApiKey.CREATE_TOPICS, 7) :]
+    assert CreateTopicsResponse.decode(body, version=7).throttle_time_ms == 2**31 - 1
+
+
 def request_response_class(api_key: int) -> type:
     return {
         ApiKey.CREATE_TOPICS: CreateTopicsResponse,
