@@ -77,11 +77,15 @@ def frame_body_size(frame: bytes | bytearray | memoryview) -> int:
     return int(unpack_from(">i", frame, 0)[0])
 
 
+def _never(head: memoryview) -> bool:
+    return False
+
+
 class Piece(IntEnum):
     """What a piece from `StreamingFrameSplitter.pieces` is."""
 
     WHOLE = 0  # a complete frame
-    HEAD = 1  # the first bytes of a streamed frame (prefix, header and at least `head_size` bytes)
+    HEAD = 1  # the first bytes of a streamed frame: all that has arrived, at least `head_size` (prefix included)
     BODY = 2  # more bytes of the streamed frame
     LAST = 3  # the streamed frame's final bytes
 
@@ -89,8 +93,9 @@ class Piece(IntEnum):
 class StreamingFrameSplitter(FrameSplitter):
     """A FrameSplitter that may pass large frames on in pieces instead of buffering them whole.
 
-    A frame of at least `stream_from` bytes that has not fully arrived is offered to the caller's
-    `streamable(head)` once at least `head_size` of its bytes are here. If it says yes, the frame comes
+    A frame of at least `stream_from` bytes (prefix included) that has not fully arrived is offered
+    to the caller's `streamable(head)` once at least `head_size` of its bytes are here; the head is
+    all of it that has arrived. If it says yes, the frame comes
     out as HEAD, then BODY pieces as its bytes arrive, then LAST; else it is buffered and comes out
     WHOLE, like every smaller frame. `pieces` is a generator so that the caller has handled every
     earlier piece before it is asked about the next frame.
@@ -106,6 +111,12 @@ class StreamingFrameSplitter(FrameSplitter):
         self._head_size = head_size
         self._stream_left = 0  # bytes of the streamed frame still to come
         self._offered = False  # the buffered partial frame was offered and refused
+
+    def feed(self, data: bytes) -> list[memoryview]:
+        """Whole frames only, as FrameSplitter.feed: nothing is streamed."""
+        if self._stream_left:
+            raise RuntimeError("feed() in the middle of a streamed frame; use pieces()")
+        return [piece for _, piece in self.pieces(data, _never)]
 
     @property
     def streaming(self) -> bool:

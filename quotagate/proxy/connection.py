@@ -66,8 +66,8 @@ WRITE_BUFFER_HIGH = 1024 * 1024
 WRITE_BUFFER_LOW = 256 * 1024
 # Responses are not bounded by the client's max frame size; the broker's fetch.max.bytes is.
 MAX_RESPONSE_FRAME = 2**31 - 1
-# Responses from this size on may be cut through once RESPONSE_HEAD_BYTES of them are here (enough
-# for the header and throttle_time_ms); smaller ones are always handled whole.
+# Responses from this size on (prefix included) may be cut through once RESPONSE_HEAD_BYTES of them
+# are here (enough for the header and throttle_time_ms); smaller ones are always handled whole.
 STREAM_RESPONSES_FROM = 16 * 1024
 RESPONSE_HEAD_BYTES = 64
 # Error for partitions refused by per-topic bytes-in thresholds: THROTTLING_QUOTA_EXCEEDED. Clients
@@ -625,8 +625,8 @@ class UpstreamConnection(asyncio.Protocol):
         more of it than its head (no rewrite, refusal merge, mutation results or SASL outcome) and
         its throttle_time_ms, if it has one, lies within the head."""
         in_flight = self.client.in_flight
-        if not in_flight:
-            return False  # the WHOLE path reports the stray response
+        if not in_flight:  # say so now, rather than after buffering up to its announced size
+            raise FrameError(f"response {peek_correlation_id(head)} to no request")
         request = in_flight[0]
         if (
             request.refused

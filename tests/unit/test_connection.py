@@ -163,6 +163,7 @@ def test_splitter_is_what_the_connection_uses() -> None:
     import quotagate.proxy.connection as connection
 
     assert connection.FrameSplitter is FrameSplitter
+    assert issubclass(connection.StreamingFrameSplitter, FrameSplitter)
 
 
 async def test_a_broker_named_later_gets_a_listener_bound_before_the_answer_leaves(rig) -> None:
@@ -309,5 +310,36 @@ async def test_a_proxy_made_response_waits_for_the_cut_through_response_before_i
         writer.close()
     finally:
         release.set()
+        await proxy.stop()
+        broker.close()
+
+
+async def test_a_large_response_to_no_request_closes_the_client_at_its_head() -> None:
+    first = free_port_block(12)
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                request = await reader.readexactly(size)
+                payload = request[4:8] + b"\x00\x00"
+                writer.write(pack(">i", len(payload)) + payload)
+                await writer.drain()
+                if request[:2] == pack(">h", HEARTBEAT):
+                    await asyncio.sleep(0.2)  # in a read of its own, after the answer has gone out
+                    # Then a response nobody asked for, announcing 100 MB, of which 100 kB come.
+                    writer.write(pack(">ii", 100_000_000, 99) + b"x" * 100_000)
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    broker = await asyncio.start_server(serve, "127.0.0.1", first)
+    proxy = await proxy_before(first)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", first + 1)
+        writer.write(heartbeat(1))
+        assert (await asyncio.wait_for(read_response(reader), 5))[0] == 1
+        await assert_closed(reader)  # not after 100 MB have been buffered: there will never be more
+    finally:
         await proxy.stop()
         broker.close()

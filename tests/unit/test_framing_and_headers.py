@@ -118,6 +118,13 @@ def test_streaming_splitter_refuses_a_bad_size_like_the_plain_one() -> None:
         list(splitter.pieces(frame(b"x" * 3) + pack(">i", 4096) + b"zz", lambda head: True))
 
 
+def test_streaming_splitter_feed_gives_whole_frames_only() -> None:
+    big = frame(b"B" * 1000)
+    splitter = StreamingFrameSplitter(4096, stream_from=100, head_size=16)
+    assert splitter.feed(big[:500]) == []
+    assert [bytes(f) for f in splitter.feed(big[500:] + big)] == [big, big]
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_streaming_splitter_reassembles_any_chunking(seed: int) -> None:
     rng = random.Random(seed)
