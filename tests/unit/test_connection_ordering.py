@@ -16,43 +16,10 @@ import pytest
 from kafka.protocol.admin import CreateTopicsRequest
 
 from quotagate.config import parse_config
-from quotagate.proxy.connection import ClientConnection, UpstreamConnection
-from quotagate.proxy.flow_control import ReadGate
 from quotagate.proxy.server import Proxy
 from quotagate.quotas import ANONYMOUS, QuotaKey
+from tests.in_process import FakeTransport, connected_pair
 from tests.unit.test_connection import FETCH, fetch_v4, heartbeat
-
-
-class FakeTransport:
-    """What the connection layer uses of a transport; written bytes are kept."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def writelines(self, lines: list[bytes]) -> None:
-        for line in lines:
-            self.data += line
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    abort = close
-
-    def set_write_buffer_limits(self, high: int, low: int) -> None:
-        pass
 
 
 def create_topics(correlation_id: int) -> bytes:
@@ -112,13 +79,7 @@ async def test_responses_reach_the_client_whole_and_in_order(seed: int) -> None:
     proxy = Proxy(config)
     # In mutation debt: every CreateTopics is answered by the proxy itself.
     proxy.engine.charge(ANONYMOUS, "app", QuotaKey.CONTROLLER_MUTATION_RATE, 1000, proxy.loop.time())
-    client = ClientConnection(proxy, "bootstrap", [])
-    client_transport, upstream_transport = FakeTransport(), FakeTransport()
-    client.transport = client_transport  # type: ignore[assignment]
-    client.reading = ReadGate(client_transport)  # type: ignore[arg-type]
-    upstream = UpstreamConnection(client)
-    upstream.connection_made(upstream_transport)  # type: ignore[arg-type]
-    client.upstream = upstream
+    client, upstream, client_transport, upstream_transport = connected_pair(proxy)
     broker = BrokerScript(upstream_transport, rng)
 
     expected: list[int] = []

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""The proxy's Python cost per request, without sockets: µs per request/response exchange.
+
+Drives a client connection and its upstream pair in-process (tests/in_process.py) through the
+exchanges the socket benchmarks make, with the configs they use (no quota; quotas not binding):
+
+- produce: a Produce v9 request (one 100-byte record batch, acks=1) and its response, the
+  small-requests workload's exchange;
+- metadata: ApiVersions v3 then Metadata v4, alternately, the 200-connections workload's exchange;
+- fetch: a Fetch v12 request and a 1 MB response arriving in 64 KiB reads (cut through).
+
+The socket workloads add the syscalls (about half of their proxy CPU); this isolates the other half,
+deterministically enough to compare two versions of the code. Figures only, nothing asserted.
+
+    .venv/bin/python bench/hot_path.py [--exchanges N] [--profile produce]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from struct import pack
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+from kafka.protocol.producer import ProduceRequest
+
+from quotagate.config import parse_config
+from quotagate.proxy.server import Proxy
+from tests.in_process import connected_pair
+from tests.unit.messages import produce_response
+
+NON_BINDING = (
+    '[[quotas]]\nuser = "<default>"\nclient_id = "<default>"\n'
+    "producer_byte_rate = 1e10\nconsumer_byte_rate = 1e10\nrequest_percentage = 10000\n"
+)
+CONFIGS = {"no_quota": "", "quotas_not_binding": NON_BINDING}
+
+
+def framed(message, correlation_id: int = 1) -> bytes:
+    message.with_header(correlation_id=correlation_id, client_id="bench-client")
+    return bytes(message.encode(header=True, framed=True))
+
+
+def response_frame(correlation_id: int, body: bytes, flexible: bool) -> bytes:
+    payload = pack(">i", correlation_id) + (b"\x00" if flexible else b"") + body
+    return pack(">i", len(payload)) + payload
+
+
+def produce_exchange() -> list[tuple[bytes, list[bytes]]]:
+    request = framed(
+        ProduceRequest(
+            version=9, transactional_id=None, acks=1, timeout_ms=1000, topic_data=[("bench-small", [(0, b"r" * 100)])]
+        )
+    )
+    body = bytes(produce_response(9, 0, topics=1, partitions=1).encode())
+    return [(request, [response_frame(1, body, True)])]
+
+
+def metadata_exchange(broker_metadata: bytes, broker_api_versions: bytes) -> list[tuple[bytes, list[bytes]]]:
+    api_versions = framed(ApiVersionsRequest(version=3, client_software_name="b", client_software_version="1"))
+    metadata = framed(MetadataRequest(version=4, topics=[], allow_auto_topic_creation=False))
+    return [(api_versions, [broker_api_versions]), (metadata, [broker_metadata])]
+
+
+def fetch_exchange() -> list[tuple[bytes, list[bytes]]]:
+    # header v2, then replica_id, max_wait_ms, min_bytes, max_bytes; the rest is never read by the proxy
+    payload = pack(">hhih", 1, 12, 1, 12) + b"bench-client" + b"\x00" + pack(">iiii", -1, 500, 1, 52428800)
+    request = pack(">i", len(payload) + 16) + payload + b"\x00" * 16
+    # throttle_time_ms, error_code, session_id, then what stands for 1 MB of record data
+    response = response_frame(1, pack(">ihi", 0, 0, 0) + b"\x00" * 1_000_000, True)
+    reads = [response[i : i + 65536] for i in range(0, len(response), 65536)]
+    return [(request, reads)]
+
+
+def run(config: str, exchange: list[tuple[bytes, list[bytes]]], count: int, profile: bool) -> float:
+    """µs per request/response exchange, over `count` exchanges (after 2000 to warm up)."""
+
+    async def main() -> float:
+        proxy = Proxy(parse_config('[proxy]\nbootstrap_servers = ["127.0.0.1:1"]\nport = 1\n' + config))
+        client, upstream, _, _ = connected_pair(proxy, keep=False)
+
+        def exchanges(n: int) -> None:
+            for i in range(n):
+                request, response_reads = exchange[i % len(exchange)]
+                client.data_received(request)
+                for read in response_reads:
+                    upstream.data_received(read)
+
+        exchanges(2000)
+        profiler = cProfile.Profile() if profile else None
+        started = time.perf_counter()
+        if profiler:
+            profiler.enable()
+        exchanges(count)
+        elapsed = time.perf_counter() - started
+        if profiler:
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        return elapsed / count * 1e6
+
+    return asyncio.run(main())
+
+
+def broker_answers() -> tuple[bytes, bytes]:
+    """A Metadata v4 and an ApiVersions v3 answer as a broker gives them (one broker, every API)."""
+    from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
+
+    from quotagate.protocol.apis import MAX_VERSIONS
+
+    metadata = MetadataResponse(
+        version=4,
+        throttle_time_ms=0,
+        brokers=[MetadataResponse.MetadataResponseBroker(version=4, node_id=1, host="127.0.0.1", port=9092, rack=None)],
+        cluster_id="bench",
+        controller_id=1,
+        topics=[],
+    )
+    key = ApiVersionsResponse.ApiVersion
+    api_versions = ApiVersionsResponse(
+        version=3,
+        error_code=0,
+        api_keys=[key(version=3, api_key=k, min_version=0, max_version=v) for k, v in sorted(MAX_VERSIONS.items())],
+        throttle_time_ms=0,
+    )
+    return (
+        response_frame(1, bytes(metadata.encode()), False),
+        response_frame(1, bytes(api_versions.encode()), False),
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--exchanges", type=int, default=50_000)
+    parser.add_argument("--profile", choices=("produce", "metadata", "fetch"), help="cProfile this one (quotas)")
+    args = parser.parse_args()
+    metadata, api_versions = broker_answers()
+    workloads: dict[str, Callable[[], list[tuple[bytes, list[bytes]]]]] = {
+        "produce": produce_exchange,
+        "metadata": lambda: metadata_exchange(metadata, api_versions),
+        "fetch": fetch_exchange,
+    }
+    print(f"{'µs per exchange':<16}" + "".join(f"{name:>22}" for name in CONFIGS))
+    for name, build in workloads.items():
+        count = args.exchanges if name != "fetch" else max(args.exchanges // 20, 500)
+        figures = [min(run(config, build(), count, False) for _ in range(3)) for config in CONFIGS.values()]
+        print(f"{name:<16}" + "".join(f"{figure:>22.2f}" for figure in figures))
+    if args.profile:
+        run(NON_BINDING, workloads[args.profile](), args.exchanges, True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
