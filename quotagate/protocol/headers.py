@@ -27,6 +27,8 @@ class RequestHeader(NamedTuple):
 
 def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """Decodes an unsigned varint at pos; returns (value, position after it)."""
+    if pos < len(buf) and buf[pos] < 0x80:  # nearly every count and length in practice: one byte
+        return buf[pos], pos + 1
     value = 0
     shift = 0
     while True:
@@ -43,6 +45,8 @@ def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
 
 
 def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
+    if pos < len(buf) and buf[pos] == 0:  # no tagged fields: the usual case
+        return pos + 1
     count, pos = read_uvarint(buf, pos)
     for _ in range(count):
         _tag, pos = read_uvarint(buf, pos)
