@@ -145,7 +145,7 @@ class ClientConnection(asyncio.Protocol):
         asyncio.get_running_loop().create_task(self._connect_upstream())
 
     def data_received(self, data: bytes) -> None:
-        self.proxy.metrics.bytes_in.inc(len(data))
+        self.proxy.metrics.bytes_in += len(data)
         try:
             frames = self.splitter.feed(data)
         except FrameError as exc:
@@ -606,7 +606,7 @@ class UpstreamConnection(asyncio.Protocol):
             client.protocol_error("broker", exc)
             return
         if out and client.transport is not None:
-            client.proxy.metrics.bytes_out.inc(sum(len(f) for f in out))
+            client.proxy.metrics.bytes_out += sum(map(len, out))
             client.transport.writelines(out)
 
     def _expected(self, frame: memoryview) -> InFlight:

@@ -1,12 +1,18 @@
 """Prometheus metrics of the proxy itself (connections, requests, bytes).
 
-Label children are created once and cached, so counting a request costs one dict lookup and one
-increment on the hot path.
+What is counted per request or per read (requests by API, bytes, upstream latency) is kept in plain
+ints and floats and turned into metric families only when scraped, like the per-entity metrics:
+the event loop is the only writer and the scrape runs on it too, so the hot path takes no lock and
+makes no prometheus_client call. The rarer events use prometheus_client's own counters.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from bisect import bisect_left
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
 # Upstream service times on loopback are ~0.2-2 ms; long polls reach the fetch max wait (500 ms).
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -20,15 +26,6 @@ class ProxyMetrics:
         )
         self.connections_total = Counter(
             "quotagate_client_connections", "Client connections accepted", ["listener"], registry=self.registry
-        )
-        self.requests_total = Counter(
-            "quotagate_requests", "Requests forwarded, by Kafka API key", ["api_key"], registry=self.registry
-        )
-        self.bytes_total = Counter(
-            "quotagate_bytes",
-            "Bytes forwarded: in = client to broker, out = broker to client",
-            ["direction"],
-            registry=self.registry,
         )
         self.protocol_errors_total = Counter(
             "quotagate_protocol_errors",
@@ -57,13 +54,6 @@ class ProxyMetrics:
         self.config_reloads_total = Counter(
             "quotagate_config_reloads", "Configuration reloads, by result", ["result"], registry=self.registry
         )
-        self.upstream_latency = Histogram(
-            "quotagate_upstream_latency_seconds",
-            "Time from forwarding a request to receiving its response, by Kafka API key",
-            ["api_key"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
         self.delay_queue_size = Gauge(
             "quotagate_delay_queue_size", "Connections waiting in the delay queue to be unmuted", registry=self.registry
         )
@@ -88,19 +78,49 @@ class ProxyMetrics:
             self.config_reloads_total.labels(result)
         for side in ("client", "broker"):
             self.protocol_errors_total.labels(side)
-        self.bytes_in = self.bytes_total.labels("in")
-        self.bytes_out = self.bytes_total.labels("out")
-        self._requests_by_key: dict[int, Counter] = {}
-        self._latency_by_key: dict[int, Histogram] = {}
+        # The hot path's counters (see the module docstring); exported by collect().
+        self.bytes_in = 0  # client to broker
+        self.bytes_out = 0  # broker to client
+        self.requests_by_key: dict[int, int] = {}
+        # api key -> counts per LATENCY_BUCKETS bucket (not cumulative; the last is above them all), sum
+        self.latency_by_key: dict[int, tuple[list[int], list[float]]] = {}
+        self.registry.register(self)
 
     def count_request(self, api_key: int) -> None:
-        child = self._requests_by_key.get(api_key)
-        if child is None:
-            child = self._requests_by_key[api_key] = self.requests_total.labels(str(api_key))
-        child.inc()
+        counts = self.requests_by_key
+        counts[api_key] = counts.get(api_key, 0) + 1
 
     def observe_latency(self, api_key: int, seconds: float) -> None:
-        child = self._latency_by_key.get(api_key)
-        if child is None:
-            child = self._latency_by_key[api_key] = self.upstream_latency.labels(str(api_key))
-        child.observe(seconds)
+        entry = self.latency_by_key.get(api_key)
+        if entry is None:
+            entry = self.latency_by_key[api_key] = ([0] * (len(LATENCY_BUCKETS) + 1), [0.0])
+        entry[0][bisect_left(LATENCY_BUCKETS, seconds)] += 1  # the first bucket whose bound is >= seconds
+        entry[1][0] += seconds
+
+    def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+        requests = CounterMetricFamily("quotagate_requests", "Requests forwarded, by Kafka API key", labels=["api_key"])
+        for api_key, count in sorted(self.requests_by_key.items()):
+            requests.add_metric([str(api_key)], count)
+        yield requests
+        forwarded = CounterMetricFamily(
+            "quotagate_bytes", "Bytes forwarded: in = client to broker, out = broker to client", labels=["direction"]
+        )
+        forwarded.add_metric(["in"], self.bytes_in)
+        forwarded.add_metric(["out"], self.bytes_out)
+        yield forwarded
+        latency = HistogramMetricFamily(
+            "quotagate_upstream_latency_seconds",
+            "Time from forwarding a request to receiving its response, by Kafka API key",
+            labels=["api_key"],
+        )
+        bounds = [*(str(bound) for bound in LATENCY_BUCKETS), "+Inf"]
+        for api_key, (counts, total) in sorted(self.latency_by_key.items()):
+            cumulative, buckets = 0, []
+            for bound, count in zip(bounds, counts, strict=True):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            latency.add_metric([str(api_key)], buckets, sum_value=total[0])
+        yield latency
+
+    def describe(self) -> list[CounterMetricFamily]:
+        return []  # collect() only when scraped: registering must not run it

@@ -51,6 +51,31 @@ def record(ts_ms: int, client_id: str = "c") -> UsageRecord:
     return UsageRecord(ts_ms, "alice", client_id, 0, 9, ("orders",), 1200, 60, 0, 1.5, 0, "ok")
 
 
+def test_hot_path_counters_are_exported_as_prometheus_counters_and_a_histogram() -> None:
+    metrics = ProxyMetrics()
+    for api_key in (0, 0, 3):
+        metrics.count_request(api_key)
+    for seconds in (0.0004, 0.0005, 0.003, 20.0):  # 0.0005 is at a bound: counted in that bucket
+        metrics.observe_latency(0, seconds)
+    metrics.bytes_in += 10
+    metrics.bytes_out += 7
+    text = generate_latest(metrics.registry).decode()
+    for line in (
+        'quotagate_requests_total{api_key="0"} 2.0',
+        'quotagate_requests_total{api_key="3"} 1.0',
+        'quotagate_bytes_total{direction="in"} 10.0',
+        'quotagate_bytes_total{direction="out"} 7.0',
+        'quotagate_upstream_latency_seconds_bucket{api_key="0",le="0.0005"} 2.0',
+        'quotagate_upstream_latency_seconds_bucket{api_key="0",le="0.0025"} 2.0',
+        'quotagate_upstream_latency_seconds_bucket{api_key="0",le="0.005"} 3.0',
+        'quotagate_upstream_latency_seconds_bucket{api_key="0",le="10.0"} 3.0',
+        'quotagate_upstream_latency_seconds_bucket{api_key="0",le="+Inf"} 4.0',
+        'quotagate_upstream_latency_seconds_count{api_key="0"} 4.0',
+        'quotagate_upstream_latency_seconds_sum{api_key="0"} 20.0039',
+    ):
+        assert line in text, line
+
+
 async def test_usage_records_land_in_hourly_partitions_as_versioned_json(tmp_path: Path) -> None:
     sink = JsonlSink(tmp_path, "proxy-1", max_file_bytes=1 << 20)
     await sink.write([record(1_700_000_000_000), record(1_700_003_600_000)])  # two different hours
