@@ -6,7 +6,11 @@ from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse
 
 from quotagate.protocol.apis import FETCH_MAX_VERSION, PRODUCE_MAX_VERSION, ApiKey, response_header_is_flexible
 from quotagate.protocol.headers import response_body_offset
-from quotagate.protocol.produce import produce_response_throttle_offset
+from quotagate.protocol.produce import (
+    _usual_flexible_throttle_offset,
+    _walked_throttle_offset,
+    produce_response_throttle_offset,
+)
 from quotagate.protocol.rewrite import RESPONSE_REWRITERS
 from tests.unit.messages import produce_response
 
@@ -141,6 +145,27 @@ def test_produce_throttle_offset_is_found_behind_the_partition_results(version: 
     frame = response_frame(ApiKey.PRODUCE, version, produce_response(version, throttle=12345))
     offset = produce_response_throttle_offset(frame, response_body_offset(frame, ApiKey.PRODUCE, version), version)
     assert unpack_from(">i", frame, offset)[0] == 12345
+
+
+@pytest.mark.parametrize(
+    ("version", "endpoints"), [(v, False) for v in range(9, 14)] + [(v, True) for v in range(10, 14)]
+)  # KIP-951 NodeEndpoints exist from v10
+@pytest.mark.parametrize(("topics", "partitions"), [(0, 0), (1, 1), (3, 1), (2, 3)])
+def test_the_usual_produce_response_shortcut_agrees_with_the_full_walk_or_declines(
+    version: int, topics: int, partitions: int, endpoints: bool
+) -> None:
+    # Partitions after the first carry record errors and a message: the shortcut must decline those.
+    message = produce_response(version, throttle=777, endpoints=endpoints, topics=topics, partitions=partitions)
+    frame = response_frame(ApiKey.PRODUCE, version, message)
+    body = response_body_offset(frame, ApiKey.PRODUCE, version)
+    offset = _usual_flexible_throttle_offset(frame, body, version)
+    if partitions <= 1:
+        assert offset is not None and unpack_from(">i", frame, offset)[0] == 777
+    for end in range(body, len(frame) + 1):  # truncated anywhere: declines, or agrees with the walk
+        cut = frame[:end]
+        shortcut = _usual_flexible_throttle_offset(cut, body, version)
+        if shortcut is not None:
+            assert shortcut == _walked_throttle_offset(cut, body, version)
 
 
 @pytest.mark.parametrize("version", range(3, 14))
