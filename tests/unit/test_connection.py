@@ -7,6 +7,7 @@ stands in for the broker only to test this one layer; the integration tests use 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from struct import pack, unpack_from
 
@@ -229,14 +230,30 @@ async def proxy_before(broker_port: int, quotas: str = "") -> Proxy:
     return proxy
 
 
-async def test_a_large_fetch_response_reaches_the_client_while_the_broker_still_sends_it() -> None:
+@contextlib.asynccontextmanager
+async def stalling_rig(
+    body: bytes, quotas: str = "", stall: bool = True
+) -> AsyncIterator[tuple[Proxy, asyncio.Event, int]]:
+    """A stalling broker double and a proxy before it: (proxy, the event that releases the stalled
+    halves, the proxy's port). The event is set on the way out, so a failed test never hangs."""
     first = free_port_block(12)
     release = asyncio.Event()
-    body = pack(">i", 0) + bytes(range(256)) * 4096  # throttle_time_ms, then 1 MiB of "records"
+    if not stall:
+        release.set()
     broker = await start_stalling_broker(first, body, release)
-    proxy = await proxy_before(first)
+    proxy = await proxy_before(first, quotas)
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", first + 1)
+        yield proxy, release, first + 1
+    finally:
+        release.set()
+        await proxy.stop()
+        broker.close()
+
+
+async def test_a_large_fetch_response_reaches_the_client_while_the_broker_still_sends_it() -> None:
+    body = pack(">i", 0) + bytes(range(256)) * 4096  # throttle_time_ms, then 1 MiB of "records"
+    async with stalling_rig(body) as (_, release, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(fetch_v4(9))
         size = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), 5), "big")
         assert size == 4 + len(body)
@@ -248,22 +265,14 @@ async def test_a_large_fetch_response_reaches_the_client_while_the_broker_still_
         writer.write(heartbeat(10))  # the connection goes on in step
         assert (await read_response(reader))[0] == 10
         writer.close()
-    finally:
-        release.set()  # a failed test must not leave the double waiting forever
-        await proxy.stop()
-        broker.close()
 
 
 async def test_a_cut_through_fetch_response_carries_the_proxys_throttle_and_mutes() -> None:
-    first = free_port_block(12)
-    release = asyncio.Event()
-    release.set()
     body = pack(">i", 0) + b"r" * 300_000
-    broker = await start_stalling_broker(first, body, release)
     # Burst: 10 kB/s × 11 one-second windows = 110 kB, so a 300 kB fetch leaves ~190 kB of debt.
-    proxy = await proxy_before(first, '[[quotas]]\nclient_id = "app"\nconsumer_byte_rate = 10000\n')
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", first + 1)
+    quotas = '[[quotas]]\nclient_id = "app"\nconsumer_byte_rate = 10000\n'
+    async with stalling_rig(body, quotas, stall=False) as (proxy, _, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(fetch_v4(3))
         correlation_id, response = await asyncio.wait_for(read_response(reader), 5)
         assert correlation_id == 3
@@ -273,9 +282,6 @@ async def test_a_cut_through_fetch_response_carries_the_proxys_throttle_and_mute
         (client,) = proxy.clients
         assert client.muted
         writer.close()
-    finally:
-        await proxy.stop()
-        broker.close()
 
 
 async def test_a_proxy_made_response_waits_for_the_cut_through_response_before_it() -> None:
@@ -283,13 +289,10 @@ async def test_a_proxy_made_response_waits_for_the_cut_through_response_before_i
 
     from quotagate.quotas import ANONYMOUS, QuotaKey
 
-    first = free_port_block(12)
-    release = asyncio.Event()
     body = pack(">i", 0) + b"f" * 200_000
-    broker = await start_stalling_broker(first, body, release)
-    proxy = await proxy_before(first, '[[quotas]]\nclient_id = "app"\ncontroller_mutation_rate = 1\n')
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", first + 1)
+    quotas = '[[quotas]]\nclient_id = "app"\ncontroller_mutation_rate = 1\n'
+    async with stalling_rig(body, quotas) as (proxy, release, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(fetch_v4(1))
         size = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), 5), "big")
         first_half = await asyncio.wait_for(reader.readexactly(size // 2 - 8), 5)
@@ -308,10 +311,6 @@ async def test_a_proxy_made_response_waits_for_the_cut_through_response_before_i
         correlation_id, refusal = await asyncio.wait_for(read_response(reader), 5)
         assert correlation_id == 2 and b"t" in refusal
         writer.close()
-    finally:
-        release.set()
-        await proxy.stop()
-        broker.close()
 
 
 async def test_a_large_response_to_no_request_closes_the_client_at_its_head() -> None:

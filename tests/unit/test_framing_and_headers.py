@@ -1,4 +1,5 @@
 import random
+from collections.abc import Callable
 from struct import pack
 
 import pytest
@@ -55,6 +56,17 @@ def streamed(splitter: StreamingFrameSplitter, chunks: list[bytes], accept: bool
     return [(kind, bytes(piece)) for chunk in chunks for kind, piece in splitter.pieces(chunk, lambda head: accept)]
 
 
+def recording(answer: bool) -> tuple[list[bytes], Callable[[memoryview], bool]]:
+    """A `streamable` that answers `answer` and keeps every head it is shown."""
+    heads: list[bytes] = []
+
+    def streamable(head: memoryview) -> bool:
+        heads.append(bytes(head))
+        return answer
+
+    return heads, streamable
+
+
 def test_streaming_splitter_cuts_a_large_frame_through_as_its_bytes_arrive() -> None:
     big = frame(b"B" * 1000)
     small = frame(b"s" * 10)
@@ -68,13 +80,8 @@ def test_streaming_splitter_cuts_a_large_frame_through_as_its_bytes_arrive() -> 
 
 def test_streaming_splitter_buffers_a_refused_or_small_frame_whole() -> None:
     big = frame(b"B" * 1000)
-    asked: list[bytes] = []
+    asked, refuse = recording(False)
     splitter = StreamingFrameSplitter(4096, stream_from=100, head_size=16)
-
-    def refuse(head: memoryview) -> bool:
-        asked.append(bytes(head))
-        return False
-
     out = [(k, bytes(p)) for chunk in (big[:300], big[300:600], big[600:]) for k, p in splitter.pieces(chunk, refuse)]
     assert out == [(Piece.WHOLE, big)]
     assert asked == [big[:300]]  # offered once, not again for each chunk
@@ -84,13 +91,8 @@ def test_streaming_splitter_buffers_a_refused_or_small_frame_whole() -> None:
 
 def test_streaming_splitter_waits_for_head_size_bytes_before_offering() -> None:
     big = frame(b"B" * 1000)
-    heads: list[bytes] = []
+    heads, accept = recording(True)
     splitter = StreamingFrameSplitter(4096, stream_from=100, head_size=64)
-
-    def accept(head: memoryview) -> bool:
-        heads.append(bytes(head))
-        return True
-
     out = [(k, bytes(p)) for i in range(0, len(big), 10) for k, p in splitter.pieces(big[i : i + 10], accept)]
     assert heads == [big[:70]] and out[0] == (Piece.HEAD, big[:70])
     assert b"".join(piece for _, piece in out) == big and out[-1][0] == Piece.LAST
