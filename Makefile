@@ -65,7 +65,7 @@ bench: venv kafka-jars
 	$(PY) bench/hot_path.py
 
 # The same workloads, shorter and with fewer rounds: under 3 minutes with the Kafka start.
-# The proxy's Python cost per exchange, in-process, without sockets (~10 s; also the end of make bench).
+# The proxy's Python cost per exchange, in-process, without sockets (~15 s; also the end of make bench).
 .PHONY: bench-hot-path
 bench-hot-path: venv
 	$(PY) bench/hot_path.py
