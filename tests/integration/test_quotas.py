@@ -137,9 +137,14 @@ def test_producer_byte_rate_holds_java_and_kafka_python_producers_while_a_free_c
         lambda: confluent_producer_loop(proxy.bootstrap, topic, "free", 8.0, free_acked),
     )
     out = java_result["out"]
-    summary = re.search(r"(\d+) records sent, ([\d.]+) records/sec", out)
-    assert summary, out
-    java_rate = float(summary.group(2)) * RECORD
+    # ProducerPerformance reports every 5 s, then once over the whole run. Like the kafka-python
+    # figure (from 3 s in), the Java one is the steady state: the 5-s windows after the first, which
+    # holds the JVM's start and the first metadata fetch (0.8-0.85x on a slow machine, else ~1x).
+    reports = [float(rate) for _, rate in re.findall(r"(\d+) records sent, ([\d.]+) records/sec", out)]
+    assert len(reports) >= 2, out
+    steady = reports[1:-1] or reports[-1:]
+    java_rate = sum(steady) / len(steady) * RECORD
+    print(f"Java producer windows (records/s): {reports}")
     python_rate = rate_between(python_acked.events, started + 3, started + seconds)
     free_rate = rate_between(free_acked.events, started + 1, started + 8)
     throttle = re.search(r"producer-metrics:produce-throttle-time-avg:\{client-id=java-limited\}\s*:\s*([\d.]+)", out)
