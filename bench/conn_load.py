@@ -20,15 +20,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import struct
 import sys
 import time
 from array import array
-from pathlib import Path
+
+from harness import cpu_seconds, rss_mb  # /proc readings, as the orchestrator takes them
 
 API_VERSIONS, METADATA = 18, 3
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _request(api_key: int, version: int, flexible_header: bool, body: bytes) -> bytes:
@@ -52,18 +51,6 @@ API_VERSIONS_V3 = _request(
 # Metadata v4 body: an empty topic array (brokers only, no topics), allow_auto_topic_creation false.
 METADATA_V4 = _request(METADATA, 4, False, struct.pack(">ib", 0, 0))
 REQUESTS = (API_VERSIONS_V3, METADATA_V4)
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def _status_mb(pid: int, key: str) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 class LoadConnection(asyncio.Protocol):
@@ -136,7 +123,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     active = asyncio.Event()
     active.set()
     watch = args.watch_pid
-    rss_before = _status_mb(watch, "VmRSS:") if watch else None
+    rss_before = rss_mb(watch) if watch else None
 
     async def connect() -> LoadConnection:
         _, protocol = await loop.create_connection(lambda: LoadConnection(latencies, active), args.host, args.port)
@@ -147,7 +134,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     )
     # Everyone starts together, so the measured window has all N connections busy.
     started = time.perf_counter()
-    cpu_start = _cpu_seconds(watch) if watch else None
+    cpu_start = cpu_seconds(watch) if watch else None
     own_cpu_start = time.process_time()
     for connection in connections:
         connection.send_next()
@@ -155,13 +142,13 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     active.clear()
     elapsed = time.perf_counter() - started
     done = len(latencies[0]) + len(latencies[1])
-    cpu_active = _cpu_seconds(watch) - cpu_start if watch and cpu_start is not None else None
+    cpu_active = cpu_seconds(watch) - cpu_start if watch and cpu_start is not None else None
     own_cpu = time.process_time() - own_cpu_start
     # Drain the last outstanding responses (bounded), then idle with every connection open.
     drain_deadline = loop.time() + 5
     while any(c.outstanding for c in connections) and loop.time() < drain_deadline:
         await asyncio.sleep(0.05)
-    idle_cpu_start = _cpu_seconds(watch) if watch else None
+    idle_cpu_start = cpu_seconds(watch) if watch else None
     await asyncio.sleep(args.idle_seconds)
     still_open = sum(1 for c in connections if not c.lost.done())
     result: dict[str, object] = {
@@ -180,9 +167,9 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         result.update(
             {
                 "watched_rss_before_mb": rss_before,
-                "watched_rss_idle_mb": round(_status_mb(watch, "VmRSS:"), 1),
+                "watched_rss_idle_mb": round(rss_mb(watch), 1),
                 "watched_cpu_s_active": round(cpu_active or 0.0, 3),
-                "watched_cpu_s_idle": round(_cpu_seconds(watch) - idle_cpu_start, 3),
+                "watched_cpu_s_idle": round(cpu_seconds(watch) - idle_cpu_start, 3),
                 "idle_seconds": args.idle_seconds,
             }
         )
