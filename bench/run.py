@@ -407,8 +407,9 @@ def main() -> int:
         help="comma-separated subset to run, for a focused comparison (half_load brings produce: its rate)",
     )
     args = parser.parse_args()
-    selected = tuple(w for w in WORKLOADS if w in args.workloads.split(","))
-    unknown = set(args.workloads.split(",")) - set(WORKLOADS)
+    asked = set(args.workloads.split(","))
+    selected = tuple(w for w in WORKLOADS if w in asked)
+    unknown = asked - set(WORKLOADS)
     if unknown or not selected:
         parser.error(f"--workloads: unknown {sorted(unknown)}; choose from {', '.join(WORKLOADS)}")
     if "half_load" in selected and "produce" not in selected:

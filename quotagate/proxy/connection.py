@@ -191,6 +191,7 @@ class ClientConnection(asyncio.Protocol):
             try:
                 header = peek_request_header(frame)
                 api_key, version, body = header.api_key, header.api_version, header.body_offset
+                client_id = header.client_id or ""
                 metrics.count_request(api_key)
                 max_wait = 0
                 sasl_user = None
@@ -201,7 +202,7 @@ class ClientConnection(asyncio.Protocol):
                 mutation: MutationInFlight | None = None
                 if api_key == ApiKey.PRODUCE:
                     forwarded, refused, order, refusal_wait, throttle = self._admit_produce(
-                        frame, body, version, header.client_id or "", now
+                        frame, body, version, client_id, now
                     )
                     if throttle > 0:
                         # In debt: this request goes on (Kafka appends, then throttles), but reading
@@ -210,7 +211,7 @@ class ClientConnection(asyncio.Protocol):
                         stop_after = index
                     if produce_request_acks(frame, body, version) == 0:  # no response will come
                         self.proxy.entity_metrics.record_response(
-                            self.user, header.client_id or "", api_key, len(frame) - 4, 0, None, throttle, now
+                            self.user, client_id, api_key, len(frame) - 4, 0, None, throttle, now
                         )
                         if forwarded is not None:
                             out.append(forwarded)
@@ -218,9 +219,7 @@ class ClientConnection(asyncio.Protocol):
                             break
                         continue
                 elif api_key in MUTATION_APIS and engine.enforces(QuotaKey.CONTROLLER_MUTATION_RATE):
-                    forwarded, mutation = self._admit_mutation(
-                        frame, body, api_key, version, header.client_id or "", now
-                    )
+                    forwarded, mutation = self._admit_mutation(frame, body, api_key, version, client_id, now)
                 elif api_key == ApiKey.FETCH:
                     max_wait = fetch_max_wait_ms(frame, body, version)
                 elif api_key == ApiKey.SASL_HANDSHAKE:
@@ -240,7 +239,7 @@ class ClientConnection(asyncio.Protocol):
                     mutation.request,
                     header.correlation_id,
                     mutation.refused,
-                    engine.throttle_ms(self.user, header.client_id or "", QuotaKey.CONTROLLER_MUTATION_RATE, now),
+                    engine.throttle_ms(self.user, client_id, QuotaKey.CONTROLLER_MUTATION_RATE, now),
                 )
             elif forwarded is None:  # every topic refused: the proxy answers, in this request's turn
                 assert refused is not None
@@ -252,7 +251,7 @@ class ClientConnection(asyncio.Protocol):
                     header.correlation_id,
                     api_key,
                     version,
-                    header.client_id or "",
+                    client_id,
                     len(frame) - 4,
                     now,
                     max_wait,
@@ -611,23 +610,24 @@ class UpstreamConnection(asyncio.Protocol):
 
     def _expected(self, frame: memoryview) -> InFlight:
         """The request a response answers: the oldest in flight, checked by correlation id."""
-        in_flight = self.client.in_flight
+        expected = self._oldest_in_flight(frame)
+        self.client.in_flight.popleft()
         correlation_id = peek_correlation_id(frame)
-        if not in_flight:
-            raise FrameError(f"response {correlation_id} to no request")
-        expected = in_flight.popleft()
         if correlation_id != expected.correlation_id:
             raise FrameError(f"response {correlation_id} arrived where {expected.correlation_id} was due")
         return expected
+
+    def _oldest_in_flight(self, frame: memoryview) -> InFlight:
+        """The oldest request in flight; a response (beginning with `frame`) when there is none is bad."""
+        if not self.client.in_flight:
+            raise FrameError(f"response {peek_correlation_id(frame)} to no request")
+        return self.client.in_flight[0]
 
     def streamable(self, head: memoryview) -> bool:
         """Whether the response that begins with `head` can be cut through: `on_response` needs no
         more of it than its head (no rewrite, refusal merge, mutation results or SASL outcome) and
         its throttle_time_ms, if it has one, lies within the head."""
-        in_flight = self.client.in_flight
-        if not in_flight:  # say so now, rather than after buffering up to its announced size
-            raise FrameError(f"response {peek_correlation_id(head)} to no request")
-        request = in_flight[0]
+        request = self._oldest_in_flight(head)  # a stray is refused now, not after its announced size
         if (
             request.refused
             or request.mutation is not None
