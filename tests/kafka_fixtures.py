@@ -15,6 +15,7 @@ wiped. A test that stops a node of ``kafka_cluster`` must start it again before 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ __all__ = [
     "KAFKA_BOOTSTRAP",
     "KAFKA_CLUSTER_BOOTSTRAP",
     "KAFKA_SASL_BOOTSTRAP",
+    "KAFKA_SASL_PORT",
     "SASL_USERS",
     "Cluster",
     "KafkaRigError",
@@ -42,11 +44,18 @@ __all__ = [
     "run_tool",
 ]
 
-KAFKA_BOOTSTRAP = "127.0.0.1:29092"
-KAFKA_CLUSTER_BOOTSTRAP = "127.0.0.1:29192,127.0.0.1:29193,127.0.0.1:29194"
+# QUOTAGATE_TEST_PORT_OFFSET shifts every port below (default 0), so two checkouts can run their
+# suites at once on one machine without two brokers on the same ports.
+PORT_OFFSET = int(os.environ.get("QUOTAGATE_TEST_PORT_OFFSET", "0"))
+KAFKA_PORT = 29092 + PORT_OFFSET
+KAFKA_CONTROLLER_PORT = 29392 + PORT_OFFSET
+KAFKA_SASL_PORT = 29492 + PORT_OFFSET
+KAFKA_CLUSTER_PORT = 29192 + PORT_OFFSET  # 3 nodes: this and the next two; controllers at +100
+KAFKA_BOOTSTRAP = f"127.0.0.1:{KAFKA_PORT}"
+KAFKA_CLUSTER_BOOTSTRAP = ",".join(f"127.0.0.1:{KAFKA_CLUSTER_PORT + i}" for i in range(3))
 # The `kafka` cluster's SASL_PLAINTEXT/PLAIN listener and the users it accepts (user -> password):
 # admin/admin-secret, alice/alice-secret, bob/bob-secret, carol/carol-secret.
-KAFKA_SASL_BOOTSTRAP = "127.0.0.1:29492"
+KAFKA_SASL_BOOTSTRAP = f"127.0.0.1:{KAFKA_SASL_PORT}"
 SASL_USERS: dict[str, str] = dict(DEFAULT_SASL_USERS)
 
 RunTool = Callable[..., subprocess.CompletedProcess[str]]
@@ -83,14 +92,19 @@ def kafka() -> Iterator[Cluster]:
     # SASL on 29492: clear of 29092 (client), 29192-29194 (test3 clients), 29292-29294
     # (test3 controllers) and 29392 (controller).
     yield from _session_cluster(
-        "test1", 1, 29092, controller_base_port=29392, sasl_users=SASL_USERS, sasl_base_port=29492
+        "test1",
+        1,
+        KAFKA_PORT,
+        controller_base_port=KAFKA_CONTROLLER_PORT,
+        sasl_users=SASL_USERS,
+        sasl_base_port=KAFKA_SASL_PORT,
     )
 
 
 @pytest.fixture(scope="session")
 def kafka_cluster() -> Iterator[Cluster]:
     """Three combined broker+controller nodes; internal topics get RF 3."""
-    yield from _session_cluster("test3", 3, 29192, controller_base_port=None)  # controllers 29292-29294
+    yield from _session_cluster("test3", 3, KAFKA_CLUSTER_PORT, controller_base_port=None)  # controllers +100
 
 
 @pytest.fixture(scope="session")

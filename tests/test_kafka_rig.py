@@ -15,7 +15,15 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaTimeoutError
 
-from tests.kafka_fixtures import KAFKA_BOOTSTRAP, KAFKA_SASL_BOOTSTRAP, SASL_USERS, Cluster, KafkaRigError, RunTool
+from tests.kafka_fixtures import (
+    KAFKA_BOOTSTRAP,
+    KAFKA_SASL_BOOTSTRAP,
+    KAFKA_SASL_PORT,
+    SASL_USERS,
+    Cluster,
+    KafkaRigError,
+    RunTool,
+)
 
 
 def _broker_ids(bootstrap: str) -> list[int]:
@@ -143,7 +151,7 @@ def test_sasl_kafka_python_produce_consume(kafka: Cluster) -> None:
     admin = KafkaAdminClient(**_kp_sasl("admin", SASL_USERS["admin"]))
     try:
         # Metadata asked on the SASL listener advertises the SASL listener.
-        assert [(b["host"], b["port"]) for b in admin.describe_cluster()["brokers"]] == [("127.0.0.1", 29492)]
+        assert [(b["host"], b["port"]) for b in admin.describe_cluster()["brokers"]] == [("127.0.0.1", KAFKA_SASL_PORT)]
         admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
     finally:
         admin.close()
