@@ -7,7 +7,7 @@ KAFKA_LIBS := .cache/kafka/libs
 RIG := $(PY) scripts/kafka_rig.py
 BROKERS ?= 1
 
-.PHONY: all venv kafka-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down demo test test-unit lint bench clean
+.PHONY: all venv kafka-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down demo test test-unit lint docs bench clean
 
 all: venv kafka-jars
 
@@ -52,6 +52,11 @@ test-unit: venv
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# docs/configuration.md, generated from the config dataclasses' field metadata; a test fails when it is stale.
+docs: venv
+	$(PY) -m quotagate config-reference > docs/configuration.md.tmp
+	mv docs/configuration.md.tmp docs/configuration.md
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

@@ -1,4 +1,6 @@
-"""Command line: `quotagate run --config FILE` and `quotagate check-config FILE`."""
+"""Command line: `quotagate run --config FILE`, `quotagate check-config FILE` (validates the file and
+prints the effective configuration), `quotagate config-reference` (docs/configuration.md) and
+`quotagate --version`."""
 
 from __future__ import annotations
 
@@ -8,7 +10,10 @@ import gc
 import logging
 import signal
 import sys
+import tomllib
+from pathlib import Path
 
+from quotagate import __version__
 from quotagate.config import ConfigError, load_config
 
 
@@ -38,22 +43,39 @@ async def _run(config_path: str) -> int:
     return 0
 
 
+def _check_config(config_path: str) -> int:
+    from quotagate.config.reference import effective_toml
+
+    config = load_config(config_path)
+    given = tomllib.loads(Path(config_path).read_text(encoding="utf-8"))  # valid: load_config read it
+    print(f"# {config_path}: OK. The effective configuration; keys marked default are not in the file.")
+    print(effective_toml(config, given), end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="quotagate", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"quotagate {__version__}")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the proxy")
     run.add_argument("--config", required=True, help="the TOML configuration file")
-    check = commands.add_parser("check-config", help="validate a configuration file and exit")
+    check = commands.add_parser(
+        "check-config", help="validate a configuration file and print the effective configuration (TOML)"
+    )
     check.add_argument("config", help="the TOML configuration file")
+    commands.add_parser("config-reference", help="print the reference of every key (docs/configuration.md)")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     try:
         if args.command == "check-config":
-            load_config(args.config)
-            print(f"{args.config}: OK")
+            return _check_config(args.config)
+        if args.command == "config-reference":
+            from quotagate.config.reference import reference_markdown
+
+            print(reference_markdown(), end="")
             return 0
         import uvloop
 

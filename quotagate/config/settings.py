@@ -2,6 +2,13 @@
 
 Every problem is reported as a ConfigError that names the offending key (`proxy.port`) and says what
 was wrong, so `quotagate check-config` can point an operator at the exact line to fix.
+
+Each key is documented next to its field, in the field's metadata: "doc" (its meaning, required),
+and where the field alone does not say it, "type" (the TOML type) and "default" (a computed default,
+in words). docs/configuration.md is generated from them (`make docs`); a key without "doc" fails the
+generator and the tests. A new key is one field:
+
+    new_key: int = field(default=5, metadata={"doc": "What it means."})
 """
 
 from __future__ import annotations
@@ -30,17 +37,39 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class ProxyConfig:
-    bootstrap_servers: tuple[tuple[str, int], ...]
-    listen_host: str = "127.0.0.1"
+    bootstrap_servers: tuple[tuple[str, int], ...] = field(
+        metadata={
+            "doc": "The real Kafka cluster: any subset of its brokers; the rest are learned through Metadata.",
+            "type": 'array of "host:port" strings',
+        }
+    )
+    listen_host: str = field(default="127.0.0.1", metadata={"doc": "Address the proxy's listeners bind to."})
     # Host clients are told to connect to; defaults to listen_host unless that is a wildcard.
-    advertised_host: str = "127.0.0.1"
-    port: int = DEFAULT_PORT
+    advertised_host: str = field(
+        default="127.0.0.1",
+        metadata={
+            "doc": "Host name clients are told to connect to (in Metadata and FindCoordinator answers). "
+            "Required when listen_host is a wildcard (0.0.0.0, ::).",
+            "default": "listen_host",
+        },
+    )
+    port: int = field(default=DEFAULT_PORT, metadata={"doc": "Bootstrap listener: clients' bootstrap.servers."})
     # The listener for broker node N is on broker_port_base + N (default: port + 1), so a broker's
     # proxy port is stable across restarts and easy to open in a firewall.
-    broker_port_base: int = DEFAULT_PORT + 1
-    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
-    connect_timeout_seconds: float = 10.0
-    metadata_refresh_seconds: float = 30.0
+    broker_port_base: int = field(
+        default=DEFAULT_PORT + 1,
+        metadata={"doc": "Broker node N is served on broker_port_base + N.", "default": "port + 1"},
+    )
+    max_frame_size: int = field(
+        default=DEFAULT_MAX_FRAME_SIZE,
+        metadata={"doc": "Largest request frame accepted from a client, in bytes (Kafka's socket.request.max.bytes)."},
+    )
+    connect_timeout_seconds: float = field(
+        default=10.0, metadata={"doc": "Time allowed to open a connection to a broker."}
+    )
+    metadata_refresh_seconds: float = field(
+        default=30.0, metadata={"doc": "How often the proxy asks the cluster for its brokers (Metadata)."}
+    )
 
     def broker_port(self, node_id: int) -> int:
         return self.broker_port_base + node_id
@@ -48,35 +77,102 @@ class ProxyConfig:
 
 @dataclass(frozen=True)
 class MetricsConfig:
-    port: int = DEFAULT_METRICS_PORT
-    host: str = "127.0.0.1"
+    port: int = field(
+        default=DEFAULT_METRICS_PORT, metadata={"doc": "Port of the HTTP server: /metrics, /healthz, /readyz, /quotas."}
+    )
+    host: str = field(
+        default="127.0.0.1", metadata={"doc": "Address it binds to; 0.0.0.0 to let Prometheus on another host scrape."}
+    )
     # Entities (user, client-id) exported with series of their own; the rest fold into "other".
-    max_entities: int = 500
+    max_entities: int = field(
+        default=500,
+        metadata={
+            "doc": "Entities (user, client-id) exported with series of their own, the busiest first; the rest are "
+            'summed into user="other" (about 15 series per entity).'
+        },
+    )
 
 
 @dataclass(frozen=True)
 class UsageConfig:
     """Usage records (one per request) for the analysis pipeline; off unless enabled."""
 
-    enabled: bool = False
-    sink: str = "jsonl"  # "jsonl" files or a "kafka" topic
-    directory: str = "usage"
-    max_file_bytes: int = 64 * 1024 * 1024
-    buffer_records: int = 100_000
-    flush_interval_seconds: float = 1.0
-    kafka_bootstrap_servers: tuple[str, ...] = ()  # default: proxy.bootstrap_servers
-    kafka_topic: str = "quotagate-usage"
-    proxy_id: str = ""  # default: the host name
+    enabled: bool = field(default=False, metadata={"doc": "Write one usage record per request."})
+    sink: str = field(default="jsonl", metadata={"doc": '"jsonl": files under directory; "kafka": a topic.'})
+    directory: str = field(
+        default="usage", metadata={"doc": "Folder of the JSONL files (date=YYYY-MM-DD/hour=HH/ below it)."}
+    )
+    max_file_bytes: int = field(
+        default=64 * 1024 * 1024, metadata={"doc": "A JSONL file is rotated at this size (and every hour)."}
+    )
+    buffer_records: int = field(
+        default=100_000, metadata={"doc": "Records held in memory at most; beyond, they are dropped and counted."}
+    )
+    flush_interval_seconds: float = field(default=1.0, metadata={"doc": "How often buffered records are written."})
+    kafka_bootstrap_servers: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "doc": 'Cluster the "kafka" sink writes to.',
+            "type": 'array of "host:port" strings',
+            "default": "proxy.bootstrap_servers",
+        },
+    )
+    kafka_topic: str = field(default="quotagate-usage", metadata={"doc": 'Topic of the "kafka" sink.'})
+    proxy_id: str = field(
+        default="",
+        metadata={"doc": "Names this proxy in its records and file names.", "default": "the host name"},
+    )
+
+
+# The keys of one [[quotas]] entry: name -> (TOML type, meaning). parse_config accepts exactly these.
+QUOTA_ENTRY_KEYS: dict[str, tuple[str, str]] = {
+    "user": ("string", 'The user (SASL principal name; `ANONYMOUS` without SASL), or `"<default>"` for any user.'),
+    "client_id": ("string", 'The client.id, or `"<default>"` for any client-id.'),
+    QuotaKey.PRODUCER_BYTE_RATE: ("integer", "Produce bytes per second, for the whole cluster behind the proxy."),
+    QuotaKey.CONSUMER_BYTE_RATE: ("integer", "Fetch bytes per second, for the whole cluster behind the proxy."),
+    QuotaKey.REQUEST_PERCENTAGE: ("number", "Request time, in % of one thread: 1 = 10 ms of request time per second."),
+    QuotaKey.CONTROLLER_MUTATION_RATE: (
+        "number",
+        "Partitions created or deleted per second (CreateTopics, CreatePartitions, DeleteTopics; KIP-599).",
+    ),
+}
 
 
 @dataclass(frozen=True)
 class Config:
-    proxy: ProxyConfig
-    metrics: MetricsConfig
-    quotas: QuotaTable = field(default_factory=QuotaTable)
-    windows: QuotaWindows = field(default_factory=QuotaWindows)
-    topic_thresholds: TopicThresholds | None = None
-    usage: UsageConfig = field(default_factory=UsageConfig)
+    """The whole file. Each field is a section (docs/configuration.md is generated from these)."""
+
+    proxy: ProxyConfig = field(metadata={"doc": "The listeners and the Kafka cluster behind them. Required."})
+    metrics: MetricsConfig = field(metadata={"doc": "The HTTP server for Prometheus and health checks."})
+    quotas: QuotaTable = field(
+        default_factory=QuotaTable,
+        metadata={
+            "doc": "Quotas per (user, client-id), with Kafka's keys and its 8-level precedence. Each entry names "
+            "one entity (user, client_id or both) and sets at least one quota. They hold for the whole cluster "
+            "behind the proxy. Edit the file (or send SIGHUP) and they apply within a second.",
+            "toml": "array of tables",
+            "keys": QUOTA_ENTRY_KEYS,
+        },
+    )
+    windows: QuotaWindows = field(
+        default_factory=QuotaWindows,
+        metadata={
+            "doc": "Kafka's quota sample windows, at the top of the file (before any [section]); they size the "
+            "bursts: burst = rate x window_num x window_size_seconds.",
+            "toml": "top-level keys",
+        },
+    )
+    topic_thresholds: TopicThresholds | None = field(
+        default=None,
+        metadata={
+            "doc": "Per-topic bytes-in thresholds: a produce to a topic is refused only when the total and that "
+            "topic are both over. Off unless given.",
+        },
+    )
+    usage: UsageConfig = field(
+        default_factory=UsageConfig,
+        metadata={"doc": "Usage records (one per request) for the analysis pipeline; off unless enabled."},
+    )
 
 
 def load_config(path: str | Path) -> Config:

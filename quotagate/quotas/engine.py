@@ -14,7 +14,7 @@ throttles are capped at one window so heartbeats are never held long (KIP-124).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from quotagate.quotas.bucket import TokenBucket
 from quotagate.quotas.entities import QuotaKey, QuotaTable, Resolution
@@ -29,12 +29,21 @@ IDLE_BUCKET_SECONDS = 3600.0
 class QuotaWindows:
     """Kafka's sample-window settings; here they size the bursts (and the request-time cap)."""
 
-    quota_window_num: int = 11
+    quota_window_num: int = field(
+        default=11, metadata={"doc": "Kafka's quota.window.num: the client quotas' burst is this many windows."}
+    )
     # Whole seconds in Kafka; fractions are allowed here, to size a burst that is not a whole
     # number of seconds of quota (e.g. 20 partitions/s with a burst of 50: 5 windows of 0.5 s).
-    quota_window_size_seconds: float = 1
-    controller_quota_window_num: int = 11
-    controller_quota_window_size_seconds: float = 1
+    quota_window_size_seconds: float = field(
+        default=1,
+        metadata={"doc": "Kafka's quota.window.size.seconds; also the longest request-time throttle (KIP-124)."},
+    )
+    controller_quota_window_num: int = field(
+        default=11, metadata={"doc": "Kafka's controller.quota.window.num, for controller_mutation_rate."}
+    )
+    controller_quota_window_size_seconds: float = field(
+        default=1, metadata={"doc": "Kafka's controller.quota.window.size.seconds, for controller_mutation_rate."}
+    )
 
     def burst_seconds(self, key: QuotaKey) -> float:
         if key is QuotaKey.CONTROLLER_MUTATION_RATE:

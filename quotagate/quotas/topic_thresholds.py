@@ -24,8 +24,17 @@ ACTIVE_TOPIC_SECONDS = 60.0
 
 @dataclass(frozen=True)
 class TopicThresholds:
-    total_bytes_in_per_sec: int
-    topics: Mapping[str, int] = field(default_factory=dict)
+    total_bytes_in_per_sec: int = field(
+        metadata={"doc": "Threshold for all produced bytes per second, every topic together. Required."}
+    )
+    topics: Mapping[str, int] = field(
+        default_factory=dict,
+        metadata={
+            "doc": "[topic_thresholds.topics]: topic = bytes per second, adding up to at most the total. "
+            "Every other topic gets an equal share of what is left.",
+            "type": "table of topic = integer",
+        },
+    )
 
 
 class TopicThresholdGuard:
