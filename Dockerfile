@@ -1,14 +1,44 @@
-# quotagate container image: the proxy only (Kafka runs elsewhere).
-FROM python:3.11-slim
+# quotagate container image: the proxy only (Kafka runs elsewhere). Build: docker build -t quotagate .
+# The configuration comes from a volume at /etc/quotagate (quotagate.toml in it); the image ships none.
+# The `test` stage is the image docker-compose.yml runs tests/stack from; the last stage is the proxy.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
+FROM ${PYTHON_IMAGE} AS base
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin quotagate
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY quotagate ./quotagate
-RUN pip install --no-cache-dir . && useradd --system --uid 10001 quotagate
-COPY examples/quotagate.toml /etc/quotagate/quotagate.toml
 
+# The end-to-end tests of the compose stack, with the test extra (never the pipeline extra).
+FROM base AS test
+RUN pip install '.[test]'
+COPY tests ./tests
+COPY scripts/kafka_rig.py ./scripts/kafka_rig.py
+COPY ops ./ops
 USER quotagate
-# 9192: bootstrap listener; 9193+N: broker node N; 9190: Prometheus metrics.
+ENTRYPOINT ["python", "-m", "pytest", "-p", "no:cacheprovider"]
+CMD ["-q", "-rs", "tests/stack"]
+
+# The proxy: its own dependencies only (kafka-python, uvloop, prometheus-client). The PySpark pipeline
+# (the `pipeline` extra) does not belong in it and is not installed.
+FROM base AS proxy
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="quotagate" \
+      org.opencontainers.image.description="A Kafka-protocol proxy that enforces client quotas per (user, client-id) across a whole cluster" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
+RUN pip install . && rm -rf /app
+WORKDIR /
+VOLUME ["/etc/quotagate"]
+USER quotagate
+# 9192: bootstrap listener; 9193+N: broker node N (9194-9196 for nodes 1-3); 9190: metrics and health.
 EXPOSE 9190 9192 9194 9195 9196
+# /healthz of the [metrics] listener named in the configuration; docker-compose.yml asks /readyz.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["quotagate", "probe", "--config", "/etc/quotagate/quotagate.toml"]
 ENTRYPOINT ["quotagate"]
 CMD ["run", "--config", "/etc/quotagate/quotagate.toml"]

@@ -42,7 +42,7 @@ kafka-cluster-down: venv
 demo: venv kafka-jars
 	$(PY) scripts/demo.py
 
-test: venv kafka-jars prometheus-tools
+test: venv kafka-jars prometheus-tools compose-tools
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -rs --durations=15
 
@@ -79,6 +79,17 @@ bench-hot-path: venv
 bench-quick: venv kafka-jars
 	bash scripts/ensure_debian_tools.sh haproxy haproxy
 	$(PY) bench/run.py --quick
+
+# docker-compose v1 from PyPI, in its own venv under .cache, for the tests that parse docker-compose.yml
+# (`docker-compose config`, offline: no Docker engine is needed or used).
+COMPOSE_VENV := .cache/compose-venv
+$(COMPOSE_VENV)/.installed: scripts/compose-tools-constraints.txt
+	test -x $(COMPOSE_VENV)/bin/python || $(PYTHON) -m venv $(COMPOSE_VENV)
+	PIP_CONSTRAINT=$(CURDIR)/scripts/compose-tools-constraints.txt $(COMPOSE_VENV)/bin/pip install -q docker-compose
+	touch $@
+
+.PHONY: compose-tools
+compose-tools: $(COMPOSE_VENV)/.installed
 
 # promtool and prometheus (Debian's prometheus package; the service is not left running) for the ops/ tests.
 .PHONY: prometheus-tools

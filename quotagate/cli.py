@@ -1,5 +1,6 @@
 """Command line: `quotagate run --config FILE`, `quotagate check-config FILE` (validates the file and
-prints the effective configuration), `quotagate config-reference` (docs/configuration.md) and
+prints the effective configuration), `quotagate probe --config FILE [--ready]` (a container health
+check of the running proxy), `quotagate config-reference` (docs/configuration.md) and
 `quotagate --version`."""
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import logging
 import signal
 import sys
 import tomllib
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from quotagate import __version__
@@ -53,6 +56,24 @@ def _check_config(config_path: str) -> int:
     return 0
 
 
+def _probe(config_path: str, ready: bool, timeout: float) -> int:
+    """0 when the proxy configured by the file answers 200 on /healthz (/readyz with `ready`), else 1."""
+    from quotagate.config.settings import WILDCARD_HOSTS
+
+    metrics = load_config(config_path).metrics
+    host = metrics.host if metrics.host not in WILDCARD_HOSTS else ("::1" if metrics.host == "::" else "127.0.0.1")
+    url = f"http://{f'[{host}]' if ':' in host else host}:{metrics.port}/{'readyz' if ready else 'healthz'}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            print(f"{url}: {response.status} {response.read().decode(errors='replace').strip()}")
+            return 0
+    except urllib.error.HTTPError as exc:
+        print(f"{url}: {exc.code} {exc.read().decode(errors='replace').strip()}", file=sys.stderr)
+    except OSError as exc:  # refused, timed out, unreachable
+        print(f"{url}: {exc}", file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="quotagate", description=__doc__)
     parser.add_argument("--version", action="version", version=f"quotagate {__version__}")
@@ -64,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         "check-config", help="validate a configuration file and print the effective configuration (TOML)"
     )
     check.add_argument("config", help="the TOML configuration file")
+    probe = commands.add_parser(
+        "probe", help="exit 0 when the running proxy answers /healthz (or /readyz): a container health check"
+    )
+    probe.add_argument("--config", required=True, help="the proxy's TOML configuration file (for [metrics])")
+    probe.add_argument("--ready", action="store_true", help="ask /readyz: listeners up and a broker answered")
+    probe.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer (default 3)")
     commands.add_parser("config-reference", help="print the reference of every key (docs/configuration.md)")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -72,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "check-config":
             return _check_config(args.config)
+        if args.command == "probe":
+            return _probe(args.config, args.ready, args.timeout)
         if args.command == "config-reference":
             from quotagate.config.reference import reference_markdown
 

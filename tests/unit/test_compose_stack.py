@@ -1,0 +1,353 @@
+"""Checks of docker-compose.yml and the Dockerfile without a Docker engine (there is none here).
+
+docker-compose.yml is parsed and normalised by `docker-compose config` (docker-compose 1.29.2, the
+Python v1 from PyPI, installed by `make compose-tools` in .cache/compose-venv); the tests then check
+what it would run: every file it mounts exists and is the one the other tests check, every quotagate
+configuration passes `quotagate check-config`, Prometheus's configuration as mounted passes `promtool
+check config`, the ports and profiles agree with the configurations. Without docker-compose they fail
+rather than skip. No container is started: tests/stack is what runs against a started stack.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quotagate import __version__
+from quotagate.config import Config, load_config
+from quotagate.quotas import ANONYMOUS, QuotaKey
+from tests.unit.test_ops_assets import ALERTS, DASHBOARD, run_promtool
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_VENV = ROOT / ".cache" / "compose-venv"
+DOCKERFILE = ROOT / "Dockerfile"
+KAFKA_IMAGE = "apache/kafka:4.2.0"
+CORE_SERVICES = {"kafka-1", "quotagate", "demo-producer", "prometheus", "grafana"}
+
+
+def compose_tool(name: str) -> Path:
+    path = COMPOSE_VENV / "bin" / name
+    if not path.exists():
+        pytest.fail(
+            f"{path.relative_to(ROOT)} is missing, so docker-compose.yml cannot be parsed. Run `make compose-tools` "
+            "(docker-compose 1.29.2 from PyPI in its own venv), then run the tests again.",
+            pytrace=False,
+        )
+    return path
+
+
+def load_yaml(text: str) -> Any:
+    """YAML as data, read by the compose venv's PyYAML (the project's own venv has no YAML parser)."""
+    result = subprocess.run(
+        [compose_tool("python"), "-c", "import json, sys, yaml; json.dump(yaml.safe_load(sys.stdin), sys.stdout)"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def compose_config() -> dict[str, Any]:
+    """`docker-compose config`: the file validated against the Compose schema, anchors merged, paths absolute."""
+    result = subprocess.run(
+        [compose_tool("docker-compose"), "--project-directory", str(ROOT), "config"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, f"docker-compose config failed:\n{result.stderr}"
+    return load_yaml(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return compose_config()
+
+
+def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return compose["services"]
+
+
+def active(compose: dict[str, Any], *profiles: str) -> set[str]:
+    """Services `docker compose --profile P...` starts: those without profiles, and those in an active one."""
+    return {
+        name
+        for name, service in services(compose).items()
+        if not service.get("profiles") or set(service["profiles"]) & set(profiles)
+    }
+
+
+def bind_mounts(service: dict[str, Any]) -> list[tuple[Path, str]]:
+    """(source on the host, target in the container) of the service's bind mounts."""
+    mounts = []
+    for volume in service.get("volumes", []):
+        source, target, *_ = volume.split(":") if isinstance(volume, str) else (volume["source"], volume["target"])
+        mounts.append((Path(source), target))
+    return mounts
+
+
+def place_mounts(service: dict[str, Any], root: Path) -> Path:
+    """Copies the service's mounted files under `root` at the paths the container sees; returns `root`."""
+    for source, target in bind_mounts(service):
+        placed = root / target.lstrip("/")
+        placed.parent.mkdir(parents=True, exist_ok=True)
+        placed.write_bytes(source.read_bytes())
+    return root
+
+
+def config_path_in_command(service: dict[str, Any]) -> str:
+    command = service["command"]
+    return command[command.index("--config") + 1]
+
+
+def mounted_source(service: dict[str, Any], target: str) -> Path:
+    sources = [source for source, mounted_at in bind_mounts(service) if mounted_at == target]
+    assert sources, f"nothing is mounted at {target}"
+    return sources[0]
+
+
+def quotagate_config(compose: dict[str, Any]) -> Config:
+    service = services(compose)["quotagate"]
+    return load_config(mounted_source(service, config_path_in_command(service)))
+
+
+def kafka_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: service for name, service in services(compose).items() if service.get("image") == KAFKA_IMAGE}
+
+
+# ------------------------------------------------------------------------------------------- the compose file
+
+
+@pytest.mark.parametrize(
+    ("profiles", "expected"),
+    [
+        ((), CORE_SERVICES),
+        (("cluster",), CORE_SERVICES | {"kafka-2", "kafka-3"}),
+        (("test",), CORE_SERVICES | {"tests"}),
+        (("cluster", "test"), CORE_SERVICES | {"kafka-2", "kafka-3", "tests"}),
+    ],
+)
+def test_profiles_start_one_or_three_brokers_and_the_tests(
+    compose: dict[str, Any], profiles: tuple[str, ...], expected: set[str]
+) -> None:
+    started = active(compose, *profiles)
+    assert started == expected
+    brokers = started & set(kafka_services(compose))
+    assert len(brokers) == (3 if "cluster" in profiles else 1)
+    for name in started:
+        service = services(compose)[name]
+        needs = set(service.get("depends_on", {}))
+        if service.get("network_mode", "").startswith("service:"):
+            needs.add(service["network_mode"].split(":", 1)[1])
+        assert needs <= started, f"{name} needs {sorted(needs - started)}, not started with profiles {profiles}"
+
+
+def test_every_service_has_a_healthcheck(compose: dict[str, Any]) -> None:
+    for name, service in services(compose).items():
+        check = service.get("healthcheck", {})
+        assert check.get("test") and not check.get("disable") and check["test"] != ["NONE"], f"{name}: no healthcheck"
+
+
+def test_dependencies_wait_for_health(compose: dict[str, Any]) -> None:
+    for name, service in services(compose).items():
+        for needed, condition in service.get("depends_on", {}).items():
+            assert condition == {"condition": "service_healthy"}, f"{name} -> {needed}: {condition}"
+
+
+def test_kafka_is_the_official_image_in_kraft_mode(compose: dict[str, Any]) -> None:
+    brokers = kafka_services(compose)
+    assert set(brokers) == {"kafka-1", "kafka-2", "kafka-3"}
+    node_ids = {}
+    for name, service in brokers.items():
+        env = service["environment"]
+        node_ids[name] = int(env["KAFKA_NODE_ID"])
+        assert env["KAFKA_ADVERTISED_LISTENERS"] == f"PLAINTEXT://{name}:9092"
+        assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == "1@kafka-1:9093"
+        assert "ports" not in service, f"{name} is published: clients must go through the proxy"
+        cluster_id = env["CLUSTER_ID"]
+        assert len(base64.urlsafe_b64decode(cluster_id + "==")) == 16, "CLUSTER_ID is not a Kafka Uuid"
+        assert "kafka-broker-api-versions.sh" in " ".join(service["healthcheck"]["test"])
+    assert node_ids == {"kafka-1": 1, "kafka-2": 2, "kafka-3": 3}
+    assert len({service["environment"]["CLUSTER_ID"] for service in brokers.values()}) == 1
+    controller = brokers["kafka-1"]["environment"]
+    assert controller["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert "CONTROLLER://:9093" in controller["KAFKA_LISTENERS"]
+    assert int(controller["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"]) == 1  # kafka-1 alone must work
+
+
+def test_mounted_files_exist_and_are_the_ones_the_tests_check(compose: dict[str, Any]) -> None:
+    mounted = set()
+    for name, service in services(compose).items():
+        for source, target in bind_mounts(service):
+            assert source.is_file(), f"{name} mounts {source} at {target}: no such file"
+            assert source.resolve().is_relative_to(ROOT), f"{name} mounts {source} from outside the repo"
+            mounted.add(source.resolve())
+    # The dashboard and the alerts are the very files tests/unit/test_ops_assets.py checks.
+    assert (
+        mounted_source(
+            services(compose)["grafana"], "/var/lib/grafana/dashboards/quotagate/quotagate-dashboard.json"
+        ).resolve()
+        == DASHBOARD.resolve()
+    )
+    assert mounted_source(services(compose)["prometheus"], "/etc/prometheus/alerts.yml").resolve() == ALERTS.resolve()
+    assert all(
+        path.is_relative_to(ROOT / "examples" / "compose") or path.is_relative_to(ROOT / "ops") for path in mounted
+    )
+
+
+def test_every_mounted_quotagate_config_passes_check_config(compose: dict[str, Any]) -> None:
+    configs = {
+        source
+        for service in services(compose).values()
+        for source, _ in bind_mounts(service)
+        if source.suffix == ".toml"
+    }
+    assert configs, "no quotagate configuration is mounted"
+    for path in sorted(configs):
+        result = subprocess.run(
+            [sys.executable, "-m", "quotagate", "check-config", str(path)], capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 0, f"quotagate check-config {path}:\n{result.stderr}"
+
+
+def test_quotagate_service_publishes_the_configured_ports(compose: dict[str, Any]) -> None:
+    service = services(compose)["quotagate"]
+    config = quotagate_config(compose)
+    assert service["build"]["target"] == "proxy"
+    assert {host for host, _ in config.proxy.bootstrap_servers} <= set(kafka_services(compose))
+    assert config.proxy.listen_host == "0.0.0.0" and config.metrics.host == "0.0.0.0"
+    node_ids = [int(broker["environment"]["KAFKA_NODE_ID"]) for broker in kafka_services(compose).values()]
+    expected = {config.proxy.port, config.metrics.port} | {config.proxy.broker_port(node) for node in node_ids}
+    published = {(port["published"], port["target"]) for port in service["ports"]}
+    assert published == {(port, port) for port in expected}
+    check = service["healthcheck"]["test"]
+    assert check[:3] == ["CMD", "quotagate", "probe"] and "--ready" in check
+    assert check[check.index("--config") + 1] == config_path_in_command(service)
+
+
+def test_demo_producer_asks_more_than_its_quota(compose: dict[str, Any]) -> None:
+    service = services(compose)["demo-producer"]
+    config = quotagate_config(compose)
+    env = service["environment"]
+    script = mounted_source(service, service["entrypoint"][-1])
+    assert script == ROOT / "examples" / "compose" / "demo_producer.py"
+    assert service["image"] == services(compose)["quotagate"]["image"]  # kafka-python is in the proxy image
+    # It shares the proxy's network namespace, so the advertised "localhost" is the proxy.
+    assert service["network_mode"] == "service:quotagate" and config.proxy.advertised_host == "localhost"
+    assert env["DEMO_BOOTSTRAP"] == f"localhost:{config.proxy.port}"
+    quota = config.quotas.resolve(ANONYMOUS, env["DEMO_CLIENT_ID"], QuotaKey.PRODUCER_BYTE_RATE)
+    assert quota is not None and quota.entity.client_id == env["DEMO_CLIENT_ID"]
+    assert int(env["DEMO_BYTES_PER_SECOND"]) >= 2 * quota.value, "the demo producer would not be throttled"
+
+
+def test_prometheus_config_as_mounted_passes_promtool(compose: dict[str, Any], tmp_path: Path) -> None:
+    """The files at the paths the container sees them, so alerts.yml is found the way Prometheus finds it
+    (prometheus.yml is the image's --config.file)."""
+    config_file = place_mounts(services(compose)["prometheus"], tmp_path) / "etc/prometheus/prometheus.yml"
+    result = run_promtool("check", "config", str(config_file))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 rule files found" in result.stdout + result.stderr
+    scrape = load_yaml(config_file.read_text())["scrape_configs"]
+    targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in scrape}
+    assert targets["quotagate"] == [f"quotagate:{quotagate_config(compose).metrics.port}"]
+
+
+def test_grafana_provisions_the_prometheus_source_and_the_dashboard(compose: dict[str, Any]) -> None:
+    service = services(compose)["grafana"]
+    provisioned = {target: source for source, target in bind_mounts(service)}
+    sources = load_yaml(provisioned["/etc/grafana/provisioning/datasources/prometheus.yml"].read_text())["datasources"]
+    assert [(s["type"], s["url"], s["isDefault"]) for s in sources] == [("prometheus", "http://prometheus:9090", True)]
+    assert {"published": 9090, "target": 9090} in [
+        dict(p, published=int(p["published"])) for p in services(compose)["prometheus"]["ports"]
+    ]
+    providers = load_yaml(provisioned["/etc/grafana/provisioning/dashboards/quotagate.yml"].read_text())["providers"]
+    dashboard_dirs = {str(Path(target).parent) for target, source in provisioned.items() if source.suffix == ".json"}
+    assert [provider["options"]["path"] for provider in providers] == sorted(dashboard_dirs)
+
+
+def test_tests_service_runs_the_stack_tests_against_the_proxy(compose: dict[str, Any]) -> None:
+    service = services(compose)["tests"]
+    config = quotagate_config(compose)
+    env = service["environment"]
+    assert service["build"]["target"] == "test" and service["network_mode"] == "service:quotagate"
+    assert env["QUOTAGATE_STACK_BOOTSTRAP"] == f"localhost:{config.proxy.port}"
+    assert env["QUOTAGATE_STACK_ADMIN"] == f"http://localhost:{config.metrics.port}"
+    assert env["QUOTAGATE_STACK_DEMO_CLIENT_ID"] == services(compose)["demo-producer"]["environment"]["DEMO_CLIENT_ID"]
+    assert (ROOT / "tests" / "stack" / "test_stack.py").is_file()
+
+
+# ------------------------------------------------------------------------------------------- the Dockerfile
+
+
+def dockerfile_stages() -> dict[str, list[str]]:
+    """Stage name -> its instructions (continuation lines joined, comments dropped)."""
+    text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text())
+    stages: dict[str, list[str]] = {"": []}
+    current = ""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = re.fullmatch(r"FROM\s+\S+\s+AS\s+(\S+)", line, re.I)
+        if match:
+            current = match.group(1)
+            stages[current] = []
+        stages[current].append(line)
+    return stages
+
+
+def test_dockerfile_proxy_image() -> None:
+    stages = dockerfile_stages()
+    assert list(stages)[-1] == "proxy", "the proxy must be the last stage: what `docker build .` makes"
+    assert any(re.fullmatch(r"ARG PYTHON_IMAGE=python:3\.11-slim\S*", line) for line in stages[""])
+    proxy = stages["proxy"]
+    assert proxy[0] == "FROM base AS proxy" and stages["base"][0] == "FROM ${PYTHON_IMAGE} AS base"
+    users = [line.split()[1] for line in proxy if line.startswith("USER ")]
+    assert users and users[-1] not in ("root", "0"), "the proxy must not run as root"
+    healthcheck = next(line for line in proxy if line.startswith("HEALTHCHECK "))
+    assert '"quotagate", "probe", "--config", "/etc/quotagate/quotagate.toml"]' in healthcheck  # probe asks /healthz
+    assert "--ready" not in healthcheck
+    assert 'VOLUME ["/etc/quotagate"]' in proxy
+    assert 'CMD ["run", "--config", "/etc/quotagate/quotagate.toml"]' in proxy
+    labels = " ".join(line for line in proxy if line.startswith("LABEL "))
+    for label in ("title", "description", "version", "licenses"):
+        assert f"org.opencontainers.image.{label}=" in labels
+    assert f"ARG VERSION={__version__}" in proxy, "the image's version label must default to quotagate.__version__"
+
+
+def test_dockerfile_proxy_image_has_no_pipeline_extra() -> None:
+    stages = dockerfile_stages()
+    installs = [line for stage in ("base", "proxy") for line in stages[stage] if "pip install" in line]
+    assert installs == ["RUN pip install . && rm -rf /app"], installs
+    assert not any(re.search(r"pyspark|pipeline|\[", line) for line in installs)
+    assert not any("COPY tests" in line for line in stages["base"] + stages["proxy"])
+
+
+def test_probe_in_the_healthchecks_is_a_quotagate_command() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "quotagate", "probe", "--help"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0 and "--ready" in result.stdout
+
+
+def test_dockerignore_keeps_caches_out_of_the_build_context() -> None:
+    ignored = set((ROOT / ".dockerignore").read_text().split())
+    assert {".git", ".venv", ".cache"} <= ignored
+
+
+def test_compose_tools_are_installed_by_the_makefile() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test: .*\bcompose-tools\b", makefile, re.M)
+    assert "docker-compose==1.29.2" in (ROOT / "scripts" / "compose-tools-constraints.txt").read_text().split()
