@@ -23,9 +23,8 @@ import pytest
 from kafka.admin import KafkaAdminClient
 from kafka_rig import BROKER_MAIN, DEFAULT_HEAP_OPTS, STORAGE_MAIN, _jvm_cmd, metadata_brokers, run_tool
 
-from quotagate.config.reference import toml_data, toml_value
 from tests.proxy_fixtures import free_port_block, start_proxy
-from tests.unit.test_compose_stack import compose_config, kafka_services, quotagate_config
+from tests.unit.test_compose_stack import compose_config, kafka_services, quotas_toml
 
 
 def image_property_name(variable: str) -> str:
@@ -126,11 +125,7 @@ def test_compose_kafka_nodes_form_one_then_three_brokers_behind_quotagate(local_
     local_nodes.start(brokers["kafka-3"])
     local_nodes.wait_for_brokers([1, 2, 3])  # --profile cluster: the two brokers joined kafka-1's quorum
 
-    quotas = "".join(
-        "[[quotas]]\n" + "".join(f"{key} = {toml_value(value)}\n" for key, value in entry.items())
-        for entry in toml_data(quotagate_config(compose).quotas)
-    )
-    proxy = start_proxy(f"127.0.0.1:{local_nodes.client_port(1)}", tmp_path, extra_toml=quotas)
+    proxy = start_proxy(f"127.0.0.1:{local_nodes.client_port(1)}", tmp_path, extra_toml=quotas_toml(compose))
     try:
         admin = KafkaAdminClient(bootstrap_servers=proxy.bootstrap, client_id="compose-env-test")
         try:

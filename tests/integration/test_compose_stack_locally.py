@@ -23,14 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from quotagate.config.reference import toml_data, toml_value
 from tests.proxy_fixtures import ProxyProcess, free_port_block, start_proxy
-from tests.unit.test_compose_stack import (
-    compose_config,
-    mounted_source,
-    place_mounts,
-    quotagate_config,
-)
+from tests.unit.test_compose_stack import compose_config, mounted_source, place_mounts, quotagate_config, quotas_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,11 +57,7 @@ def wait_for_http(url: str, what: str, process: subprocess.Popen[bytes], log: Pa
 @pytest.fixture
 def stack_proxy(kafka, tmp_path: Path) -> Iterator[tuple[ProxyProcess, dict]]:
     compose = compose_config()
-    quotas = "".join(
-        "[[quotas]]\n" + "".join(f"{key} = {toml_value(value)}\n" for key, value in entry.items())
-        for entry in toml_data(quotagate_config(compose).quotas)
-    )
-    proxy = start_proxy(kafka.bootstrap, tmp_path, extra_toml=quotas)
+    proxy = start_proxy(kafka.bootstrap, tmp_path, extra_toml=quotas_toml(compose))
     yield proxy, compose
     proxy.stop()
 

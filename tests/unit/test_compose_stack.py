@@ -22,6 +22,7 @@ import pytest
 
 from quotagate import __version__
 from quotagate.config import Config, load_config
+from quotagate.config.reference import toml_data, toml_value
 from quotagate.quotas import ANONYMOUS, QuotaKey
 from tests.unit.test_ops_assets import ALERTS, DASHBOARD, run_promtool
 
@@ -121,6 +122,14 @@ def mounted_source(service: dict[str, Any], target: str) -> Path:
 def quotagate_config(compose: dict[str, Any]) -> Config:
     service = services(compose)["quotagate"]
     return load_config(mounted_source(service, config_path_in_command(service)))
+
+
+def quotas_toml(compose: dict[str, Any]) -> str:
+    """The [[quotas]] tables of the compose quotagate configuration, for a local proxy's configuration."""
+    return "".join(
+        "[[quotas]]\n" + "".join(f"{key} = {toml_value(value)}\n" for key, value in entry.items())
+        for entry in toml_data(quotagate_config(compose).quotas)
+    )
 
 
 def kafka_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
