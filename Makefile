@@ -80,16 +80,23 @@ bench-quick: venv kafka-jars
 	bash scripts/ensure_debian_tools.sh haproxy haproxy
 	$(PY) bench/run.py --quick
 
-# docker-compose v1 from PyPI, in its own venv under .cache, for the tests that parse docker-compose.yml
-# (`docker-compose config`, offline: no Docker engine is needed or used).
+# Two parsers of docker-compose.yml for its tests, both offline (no Docker engine is needed or used):
+# docker-compose v1 from PyPI (`docker-compose config`), in its own venv under .cache ...
 COMPOSE_VENV := .cache/compose-venv
 $(COMPOSE_VENV)/.installed: scripts/compose-tools-constraints.txt
 	test -x $(COMPOSE_VENV)/bin/python || $(PYTHON) -m venv $(COMPOSE_VENV)
 	PIP_CONSTRAINT=$(CURDIR)/scripts/compose-tools-constraints.txt $(COMPOSE_VENV)/bin/pip install -q docker-compose
 	touch $@
 
+# And compose-go, the loader of `docker compose` v2, as a small Go program (scripts/compose_check),
+# with Go's module and build caches under .cache/go.
+COMPOSE_CHECK := .cache/compose-check/composecheck
+GO_ENV := GOMODCACHE=$(CURDIR)/.cache/go/mod GOCACHE=$(CURDIR)/.cache/go/build GOFLAGS=-modcacherw GOTOOLCHAIN=local
+$(COMPOSE_CHECK): scripts/compose_check/main.go scripts/compose_check/go.mod scripts/compose_check/go.sum
+	cd scripts/compose_check && $(GO_ENV) go build -o $(CURDIR)/$(COMPOSE_CHECK) .
+
 .PHONY: compose-tools
-compose-tools: $(COMPOSE_VENV)/.installed
+compose-tools: $(COMPOSE_VENV)/.installed $(COMPOSE_CHECK)
 
 # promtool and prometheus (Debian's prometheus package; the service is not left running) for the ops/ tests.
 .PHONY: prometheus-tools

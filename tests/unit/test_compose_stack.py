@@ -1,7 +1,9 @@
 """Checks of docker-compose.yml and the Dockerfile without a Docker engine (there is none here).
 
 docker-compose.yml is parsed and normalised by `docker-compose config` (docker-compose 1.29.2, the
-Python v1 from PyPI, installed by `make compose-tools` in .cache/compose-venv); the tests then check
+Python v1 from PyPI, installed by `make compose-tools` in .cache/compose-venv), and loaded again with
+compose-go, the loader of `docker compose` v2 (scripts/compose_check, built by the same target), which
+must agree on the profiles, mounts and healthchecks. The tests then check
 what it would run: every file it mounts exists and is the one the other tests check, every quotagate
 configuration passes `quotagate check-config`, Prometheus's configuration as mounted passes `promtool
 check config`, the ports and profiles agree with the configurations. Without docker-compose they fail
@@ -28,17 +30,18 @@ from tests.unit.test_ops_assets import ALERTS, DASHBOARD, run_promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_VENV = ROOT / ".cache" / "compose-venv"
+COMPOSE_CHECK = ROOT / ".cache" / "compose-check" / "composecheck"
 DOCKERFILE = ROOT / "Dockerfile"
 KAFKA_IMAGE = "apache/kafka:4.2.0"
 CORE_SERVICES = {"kafka-1", "quotagate", "demo-producer", "prometheus", "grafana"}
 
 
 def compose_tool(name: str) -> Path:
-    path = COMPOSE_VENV / "bin" / name
+    path = COMPOSE_CHECK if name == "composecheck" else COMPOSE_VENV / "bin" / name
     if not path.exists():
         pytest.fail(
             f"{path.relative_to(ROOT)} is missing, so docker-compose.yml cannot be parsed. Run `make compose-tools` "
-            "(docker-compose 1.29.2 from PyPI in its own venv), then run the tests again.",
+            "(docker-compose 1.29.2 from PyPI in a venv, and compose-go built with Go), then run the tests again.",
             pytrace=False,
         )
     return path
@@ -70,6 +73,20 @@ def compose_config() -> dict[str, Any]:
     )
     assert result.returncode == 0, f"docker-compose config failed:\n{result.stderr}"
     return load_yaml(result.stdout)
+
+
+def compose_v2(*profiles: str) -> dict[str, Any]:
+    """The project as compose-go (docker compose v2's loader) loads it with `profiles` active."""
+    result = subprocess.run(
+        [compose_tool("composecheck"), str(ROOT / "docker-compose.yml"), ",".join(profiles)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, f"compose-go rejects docker-compose.yml with profiles {profiles}:\n{result.stderr}"
+    return json.loads(result.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +178,17 @@ def test_profiles_start_one_or_three_brokers_and_the_tests(
         if service.get("network_mode", "").startswith("service:"):
             needs.add(service["network_mode"].split(":", 1)[1])
         assert needs <= started, f"{name} needs {sorted(needs - started)}, not started with profiles {profiles}"
+    assert set(compose_v2(*profiles)["services"]) == expected, "docker compose v2's loader starts other services"
+
+
+def test_compose_v2_loader_sees_the_same_mounts_and_healthchecks(compose: dict[str, Any]) -> None:
+    loaded = compose_v2("cluster", "test")["services"]
+    assert set(loaded) == set(services(compose))
+    for name, service in loaded.items():
+        mounts = [(Path(v["source"]), v["target"]) for v in service.get("volumes", []) if v["type"] == "bind"]
+        assert mounts == bind_mounts(services(compose)[name]), name
+        assert service["healthcheck"]["test"] == services(compose)[name]["healthcheck"]["test"], name
+        assert all(v.get("read_only") for v in service.get("volumes", [])), f"{name} mounts a file writable"
 
 
 def test_every_service_has_a_healthcheck(compose: dict[str, Any]) -> None:
