@@ -80,8 +80,8 @@ bench-quick: venv kafka-jars
 	bash scripts/ensure_debian_tools.sh haproxy haproxy
 	$(PY) bench/run.py --quick
 
-# Two parsers of docker-compose.yml for its tests, both offline (no Docker engine is needed or used):
-# docker-compose v1 from PyPI (`docker-compose config`), in its own venv under .cache ...
+# Two parsers of docker-compose.yml for its tests, both offline (no Docker engine is needed or used).
+# First docker-compose v1 from PyPI (`docker-compose config`), in its own venv under .cache.
 COMPOSE_VENV := .cache/compose-venv
 $(COMPOSE_VENV)/.installed: scripts/compose-tools-constraints.txt
 	test -x $(COMPOSE_VENV)/bin/python || $(PYTHON) -m venv $(COMPOSE_VENV)
