@@ -47,46 +47,29 @@ def compose_tool(name: str) -> Path:
     return path
 
 
+def run_compose_tool(name: str, *args: str, stdin: str | None = None) -> str:
+    """The tool's output; a failure shows its error output."""
+    result = subprocess.run(
+        [compose_tool(name), *args], cwd=ROOT, input=stdin, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, f"{name} {' '.join(args)} failed:\n{result.stderr}"
+    return result.stdout
+
+
 def load_yaml(text: str) -> Any:
     """YAML as data, read by the compose venv's PyYAML (the project's own venv has no YAML parser)."""
-    result = subprocess.run(
-        [compose_tool("python"), "-c", "import json, sys, yaml; json.dump(yaml.safe_load(sys.stdin), sys.stdout)"],
-        input=text,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    to_json = "import json, sys, yaml; json.dump(yaml.safe_load(sys.stdin), sys.stdout)"
+    return json.loads(run_compose_tool("python", "-c", to_json, stdin=text))
 
 
 def compose_config() -> dict[str, Any]:
     """`docker-compose config`: the file validated against the Compose schema, anchors merged, paths absolute."""
-    result = subprocess.run(
-        [compose_tool("docker-compose"), "--project-directory", str(ROOT), "config"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, f"docker-compose config failed:\n{result.stderr}"
-    return load_yaml(result.stdout)
+    return load_yaml(run_compose_tool("docker-compose", "--project-directory", str(ROOT), "config"))
 
 
 def compose_v2(*profiles: str) -> dict[str, Any]:
     """The project as compose-go (docker compose v2's loader) loads it with `profiles` active."""
-    result = subprocess.run(
-        [compose_tool("composecheck"), str(ROOT / "docker-compose.yml"), ",".join(profiles)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, f"compose-go rejects docker-compose.yml with profiles {profiles}:\n{result.stderr}"
-    return json.loads(result.stdout)
+    return json.loads(run_compose_tool("composecheck", str(ROOT / "docker-compose.yml"), ",".join(profiles)))
 
 
 @pytest.fixture(scope="module")
