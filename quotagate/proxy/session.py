@@ -62,6 +62,7 @@ from quotagate.proxy.topics import TopicCatalog
 from quotagate.proxy.usage import UsageRecord, UsageRecorder
 from quotagate.quotas import ANONYMOUS, QuotaEngine, QuotaKey
 from quotagate.quotas.charging import charge_request, charge_response, request_time_ms
+from quotagate.quotas.engine import EntityBuckets
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 
 # Responses are not bounded by the client's max frame size; the broker's fetch.max.bytes is.
@@ -139,6 +140,9 @@ class Session:
         # Kafka does not charge that exchange to request-time quotas.
         self.authenticating = True
         self.connected = False
+        # The buckets of (user, client id) of the last request: one look-up per entity, not per charge.
+        self.entity_buckets: EntityBuckets | None = None
+        self.entity_client_id = ""
         self.in_flight: deque[InFlight] = deque()
         # Frames read but not forwarded yet: while the broker connects, and while muted.
         self.held: deque[memoryview] = deque()
@@ -292,6 +296,16 @@ class Session:
         if not self.broker_frames.streaming:  # else they go after the response being cut through
             self._local_responses(now)
 
+    def _buckets(self, client_id: str, now: float) -> EntityBuckets:
+        """The client-quota buckets of (user, client_id), looked up again only when either or the
+        engine's configuration changed."""
+        buckets = self.entity_buckets
+        engine = self.services.engine
+        if buckets is None or client_id != self.entity_client_id or buckets.generation != engine.generation:
+            buckets = self.entity_buckets = engine.entity_buckets(self.user, client_id, now)
+            self.entity_client_id = client_id
+        return buckets
+
     def _admit_produce(
         self, frame: memoryview, body: int, version: int, client_id: str, now: float
     ) -> tuple[memoryview | bytes | None, dict[str, tuple[int, ...]] | None, tuple[str, ...], int, int]:
@@ -309,7 +323,7 @@ class Session:
             order = tuple(t.name for t in produce_request_layout(frame, body, version).topics)
         engine = services.engine
         size = len(frame) - 4
-        throttle = charge_request(engine, self.user, client_id, ApiKey.PRODUCE, size, now) if engine.table else 0
+        throttle = charge_request(self._buckets(client_id, now), ApiKey.PRODUCE, size, now) if engine.table else 0
         refusal_wait = 0
         if refused:
             refusal_wait = services.topic_guard.retry_after_ms(refused, now)
@@ -463,7 +477,7 @@ class Session:
         if engine.table:
             throttle = max(
                 throttle,
-                charge_response(engine, self.user, request.client_id, request.api_key, response_size, request_ms, now),
+                charge_response(self._buckets(request.client_id, now), request.api_key, response_size, request_ms, now),
             )
         services.entity_metrics.record_response(
             self.user,
@@ -547,6 +561,7 @@ class Session:
         if len(view) >= body + 2 and view[body] == 0 and view[body + 1] == 0:  # error_code == NONE
             if request.sasl_user is not None:
                 self.user = request.sasl_user
+                self.entity_buckets = None
 
     # muting --------------------------------------------------------------------------------------
     def _mute(self, throttle_ms: int, now: float) -> None:
