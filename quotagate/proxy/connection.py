@@ -39,6 +39,7 @@ class ClientConnection(asyncio.Protocol):
         self.listener = listener
         self.upstreams = upstreams
         self.session = Session(proxy.session_services())
+        self.clock = proxy.loop.time
         self.transport: asyncio.Transport | None = None
         self.reading: ReadGate | None = None
         self.upstream: UpstreamConnection | None = None
@@ -60,7 +61,7 @@ class ClientConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            self.session.client_data(data, self.proxy.loop.time())
+            self.session.client_data(data, self.clock())
         except FrameError as exc:
             self.protocol_error("client", exc)
             return
@@ -84,12 +85,11 @@ class ClientConnection(asyncio.Protocol):
     def flush(self) -> None:
         """Writes what the session queued for either side, and stops reading if it says so."""
         session = self.session
-        if session.to_broker and self.upstream is not None:
-            self.upstream.transport.writelines(session.to_broker)
-            session.to_broker.clear()
-        if session.to_client and self.transport is not None:
-            self.transport.writelines(session.to_client)
-            session.to_client.clear()
+        to_broker, to_client = session.to_broker, session.to_client
+        if to_broker and self.upstream is not None:
+            _write(self.upstream.transport, to_broker)
+        if to_client and self.transport is not None:
+            _write(self.transport, to_client)
         if session.muted_until > self.muted_until:  # muted now, or for longer
             self.proxy.delay_queue.mute(self, session.muted_until)
             self.reading.pause("quota")  # type: ignore[union-attr]  # set before any read
@@ -178,7 +178,7 @@ class UpstreamConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         client = self.client
         try:
-            client.session.broker_data(data, client.proxy.loop.time())
+            client.session.broker_data(data, client.clock())
         except FrameError as exc:
             client.protocol_error("broker", exc)
             return
@@ -195,3 +195,12 @@ class UpstreamConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         # A broken upstream gives the client a closed connection (after what was queued), never a hang.
         self.client.close()
+
+
+def _write(transport: asyncio.Transport, queued: list[bytes | memoryview]) -> None:
+    """Writes and empties `queued`: one frame (the usual case) by write(), several by one writelines()."""
+    if len(queued) == 1:
+        transport.write(queued[0])
+    else:
+        transport.writelines(queued)
+    queued.clear()

@@ -75,6 +75,7 @@ RESPONSE_HEAD_BYTES = 64
 # treat it as retriable (the Java producer retries it after retry.backoff.ms), and it says a quota
 # was hit rather than that the request was wrong.
 TOPIC_THRESHOLD_ERROR = 89
+WHOLE, HEAD, LAST = Piece.WHOLE, Piece.HEAD, Piece.LAST
 # Requests that are never charged request time: authentication, and the cluster APIs Kafka exempts.
 _AUTH_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 _REQUEST_TIME_EXEMPT = THROTTLE_EXEMPT_APIS | _AUTH_APIS
@@ -164,24 +165,25 @@ class Session:
         """Bytes from the broker. Raises FrameError if they are not responses to what is in flight."""
         out = self.to_client
         start = len(out)
+        in_flight = self.in_flight
         rewriters = self.services.rewriters
         for kind, piece in self.broker_frames.pieces(data, self._streamable):
-            if kind == Piece.WHOLE:
+            if kind is WHOLE:
                 request = self._expected(piece)
                 response: bytes | memoryview = piece
                 rewrite = rewriters.get(request.api_key)
                 if rewrite is not None:
                     response = rewrite(piece, request.api_version, self.services.cluster) or piece
                 out.append(self._respond(request, response, now))
-                self._local_responses(now)
-            elif kind == Piece.HEAD:
+                if in_flight and in_flight[0].local_response is not None:
+                    self._local_responses(now)
+            elif kind is HEAD:
                 out.append(self._respond(self._expected(piece), piece, now))
             else:
                 out.append(piece)
-                if kind == Piece.LAST:  # what the proxy answered itself goes after it, in turn
+                if kind is LAST:  # what the proxy answered itself goes after it, in turn
                     self._local_responses(now)
-        if len(out) > start:
-            self.services.metrics.bytes_out += sum(map(len, out[start:]))
+        self.services.metrics.bytes_out += sum(map(len, out[start:] if start else out))
 
     def broker_connected(self, now: float) -> None:
         self.connected = True
@@ -293,8 +295,9 @@ class Session:
                 break
         if stop_after is not None:
             self.held.extend(frames[stop_after + 1 :])
-        if not self.broker_frames.streaming:  # else they go after the response being cut through
-            self._local_responses(now)
+        in_flight = self.in_flight
+        if in_flight and in_flight[0].local_response is not None and not self.broker_frames.streaming:
+            self._local_responses(now)  # else they go after the response being cut through
 
     def _buckets(self, client_id: str, now: float) -> EntityBuckets:
         """The client-quota buckets of (user, client_id), looked up again only when either or the
@@ -402,8 +405,9 @@ class Session:
     # responses -----------------------------------------------------------------------------------
     def _expected(self, frame: memoryview) -> InFlight:
         """The request a response answers: the oldest in flight, checked by correlation id."""
-        expected = self._oldest_in_flight(frame)
-        self.in_flight.popleft()
+        if not self.in_flight:
+            raise FrameError(f"response {peek_correlation_id(frame)} to no request")
+        expected = self.in_flight.popleft()
         correlation_id = peek_correlation_id(frame)
         if correlation_id != expected.correlation_id:
             raise FrameError(f"response {correlation_id} arrived where {expected.correlation_id} was due")
