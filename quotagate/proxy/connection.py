@@ -113,7 +113,7 @@ class ClientConnection(asyncio.Protocol):
         """Lets the session forward what it held, then reads again unless it is still holding."""
         assert self.reading is not None
         try:
-            release(self.proxy.loop.time())
+            release(self.clock())
         except FrameError as exc:
             self.protocol_error("client", exc)
             return
