@@ -18,9 +18,12 @@ from __future__ import annotations
 from quotagate.protocol.apis import ApiKey
 from quotagate.quotas.engine import EntityBuckets
 
+# As plain ints: an IntEnum member look-up costs ~0.1 µs, and these run for every exchange.
+_PRODUCE, _FETCH = int(ApiKey.PRODUCE), int(ApiKey.FETCH)
+
 
 def request_time_ms(api_key: int, latency_ms: float, fetch_max_wait_ms: int) -> float:
-    if api_key == ApiKey.FETCH:
+    if api_key == _FETCH:
         return max(latency_ms - fetch_max_wait_ms, 0.0)
     return latency_ms
 
@@ -31,7 +34,7 @@ def charge_request(buckets: EntityBuckets, api_key: int, request_size: int, now:
     Charging produce bytes as they arrive (not when the answer comes back) lets the proxy stop
     reading from a client the moment it is in debt, as a broker does by reading one request at a
     time: a client that pipelines many produce requests cannot get ahead of its quota."""
-    if api_key == ApiKey.PRODUCE and buckets.produce is not None:
+    if api_key == _PRODUCE and buckets.produce is not None:
         return buckets.produce.charge(request_size, now)
     return 0
 
@@ -45,10 +48,10 @@ def charge_response(
     by charge_request; its response carries the produce throttle as it stands now. Request-time
     throttles are capped at one window (KIP-124)."""
     throttle = 0
-    if api_key == ApiKey.PRODUCE:
+    if api_key == _PRODUCE:
         if buckets.produce is not None:
             throttle = buckets.produce.throttle_ms(now)
-    elif api_key == ApiKey.FETCH:
+    elif api_key == _FETCH:
         if buckets.fetch is not None:
             throttle = buckets.fetch.charge(response_size, now)
     if request_ms is not None and buckets.request is not None:

@@ -69,6 +69,7 @@ class QuotaEngine:
     def __init__(self, table: QuotaTable | None = None, windows: QuotaWindows | None = None) -> None:
         self.table = table or QuotaTable()
         self.windows = windows or QuotaWindows()
+        self.limits_anyone = bool(self.table)  # read per exchange: an attribute, not a __bool__ call
         self.buckets: dict[tuple[str, str, str | None, str | None], TokenBucket] = {}
         self.generation = 0  # bumped whenever an entity's bucket may change (see EntityBuckets)
 
@@ -154,6 +155,7 @@ class QuotaEngine:
         on the new entity's bucket, as in Kafka, where the metric tags and so the sensor change."""
         self.table = table
         self.windows = windows
+        self.limits_anyone = bool(table)
         self.generation += 1
         by_bucket: dict[tuple[str, str, str | None, str | None], Resolution] = {}
         for bucket_id in list(self.buckets):
