@@ -475,11 +475,16 @@ class Session:
         else:
             request_ms = request_time_ms(request.api_key, latency_ms, request.fetch_max_wait_ms)
         throttle = request.min_throttle_ms
-        if request.mutation is not None:
+        mutation = request.mutation
+        if mutation is not None:
             frame = self._settle_mutation(request, frame, now)
-            throttle = max(
-                throttle, engine.throttle_ms(self.user, request.client_id, QuotaKey.CONTROLLER_MUTATION_RATE, now)
-            )
+            # Strict mode throttles with a refusal only: a response whose topics were all admitted
+            # carries no mutation throttle and mutes nothing, even if it drove the bucket into debt
+            # (spec §4; Kafka's StrictControllerMutationQuota). Permissive mode always does.
+            if mutation.refused or not mutation.request.strict:
+                throttle = max(
+                    throttle, engine.throttle_ms(self.user, request.client_id, QuotaKey.CONTROLLER_MUTATION_RATE, now)
+                )
         response_size = frame_body_size(frame)
         if engine.limits_anyone:
             throttle = max(

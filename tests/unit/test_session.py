@@ -13,7 +13,7 @@ import random
 from struct import pack, unpack_from
 
 import pytest
-from kafka.protocol.admin import CreateTopicsRequest
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from quotagate.config import parse_config
@@ -39,9 +39,9 @@ class Cluster:
         pass
 
 
-def services_for(config_text: str = "") -> SessionServices:
+def services_for(config_text: str = "", top_level: str = "") -> SessionServices:
     """The services a proxy hands its sessions, built from a config alone: no proxy, no loop."""
-    config = parse_config(PROXY + config_text)
+    config = parse_config(top_level + PROXY + config_text)
     engine = QuotaEngine(config.quotas, config.windows)
     return SessionServices(
         engine,
@@ -57,9 +57,9 @@ def services_for(config_text: str = "") -> SessionServices:
     )
 
 
-def session_with(config: str = "") -> tuple[Session, QuotaEngine]:
+def session_with(config: str = "", top_level: str = "") -> tuple[Session, QuotaEngine]:
     """A session whose broker connection is up, and the engine it charges."""
-    session = Session(services_for(config))
+    session = Session(services_for(config, top_level))
     session.broker_connected(0.0)
     return session, session.services.engine
 
@@ -212,6 +212,67 @@ def test_refused_topics_are_merged_into_the_brokers_answer_in_request_order() ->
         ("small", 0),
         ("big", TOPIC_THRESHOLD_ERROR),
     ]
+
+
+def create_topics_of(correlation_id: int, names: list[str], partitions: int) -> bytes:
+    topic = CreateTopicsRequest.CreatableTopic
+    request = CreateTopicsRequest(
+        version=7,
+        topics=[
+            topic(version=7, name=n, num_partitions=partitions, replication_factor=1, assignments=[], configs=[])
+            for n in names
+        ],
+        timeout_ms=1000,
+        validate_only=False,
+    )
+    request.with_header(correlation_id=correlation_id, client_id="app")
+    return bytes(request.encode(header=True, framed=True))
+
+
+def created(correlation_id: int, names: list[str], partitions: int) -> bytes:
+    """A broker's CreateTopics v7 answer: every topic made, no throttle."""
+    result = CreateTopicsResponse.CreatableTopicResult
+    response = CreateTopicsResponse(
+        version=7,
+        throttle_time_ms=0,
+        topics=[
+            result(
+                version=7,
+                name=n,
+                topic_id=None,
+                error_code=0,
+                error_message=None,
+                num_partitions=partitions,
+                replication_factor=1,
+                configs=[],
+            )
+            for n in names
+        ],
+    )
+    payload = pack(">i", correlation_id) + b"\x00" + bytes(response.encode())  # header v1: no tags
+    return pack(">i", len(payload)) + payload
+
+
+def test_a_strict_create_whose_topics_were_all_admitted_carries_no_throttle_and_the_next_is_refused() -> None:
+    # The seed example (spec §4): rate 5, burst 500; 7 topics x 80 = 560 partitions all admitted.
+    session, _ = session_with(
+        '[[quotas]]\nclient_id = "app"\ncontroller_mutation_rate = 5\n', top_level="controller_quota_window_num = 100\n"
+    )
+    names = [f"t{i}" for i in range(7)]
+    session.client_data(create_topics_of(1, names, 80), now=0.0)
+    assert correlation_ids(taken(session.to_broker), 8) == [1]
+    session.broker_data(created(1, names, 80), now=0.1)
+    (answer,) = frames(taken(session.to_client))
+    assert unpack_from(">i", answer, 9)[0] == 0  # throttle_time_ms, right after the header
+    assert session.muted_until == 0.0  # tokens are at -60, but nothing was refused: no mute
+    # The first refusal brings the throttle and the mute: ~12 s until the bucket is back at zero.
+    session.client_data(create_topics_of(2, ["late"], 1), now=0.2)
+    assert not session.to_broker
+    (refusal,) = frames(taken(session.to_client))
+    response = CreateTopicsResponse.decode(refusal[9:], version=7)
+    assert [(t.name, t.error_code) for t in response.topics] == [("late", 89)]
+    assert 11_700 <= response.throttle_time_ms <= 12_000
+    assert 11.9 <= session.muted_until <= 12.2
 
 
 class BrokerScript:
