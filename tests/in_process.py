@@ -1,5 +1,6 @@
 """A client connection and its upstream pair, wired to fake transports: the proxy's connection layer
-driven in-process, without sockets or an event loop turning (ordering tests, the hot-path bench)."""
+(the glue and its session) driven in-process, without sockets or an event loop turning (the
+hot-path bench)."""
 
 from __future__ import annotations
 
@@ -57,4 +58,5 @@ def connected_pair(
     upstream = UpstreamConnection(client)
     upstream.connection_made(upstream_transport)  # type: ignore[arg-type]
     client.upstream = upstream
+    client._broker_connected()
     return client, upstream, client_transport, upstream_transport

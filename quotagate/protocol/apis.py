@@ -8,6 +8,7 @@ ends and so where a body starts.
 from __future__ import annotations
 
 from enum import IntEnum
+from functools import lru_cache
 
 import kafka.protocol.admin
 import kafka.protocol.consumer
@@ -55,12 +56,16 @@ def _message_classes() -> tuple[dict[int, type[ApiMessage]], dict[int, type[ApiM
 REQUEST_CLASSES, RESPONSE_CLASSES = _message_classes()
 
 
+# Asked for every request and response: a C-level look-up instead of a call into the codec. Bounded:
+# the pairs come from clients' bytes.
+@lru_cache(maxsize=4096)
 def is_flexible(api_key: int, version: int) -> bool:
     """Whether (api_key, version) uses the flexible encoding; False for APIs the codec does not know."""
     cls = REQUEST_CLASSES.get(api_key)
     return cls is not None and cls.flexible_version_q(version)
 
 
+@lru_cache(maxsize=4096)
 def response_header_is_flexible(api_key: int, version: int) -> bool:
     # ApiVersions responses always use header v0 so that a client can read them before it knows
     # which versions the broker speaks (KIP-511).

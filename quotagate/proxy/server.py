@@ -27,8 +27,9 @@ from quotagate.proxy.connection import ClientConnection
 from quotagate.proxy.delay_queue import DelayQueue
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.proxy.session import SessionServices
 from quotagate.proxy.topics import TopicCatalog
-from quotagate.proxy.usage import UsageRecord, UsageRecorder, make_sink
+from quotagate.proxy.usage import UsageRecorder, make_sink
 from quotagate.quotas import QuotaEngine, QuotaKey
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 
@@ -147,9 +148,20 @@ class Proxy:
     def wall_ms(self, loop_time: float) -> int:
         return int((loop_time + self._wall_offset) * 1000)
 
-    def record_usage(self, record: UsageRecord) -> None:
-        if self.usage is not None:
-            self.usage.add(record)
+    def session_services(self) -> SessionServices:
+        """What a new connection's session decides with (usage is known once the proxy started)."""
+        return SessionServices(
+            self.engine,
+            self.topic_guard,
+            self.topics,
+            self.metrics,
+            self.entity_metrics,
+            self.rewriters,
+            self,
+            self.usage,
+            self.wall_ms,
+            self.config.proxy.max_frame_size,
+        )
 
     async def stop(self) -> None:
         for server in self._servers:

@@ -30,6 +30,16 @@ class TokenBucket:
         self.refill(now)
         self.tokens -= amount
 
+    def charge(self, amount: float, now: float) -> int:
+        """Records `amount` and returns the throttle in ms that leaves (record, then throttle_ms)."""
+        if now > self.updated:
+            self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+            self.updated = now
+        tokens = self.tokens = self.tokens - amount
+        if tokens >= 0:
+            return 0
+        return round(-tokens / self.rate * 1000)
+
     def throttle_ms(self, now: float) -> int:
         """How long, in ms, until the balance is back at zero (0 when not in debt)."""
         self.refill(now)

@@ -55,6 +55,21 @@ class QuotaWindows:
         return round(self.quota_window_size_seconds * 1000)
 
 
+@dataclass(slots=True)
+class EntityBuckets:
+    """The client-quota buckets one (user, client_id) draws on, looked up once (None: no quota).
+
+    A connection keeps it across requests instead of resolving the entity and finding its bucket
+    for every charge; it holds while the engine's `generation` is the one it was made in (a
+    reload or an expiry may change which bucket an entity draws on)."""
+
+    generation: int
+    produce: TokenBucket | None
+    fetch: TokenBucket | None
+    request: TokenBucket | None
+    request_cap_ms: int
+
+
 def tokens_per_second(key: QuotaKey, value: float) -> float:
     return value * MS_PER_SECOND_PER_PERCENT if key is QuotaKey.REQUEST_PERCENTAGE else value
 
@@ -63,7 +78,9 @@ class QuotaEngine:
     def __init__(self, table: QuotaTable | None = None, windows: QuotaWindows | None = None) -> None:
         self.table = table or QuotaTable()
         self.windows = windows or QuotaWindows()
+        self.limits_anyone = bool(self.table)  # read per exchange: an attribute, not a __bool__ call
         self.buckets: dict[tuple[str, str, str | None, str | None], TokenBucket] = {}
+        self.generation = 0  # bumped whenever an entity's bucket may change (see EntityBuckets)
 
     def resolve(self, user: str, client_id: str, key: QuotaKey) -> Resolution | None:
         return self.table.resolve(user, client_id, key)
@@ -77,12 +94,25 @@ class QuotaEngine:
         resolution = self.table.resolve(user, client_id, key)
         if resolution is None:
             return 0
-        bucket = self._bucket(resolution, now)
-        bucket.record(amount, now)
-        throttle = bucket.throttle_ms(now)
+        throttle = self._bucket(resolution, now).charge(amount, now)
         if key is QuotaKey.REQUEST_PERCENTAGE:
             return min(throttle, self.windows.request_throttle_cap_ms)
         return throttle
+
+    def entity_buckets(self, user: str, client_id: str, now: float) -> EntityBuckets:
+        """The buckets (user, client_id) draws on for the client quotas, valid for this generation."""
+
+        def bucket(key: QuotaKey) -> TokenBucket | None:
+            resolution = self.table.resolve(user, client_id, key)
+            return None if resolution is None else self._bucket(resolution, now)
+
+        return EntityBuckets(
+            self.generation,
+            bucket(QuotaKey.PRODUCER_BYTE_RATE),
+            bucket(QuotaKey.CONSUMER_BYTE_RATE),
+            bucket(QuotaKey.REQUEST_PERCENTAGE),
+            self.windows.request_throttle_cap_ms,
+        )
 
     def admit(self, user: str, client_id: str, key: QuotaKey, costs: list[int], strict: bool, now: float) -> list[bool]:
         """Admits a request's items (topics) in order and charges each admitted one its cost.
@@ -134,6 +164,8 @@ class QuotaEngine:
         on the new entity's bucket, as in Kafka, where the metric tags and so the sensor change."""
         self.table = table
         self.windows = windows
+        self.limits_anyone = bool(table)
+        self.generation += 1
         by_bucket: dict[tuple[str, str, str | None, str | None], Resolution] = {}
         for bucket_id in list(self.buckets):
             key, _scope, user, client_id = bucket_id
@@ -162,6 +194,8 @@ class QuotaEngine:
                     expired.append(bucket_id)
         for bucket_id in expired:
             del self.buckets[bucket_id]
+        if expired:
+            self.generation += 1
         return len(expired)
 
     def _burst(self, resolution: Resolution) -> float:

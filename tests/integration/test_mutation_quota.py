@@ -112,7 +112,8 @@ def test_seed_example_seven_topics_of_80_partitions_admitted_then_the_next_creat
     try:
         first = call(proxy.port, create(7, names, 80), "seed")
         assert [(t.name, t.error_code) for t in first.topics] == [(n, 0) for n in names]
-        assert_throttle(first.throttle_time_ms, 12000)
+        # Strict: every topic admitted, so no throttle (and no mute), though tokens are at -60 (spec §4).
+        assert first.throttle_time_ms == 0
         late = unique_topic("seed-late")
         second = call(proxy.port, create(7, [late], 1), "seed")
         assert [(t.name, t.error_code, t.error_message) for t in second.topics] == [
@@ -229,3 +230,29 @@ def test_java_admin_client_creates_topics_under_the_quota_on_its_own(proxy_facto
         assert 6000 <= took_ms <= 12000, result.stdout
     finally:
         cleanup(kafka, [f"{prefix}-{i}" for i in range(10)])
+
+
+@pytest.mark.java
+def test_java_admin_client_gets_the_quota_error_not_a_timeout_after_an_all_admitted_create(
+    proxy_factory, kafka
+) -> None:
+    # The seed example: burst 500; 7 x 80 = 560 partitions all admitted (tokens -60, ~12 s of debt).
+    # Had that response carried the throttle, the client would hold every request to the node for
+    # ~12 s and the next create (default.api.timeout.ms 5000) would time out instead.
+    proxy = mutation_proxy(proxy_factory, kafka, rate=5, window_num=100)
+    prefix = unique_topic("java-strict")
+    source = Path(__file__).resolve().parents[1] / "java" / "CreateTopicsUnderQuota.java"
+    command = ["java", "-Xmx256m", "-cp", java_classpath(), str(source), proxy.bootstrap, "java-strict", prefix]
+    result = subprocess.run(
+        [*command, "7", "80", "then-one-more"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    try:
+        assert result.returncode == 0, result.stdout + result.stderr
+        print(result.stdout)
+        assert "created 7 topics" in result.stdout
+        assert "one more: ThrottlingQuotaExceededException" in result.stdout, result.stdout
+    finally:
+        cleanup(kafka, [f"{prefix}-{i}" for i in range(7)] + [f"{prefix}-late"])

@@ -151,7 +151,7 @@ async def test_a_client_that_does_not_read_pauses_the_broker_side(rig) -> None:
     (client,) = proxy.clients
     assert client.upstream is not None and client.upstream.reading.paused
     # What the proxy holds for this client stays near its write-buffer limit, not 25 MiB.
-    held = client.transport.get_write_buffer_size() + client.upstream.splitter.buffered
+    held = client.transport.get_write_buffer_size() + client.session.broker_frames.buffered
     assert held < 4 * 1024 * 1024, held
     # Once the client reads again, everything arrives, in order.
     got = [(await read_response(reader))[0] for _ in range(400)]
@@ -159,12 +159,12 @@ async def test_a_client_that_does_not_read_pauses_the_broker_side(rig) -> None:
     writer.close()
 
 
-def test_splitter_is_what_the_connection_uses() -> None:
+def test_splitter_is_what_the_session_uses() -> None:
     # Guard against a second framing implementation creeping into the proxy layer.
-    import quotagate.proxy.connection as connection
+    import quotagate.proxy.session as session
 
-    assert connection.FrameSplitter is FrameSplitter
-    assert issubclass(connection.StreamingFrameSplitter, FrameSplitter)
+    assert session.FrameSplitter is FrameSplitter
+    assert issubclass(session.StreamingFrameSplitter, FrameSplitter)
 
 
 async def test_a_broker_named_later_gets_a_listener_bound_before_the_answer_leaves(rig) -> None:

@@ -37,24 +37,28 @@ def engine_with(**quotas: float) -> QuotaEngine:
 
 def test_produce_is_charged_when_read_and_its_response_carries_the_throttle_as_it_stands() -> None:
     engine = engine_with(producer_byte_rate=1000)
-    assert charge_request(engine, "u", "c", ApiKey.PRODUCE, 1500, now=0.0) == 500
-    assert charge_response(engine, "u", "c", ApiKey.PRODUCE, 50, None, now=0.2) == 300  # nothing charged again
+    buckets = engine.entity_buckets("u", "c", 0.0)
+    assert charge_request(buckets, ApiKey.PRODUCE, 1500, now=0.0) == 500
+    assert charge_response(buckets, ApiKey.PRODUCE, 50, None, now=0.2) == 300  # nothing charged again
 
 
 def test_fetch_is_charged_its_response_size() -> None:
     engine = engine_with(consumer_byte_rate=1000)
-    assert charge_request(engine, "u", "c", ApiKey.FETCH, 80, now=0.0) == 0
-    assert charge_response(engine, "u", "c", ApiKey.FETCH, 3000, None, now=0.0) == 2000
+    buckets = engine.entity_buckets("u", "c", 0.0)
+    assert charge_request(buckets, ApiKey.FETCH, 80, now=0.0) == 0
+    assert charge_response(buckets, ApiKey.FETCH, 3000, None, now=0.0) == 2000
 
 
 def test_produce_throttle_is_the_larger_of_byte_rate_and_request_time() -> None:
     engine = engine_with(producer_byte_rate=1000, request_percentage=1)  # 10 ms/s
-    charge_request(engine, "u", "c", ApiKey.PRODUCE, 1100, now=0.0)
-    assert charge_response(engine, "u", "c", ApiKey.PRODUCE, 0, 40.0, now=0.0) == 1000  # request time, capped
-    assert charge_response(engine, "u", "c", ApiKey.PRODUCE, 0, None, now=0.0) == 100  # byte rate alone
+    buckets = engine.entity_buckets("u", "c", 0.0)
+    charge_request(buckets, ApiKey.PRODUCE, 1100, now=0.0)
+    assert charge_response(buckets, ApiKey.PRODUCE, 0, 40.0, now=0.0) == 1000  # request time, capped
+    assert charge_response(buckets, ApiKey.PRODUCE, 0, None, now=0.0) == 100  # byte rate alone
 
 
 def test_exempt_exchanges_charge_no_request_time() -> None:
     engine = engine_with(request_percentage=1)
-    assert charge_response(engine, "u", "c", ApiKey.HEARTBEAT, 10, None, now=0.0) == 0
-    assert engine.buckets == {}
+    buckets = engine.entity_buckets("u", "c", 0.0)
+    assert charge_response(buckets, ApiKey.HEARTBEAT, 10, None, now=0.0) == 0
+    assert buckets.request is not None and buckets.request.tokens == buckets.request.burst

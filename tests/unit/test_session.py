@@ -1,0 +1,350 @@
+"""The session alone: bytes and `now` in, bytes and mutes out; no sockets, no loop turning, no sleeps.
+
+Tables of (what the client and the broker send, when) -> (what reaches each side, the mute), and a
+random interleaving test that checks every order invariant at once: random mixes of small and large
+Fetch responses (cut through or whole), Heartbeats, and CreateTopics that the session refuses itself
+(the client is in mutation-quota debt), with the broker's bytes cut at random places and random
+unmutes. The socket-level tests in test_connection.py prove the glue (backpressure, closes).
+"""
+
+from __future__ import annotations
+
+import random
+from struct import pack, unpack_from
+
+import pytest
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from quotagate.config import parse_config
+from quotagate.protocol.rewrite import response_rewriters
+from quotagate.proxy.entity_metrics import EntityMetrics
+from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.proxy.session import TOPIC_THRESHOLD_ERROR, Session, SessionServices
+from quotagate.proxy.topics import TopicCatalog
+from quotagate.quotas import ANONYMOUS, QuotaEngine, QuotaKey
+from quotagate.quotas.topic_thresholds import TopicThresholdGuard
+from tests.unit.test_connection import FETCH, fetch_v4, heartbeat
+
+PROXY = '[proxy]\nbootstrap_servers = ["127.0.0.1:1"]\nport = 1\n'
+
+
+class Cluster:
+    """What the rewriters tell about brokers and topics; nothing here reads Metadata."""
+
+    def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        return "127.0.0.1", 40000 + node_id
+
+    def observe_topics(self, topics: object) -> None:
+        pass
+
+
+def services_for(config_text: str = "", top_level: str = "") -> SessionServices:
+    """The services a proxy hands its sessions, built from a config alone: no proxy, no loop."""
+    config = parse_config(top_level + PROXY + config_text)
+    engine = QuotaEngine(config.quotas, config.windows)
+    return SessionServices(
+        engine,
+        TopicThresholdGuard(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE)),
+        TopicCatalog(),
+        ProxyMetrics(),
+        EntityMetrics(lambda: engine, lambda: 0.0, config.metrics.max_entities),
+        response_rewriters(),
+        Cluster(),
+        None,
+        lambda now: int(now * 1000),
+        config.proxy.max_frame_size,
+    )
+
+
+def session_with(config: str = "", top_level: str = "") -> tuple[Session, QuotaEngine]:
+    """A session whose broker connection is up, and the engine it charges."""
+    session = Session(services_for(config, top_level))
+    session.broker_connected(0.0)
+    return session, session.services.engine
+
+
+def create_topics(correlation_id: int) -> bytes:
+    topic = CreateTopicsRequest.CreatableTopic(
+        version=6, name="t", num_partitions=3, replication_factor=1, assignments=[], configs=[]
+    )
+    request = CreateTopicsRequest(version=6, topics=[topic], timeout_ms=1000, validate_only=False)
+    request.with_header(correlation_id=correlation_id, client_id="app")
+    return bytes(request.encode(header=True, framed=True))
+
+
+def produce(correlation_id: int, topics: dict[str, bytes], version: int = 8) -> bytes:
+    request = ProduceRequest(
+        version=version,
+        transactional_id=None,
+        acks=1,
+        timeout_ms=1000,
+        topic_data=[(name, [(0, records)]) for name, records in topics.items()],
+    )
+    request.with_header(correlation_id=correlation_id, client_id="app")
+    return bytes(request.encode(header=True, framed=True))
+
+
+def produce_answer(correlation_id: int, topics: list[str], version: int = 8) -> bytes:
+    """What a broker answers a produce of `topics` (partition 0 each), throttle 0."""
+    topic, partition = (
+        ProduceResponse.TopicProduceResponse,
+        ProduceResponse.TopicProduceResponse.PartitionProduceResponse,
+    )
+    response = ProduceResponse(
+        version=version,
+        responses=[
+            topic(
+                version=version,
+                name=name,
+                partition_responses=[
+                    partition(
+                        version=version,
+                        index=0,
+                        error_code=0,
+                        base_offset=7,
+                        log_append_time_ms=-1,
+                        log_start_offset=0,
+                        record_errors=[],
+                        error_message=None,
+                    )
+                ],
+            )
+            for name in topics
+        ],
+        throttle_time_ms=0,
+    )
+    payload = pack(">i", correlation_id) + bytes(response.encode())
+    return pack(">i", len(payload)) + payload
+
+
+def frames(buffer: bytes) -> list[bytes]:
+    pos, out = 0, []
+    while pos + 4 <= len(buffer):
+        size = unpack_from(">i", buffer, pos)[0]
+        out.append(buffer[pos : pos + 4 + size])
+        pos += 4 + size
+    assert pos == len(buffer), "a partial frame"
+    return out
+
+
+def taken(queue: list[bytes | memoryview]) -> bytes:
+    data = b"".join(queue)
+    queue.clear()
+    return data
+
+
+def correlation_ids(data: bytes, offset: int) -> list[int]:
+    return [unpack_from(">i", frame, offset)[0] for frame in frames(data)]
+
+
+def test_a_produce_that_leaves_the_client_in_debt_goes_on_and_what_follows_waits_for_the_mute() -> None:
+    # Burst: 1000 B/s × 11 windows = 11 kB; a 20 kB produce leaves ~9 kB of debt, ~9 s.
+    session, _ = session_with('[[quotas]]\nclient_id = "app"\nproducer_byte_rate = 1000\n')
+    session.client_data(produce(1, {"t": b"r" * 20_000}) + heartbeat(2) + heartbeat(3), now=10.0)
+    assert correlation_ids(taken(session.to_broker), 8) == [1]  # appended, then throttled (Kafka's order)
+    assert 18.5 < session.muted_until < 19.5, session.muted_until
+    session.client_data(heartbeat(4), now=11.0)  # a read that landed after the mute: held too
+    assert session.holding and not session.to_broker
+    session.unmute(now=session.muted_until)
+    assert correlation_ids(taken(session.to_broker), 8) == [2, 3, 4]
+    assert not session.holding
+    # The produce's response carries the throttle as it stands when it comes back.
+    session.broker_data(produce_answer(1, ["t"]), now=12.0)
+    (answer,) = frames(taken(session.to_client))
+    assert 6500 < unpack_from(">i", answer, len(answer) - 4)[0] < 7500
+
+
+def test_requests_read_before_the_broker_is_connected_are_held_in_order() -> None:
+    session = Session(services_for())
+    session.client_data(heartbeat(1) + heartbeat(2)[:7], now=0.0)
+    session.client_data(heartbeat(2)[7:], now=0.0)
+    assert session.holding and not session.to_broker
+    session.broker_connected(now=0.1)
+    assert correlation_ids(taken(session.to_broker), 8) == [1, 2]
+
+
+def test_a_proxy_made_response_waits_behind_the_response_being_cut_through() -> None:
+    session, engine = session_with('[[quotas]]\nclient_id = "app"\ncontroller_mutation_rate = 1\n')
+    session.client_data(fetch_v4(1), now=0.0)
+    assert correlation_ids(taken(session.to_broker), 8) == [1]
+    fetch_answer = pack(">i", 1) + pack(">i", 0) + b"f" * 100_000
+    fetch_answer = pack(">i", len(fetch_answer)) + fetch_answer
+    session.broker_data(fetch_answer[:50_000], now=0.1)
+    assert taken(session.to_client) == fetch_answer[:50_000]  # cut through: the head is on its way
+    # In mutation debt: the next CreateTopics (v6, strict) is answered by the session itself.
+    engine.charge(ANONYMOUS, "app", QuotaKey.CONTROLLER_MUTATION_RATE, 1000, 0.2)
+    session.client_data(create_topics(2), now=0.2)
+    assert not session.to_broker and not session.to_client  # its turn is after the fetch's last byte
+    session.broker_data(fetch_answer[50_000:], now=0.3)
+    received = fetch_answer[:50_000] + taken(session.to_client)
+    assert correlation_ids(received, 4) == [1, 2]
+    assert received[: len(fetch_answer)] == fetch_answer
+
+
+def test_a_cut_through_fetch_head_carries_the_throttle_and_mutes() -> None:
+    # Burst: 10 kB/s × 11 windows = 110 kB, so a 300 kB fetch leaves ~190 kB of debt, ~19 s.
+    session, _ = session_with('[[quotas]]\nclient_id = "app"\nconsumer_byte_rate = 10000\n')
+    session.client_data(fetch_v4(3), now=5.0)
+    answer = pack(">i", 3) + pack(">i", 0) + b"r" * 300_000
+    session.broker_data(pack(">i", len(answer)) + answer[:1000], now=5.0)
+    head = taken(session.to_client)
+    assert 18_000 < unpack_from(">i", head, 8)[0] < 20_000
+    assert 23.0 < session.muted_until < 25.0
+
+
+def test_refused_topics_are_merged_into_the_brokers_answer_in_request_order() -> None:
+    thresholds = "[topic_thresholds]\ntotal_bytes_in_per_sec = 1000\n[topic_thresholds.topics]\nbig = 100\n"
+    session, _ = session_with(thresholds)
+    # Over the total (11 kB of burst) and over its own threshold: "big" is refused from now on.
+    session.client_data(produce(1, {"big": b"b" * 12_000}), now=0.0)
+    session.broker_data(produce_answer(1, ["big"]), now=0.0)
+    taken(session.to_broker), taken(session.to_client)
+    muted_until = session.muted_until
+    session.unmute(now=muted_until)
+    session.client_data(produce(2, {"small": b"s" * 10, "big": b"b" * 10}), now=muted_until)
+    (forwarded,) = frames(taken(session.to_broker))
+    assert b"small" in forwarded and b"big" not in forwarded
+    session.broker_data(produce_answer(2, ["small"]), now=muted_until + 0.001)
+    (answer,) = frames(taken(session.to_client))
+    response = ProduceResponse.decode(answer[8:], version=8)
+    assert [(t.name, t.partition_responses[0].error_code) for t in response.responses] == [
+        ("small", 0),
+        ("big", TOPIC_THRESHOLD_ERROR),
+    ]
+
+
+def create_topics_of(correlation_id: int, names: list[str], partitions: int) -> bytes:
+    topic = CreateTopicsRequest.CreatableTopic
+    request = CreateTopicsRequest(
+        version=7,
+        topics=[
+            topic(version=7, name=n, num_partitions=partitions, replication_factor=1, assignments=[], configs=[])
+            for n in names
+        ],
+        timeout_ms=1000,
+        validate_only=False,
+    )
+    request.with_header(correlation_id=correlation_id, client_id="app")
+    return bytes(request.encode(header=True, framed=True))
+
+
+def created(correlation_id: int, names: list[str], partitions: int) -> bytes:
+    """A broker's CreateTopics v7 answer: every topic made, no throttle."""
+    result = CreateTopicsResponse.CreatableTopicResult
+    response = CreateTopicsResponse(
+        version=7,
+        throttle_time_ms=0,
+        topics=[
+            result(
+                version=7,
+                name=n,
+                topic_id=None,
+                error_code=0,
+                error_message=None,
+                num_partitions=partitions,
+                replication_factor=1,
+                configs=[],
+            )
+            for n in names
+        ],
+    )
+    payload = pack(">i", correlation_id) + b"\x00" + bytes(response.encode())  # header v1: no tags
+    return pack(">i", len(payload)) + payload
+
+
+def test_a_strict_create_whose_topics_were_all_admitted_carries_no_throttle_and_the_next_is_refused() -> None:
+    # The seed example (spec §4): rate 5, burst 500; 7 topics x 80 = 560 partitions all admitted.
+    session, _ = session_with(
+        '[[quotas]]\nclient_id = "app"\ncontroller_mutation_rate = 5\n', top_level="controller_quota_window_num = 100\n"
+    )
+    names = [f"t{i}" for i in range(7)]
+    session.client_data(create_topics_of(1, names, 80), now=0.0)
+    assert correlation_ids(taken(session.to_broker), 8) == [1]
+    session.broker_data(created(1, names, 80), now=0.1)
+    (answer,) = frames(taken(session.to_client))
+    assert unpack_from(">i", answer, 9)[0] == 0  # throttle_time_ms, right after the header
+    assert session.muted_until == 0.0  # tokens are at -60, but nothing was refused: no mute
+    # The first refusal brings the throttle and the mute: ~12 s until the bucket is back at zero.
+    session.client_data(create_topics_of(2, ["late"], 1), now=0.2)
+    assert not session.to_broker
+    (refusal,) = frames(taken(session.to_client))
+    response = CreateTopicsResponse.decode(refusal[9:], version=7)
+    assert [(t.name, t.error_code) for t in response.topics] == [("late", 89)]
+    assert 11_700 <= response.throttle_time_ms <= 12_000
+    assert 11.9 <= session.muted_until <= 12.2
+
+
+class BrokerScript:
+    """Answers what the session forwarded, in order; hands its bytes out in chunks of any size."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.received = bytearray()
+        self.answered = 0
+        self.pending = bytearray()
+
+    def answer_new_requests(self) -> None:
+        requests = frames(bytes(self.received))
+        for request in requests[self.answered :]:
+            correlation_id = unpack_from(">i", request, 8)[0]
+            if unpack_from(">h", request, 4)[0] == FETCH:
+                size = self.rng.choice([100, 20_000, 70_000])  # below and above the cut-through size
+                body = pack(">i", 0) + bytes([correlation_id % 256]) * size
+            else:
+                body = b"\x00\x00"
+            payload = pack(">i", correlation_id) + body
+            self.pending += pack(">i", len(payload)) + payload
+        self.answered = len(requests)
+
+    def take(self, size: int) -> bytes:
+        chunk = bytes(self.pending[:size])
+        del self.pending[:size]
+        return chunk
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_responses_reach_the_client_whole_and_in_order(seed: int) -> None:
+    rng = random.Random(seed)
+    session, engine = session_with('[[quotas]]\nclient_id = "app"\ncontroller_mutation_rate = 1\n')
+    broker = BrokerScript(rng)
+    client_received = bytearray()
+    now = 0.0
+
+    def stay_in_debt() -> None:  # every CreateTopics is answered by the session itself
+        engine.charge(ANONYMOUS, "app", QuotaKey.CONTROLLER_MUTATION_RATE, 10_000, now)
+
+    def deliver() -> None:
+        broker.received += taken(session.to_broker)
+        client_received.extend(taken(session.to_client))
+
+    stay_in_debt()
+    expected: list[int] = []
+    for correlation_id in range(1, 301):
+        step = rng.random()
+        now += 0.001
+        if step < 0.3 and session.muted_until <= now:  # the glue reads nothing while muted
+            build = rng.choice([fetch_v4, heartbeat, create_topics])
+            expected.append(correlation_id)
+            session.client_data(build(correlation_id), now)
+        elif step < 0.35:
+            now = max(now, session.muted_until)
+            session.unmute(now)
+            stay_in_debt()
+        else:
+            broker.answer_new_requests()
+            if broker.pending:
+                session.broker_data(broker.take(rng.choice([1, 3, 10, 60, 64, 100, 5000, 30_000, 100_000])), now)
+        deliver()
+    for _ in range(10_000):  # drain: unmute, answer, deliver
+        now = max(now, session.muted_until)
+        session.unmute(now)
+        deliver()
+        broker.answer_new_requests()
+        if not broker.pending:
+            break
+        session.broker_data(broker.take(7000), now)
+        deliver()
+
+    assert not session.holding and not session.in_flight
+    assert correlation_ids(bytes(client_received), 4) == expected
