@@ -32,6 +32,7 @@ class ApiKey(IntEnum):
     CREATE_PARTITIONS = 37
     DESCRIBE_CLIENT_QUOTAS = 48
     ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_CONFIGS = 32
     DESCRIBE_QUORUM = 55
     DESCRIBE_CLUSTER = 60
     SHARE_FETCH = 78
@@ -87,6 +88,7 @@ _REWRITTEN_APIS = (
     ApiKey.FIND_COORDINATOR,
     ApiKey.DESCRIBE_CLUSTER,
     ApiKey.API_VERSIONS,
+    ApiKey.DESCRIBE_CONFIGS,
 )
 
 MAX_VERSIONS: dict[int, int] = {
@@ -100,6 +102,22 @@ MAX_VERSIONS: dict[int, int] = {
 # KIP-932: NodeEndpoints in ShareFetch/ShareAcknowledge). They are hidden from ApiVersions so that
 # no client learns a broker address through them.
 HIDDEN_APIS: frozenset[int] = frozenset({ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE})
+
+
+def exceeds_advertised_cap(api_key: int, version: int) -> bool:
+    """Whether a request uses an API or a version that the proxy's ApiVersions answer does not offer.
+
+    The broker closes the connection on a request version it does not support (the request fails
+    to parse: RequestContext.parseRequest raises InvalidRequestException and the socket server
+    closes the channel), except ApiVersions, which it answers with UNSUPPORTED_VERSION (KIP-511).
+    The proxy offers less than the broker, so it must refuse the rest the same way: a client that
+    ignores ApiVersions must not reach versions whose responses name brokers unrewritten. ApiVersions
+    itself is never refused here: the broker answers it, and the answer's list is capped on its way.
+    """
+    if api_key in HIDDEN_APIS:
+        return True
+    cap = MAX_VERSIONS.get(api_key)
+    return cap is not None and version > cap and api_key != ApiKey.API_VERSIONS
 
 
 def api_name(api_key: int) -> str:

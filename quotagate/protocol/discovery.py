@@ -5,7 +5,7 @@ from __future__ import annotations
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from quotagate.protocol.apis import ApiKey
-from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
+from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
 from quotagate.protocol.headers import response_body_offset
 
 # v12: a version every Kafka from 2.8 to 4.x speaks (4.0 dropped v0-3), with topic ids; a null
@@ -25,6 +25,7 @@ def encode_discovery_request(correlation_id: int) -> bytes:
     return bytes(request.encode(header=True, framed=True))
 
 
+@frame_errors("discovery Metadata response")
 def decode_discovery(
     frame: bytes, correlation_id: int
 ) -> tuple[list[tuple[int, str, int]], list[tuple[str, object, int]]]:

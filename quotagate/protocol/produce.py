@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from kafka.protocol.producer import ProduceResponse
 
-from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
+from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
 from quotagate.protocol.headers import read_uvarint, skip_tagged_fields
 
 FLEXIBLE_FROM = 9
@@ -39,10 +39,12 @@ def _read_count(buf: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
 def produce_request_acks(frame: memoryview, body_offset: int, version: int) -> int:
     """The acks of a produce request (0 means the broker sends no response)."""
     pos = body_offset
-    if version >= 3:  # transactional_id comes first
-        pos = _skip_string(frame, pos, version >= FLEXIBLE_FROM)
     try:
+        if version >= 3:  # transactional_id comes first (a header-only frame has not even its length)
+            pos = _skip_string(frame, pos, version >= FLEXIBLE_FROM)
         return unpack_from(">h", frame, pos)[0]
+    except FrameError:
+        raise
     except Exception as exc:  # struct.error
         raise FrameError("produce request too short to hold acks") from exc
 
@@ -243,6 +245,7 @@ def refusal_entries(version: int, refused: dict[str, tuple[int, ...]], error_cod
     ]
 
 
+@frame_errors("Produce response")
 def produce_response_with_refusals(
     frame: memoryview | bytes,
     version: int,

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, cast
 
-from quotagate.protocol.apis import ApiKey
+from quotagate.protocol.apis import ApiKey, api_name, exceeds_advertised_cap
 from quotagate.protocol.fetch import fetch_max_wait_ms
 from quotagate.protocol.framing import FrameError, FrameSplitter, Piece, StreamingFrameSplitter, frame_body_size
 from quotagate.protocol.headers import peek_correlation_id, peek_request_header, response_body_offset
@@ -191,6 +191,8 @@ class ClientConnection(asyncio.Protocol):
             try:
                 header = peek_request_header(frame)
                 api_key, version, body = header.api_key, header.api_version, header.body_offset
+                if exceeds_advertised_cap(api_key, version):  # the broker closes on a version it lacks
+                    raise FrameError(f"{api_name(api_key)} v{version} is above what ApiVersions offered")
                 client_id = header.client_id or ""
                 metrics.count_request(api_key)
                 max_wait = 0
