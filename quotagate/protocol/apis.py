@@ -120,6 +120,18 @@ def exceeds_advertised_cap(api_key: int, version: int) -> bool:
     return cap is not None and version > cap and api_key != ApiKey.API_VERSIONS
 
 
+# The highest API key Apache Kafka defines (4.2: DeleteShareGroupOffsets). Metrics label API keys up
+# to it by number and fold every other value a client may send into one "unknown" label, so random
+# keys cannot create series.
+HIGHEST_KAFKA_API_KEY = 92
+UNKNOWN_API_LABEL = "unknown"
+
+
+def api_key_label(api_key: int) -> str:
+    """The metric label of an API key: its number when Kafka defines one that high, else "unknown"."""
+    return str(api_key) if 0 <= api_key <= HIGHEST_KAFKA_API_KEY else UNKNOWN_API_LABEL
+
+
 def api_name(api_key: int) -> str:
     """Kafka's name for an API ("Produce", "Metadata"), or "Api<N>" for one the codec does not know."""
     cls = REQUEST_CLASSES.get(api_key)

@@ -35,6 +35,12 @@ from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 log = logging.getLogger("quotagate.proxy")
 
 BOOTSTRAP = "bootstrap"
+# Per-entity state that no decision needs any more is dropped this often: quota buckets unused for
+# BUCKET_IDLE_SECONDS that are full again (a full bucket decides exactly as a fresh one), and
+# entity metrics unseen for an hour (folded into user="other"). Random client ids then cost memory
+# for a minute, not for the life of the process.
+STATE_EXPIRY_SECONDS = 30.0
+BUCKET_IDLE_SECONDS = 60.0
 
 
 def bind_listening_socket(host: str, port: int) -> socket.socket:
@@ -56,7 +62,8 @@ class Proxy:
         self.entity_metrics = EntityMetrics(lambda: self.engine, self.loop.time, config.metrics.max_entities)
         self.metrics.registry.register(self.entity_metrics)
         self.metrics.delay_queue_size.set_function(lambda: len(self.delay_queue))
-        self.metrics.muted_connections.set_function(lambda: sum(1 for client in self.clients if client.muted))
+        # list(): scrapes render in a worker thread while the loop adds and removes clients.
+        self.metrics.muted_connections.set_function(lambda: sum(1 for client in list(self.clients) if client.muted))
         self.upstream_reachable = False
         self.admin_http: AdminHttpServer | None = None
         self.usage: UsageRecorder | None = None
@@ -114,6 +121,7 @@ class Proxy:
         if not await self.refresh_metadata():
             log.warning("no bootstrap server answered yet; brokers will be discovered when one does")
         self._spawn(self._refresh_periodically())
+        self._spawn(self._expire_idle_state_periodically())
         usage = self.config.usage
         if usage.enabled:
             servers = [f"{host}:{port}" for host, port in self.config.proxy.bootstrap_servers]
@@ -244,6 +252,15 @@ class Proxy:
             return decode_discovery(size + body, correlation_id)
         finally:
             writer.close()
+
+    def expire_idle_state(self, now: float) -> tuple[int, int]:
+        """Drops idle full buckets and idle entity metrics; returns how many of each."""
+        return self.engine.expire_idle(now, BUCKET_IDLE_SECONDS), self.entity_metrics.expire_idle(now)
+
+    async def _expire_idle_state_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(STATE_EXPIRY_SECONDS)
+            self.expire_idle_state(self.loop.time())
 
     async def _refresh_periodically(self) -> None:
         while True:
