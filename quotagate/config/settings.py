@@ -19,6 +19,7 @@ DEFAULT_PORT = 9192
 DEFAULT_METRICS_PORT = 9190
 DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
+MAX_INT32 = 2**31 - 1  # Kafka's "no limit" for its connection limits
 
 
 class ConfigError(ValueError):
@@ -41,6 +42,21 @@ class ProxyConfig:
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
     connect_timeout_seconds: float = 10.0
     metadata_refresh_seconds: float = 30.0
+    # Kafka's connections.max.idle.ms: a client connection over which no byte has moved either way
+    # for this long is closed (a half-sent frame does not keep it open; a quota mute does).
+    connections_max_idle_ms: int = 600_000
+    # Kafka's max.connections.per.ip: a connection from an address that already has this many is
+    # closed right after it is accepted, as the broker does.
+    max_connections_per_ip: int = MAX_INT32
+    # Kafka's max.connections.per.ip.overrides, as (host or address, count) pairs; in the file the
+    # broker's syntax: "hostName:100,127.0.0.1:200".
+    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = ()
+    # Kafka's max.connection.creation.rate (KIP-612): new connections per second over all
+    # listeners. Beyond it a new connection is accepted but not read until the rate allows, which
+    # is what a client sees of the broker's acceptor waiting.
+    max_connection_creation_rate: int = MAX_INT32
+    # Kafka's socket.listen.backlog.size (KIP-764): pending connections the kernel queues per listener.
+    socket_listen_backlog_size: int = 1024
 
     def broker_port(self, node_id: int) -> int:
         return self.broker_port_base + node_id
@@ -251,7 +267,24 @@ def _parse_proxy(table: dict[str, Any]) -> ProxyConfig:
         max_frame_size=_integer(table, "proxy.max_frame_size", DEFAULT_MAX_FRAME_SIZE, 1024, 2**31 - 1),
         connect_timeout_seconds=_positive(table, "proxy.connect_timeout_seconds", 10.0),
         metadata_refresh_seconds=_positive(table, "proxy.metadata_refresh_seconds", 30.0),
+        connections_max_idle_ms=_integer(table, "proxy.connections_max_idle_ms", 600_000, 1, 2**63 - 1),
+        max_connections_per_ip=_integer(table, "proxy.max_connections_per_ip", MAX_INT32, 0, MAX_INT32),
+        max_connections_per_ip_overrides=_per_ip_overrides(table),
+        max_connection_creation_rate=_integer(table, "proxy.max_connection_creation_rate", MAX_INT32, 1, MAX_INT32),
+        socket_listen_backlog_size=_integer(table, "proxy.socket_listen_backlog_size", 1024, 1, 65535),
     )
+
+
+def _per_ip_overrides(table: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+    key = "proxy.max_connections_per_ip_overrides"
+    text = _string(table, key, "")
+    overrides = []
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        host, _, count = entry.rpartition(":")
+        if not host or not count.isdigit():
+            raise ConfigError(key, f'entry {entry!r} is not "host:count" (e.g. "127.0.0.1:200")')
+        overrides.append((host.strip("[]"), int(count)))
+    return tuple(overrides)
 
 
 def _parse_metrics(table: dict[str, Any]) -> MetricsConfig:

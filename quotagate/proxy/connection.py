@@ -131,6 +131,7 @@ class ClientConnection(asyncio.Protocol):
         self.muted_until = 0.0
         self.peer = "?"
         self.closed = False
+        self.last_activity = proxy.loop.time()  # last byte either way (connections_max_idle_ms)
 
     # asyncio callbacks -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -141,11 +142,12 @@ class ClientConnection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.reading = ReadGate(transport)
         self.reading.pause("upstream-connecting")
-        self.proxy.connection_opened(self)
-        asyncio.get_running_loop().create_task(self._connect_upstream())
+        if self.proxy.connection_opened(self):  # False: closed by a connection limit
+            asyncio.get_running_loop().create_task(self._connect_upstream())
 
     def data_received(self, data: bytes) -> None:
         self.proxy.metrics.bytes_in += len(data)
+        self.last_activity = self.proxy.loop.time()  # connections_max_idle_ms
         try:
             frames = self.splitter.feed(data)
         except FrameError as exc:
@@ -585,7 +587,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         client = self.client
-        now = client.proxy.loop.time()
+        now = client.last_activity = client.proxy.loop.time()
         out: list[bytes | memoryview] = []
         try:
             for kind, piece in self.splitter.pieces(data, self.streamable):

@@ -35,6 +35,22 @@ class ProxyMetrics:
             ["side"],
             registry=self.registry,
         )
+        self.connections_refused_total = Counter(
+            "quotagate_connections_refused",
+            "Client connections closed at accept by a connection limit, by the limit",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.connections_delayed_total = Counter(
+            "quotagate_connections_delayed",
+            "Client connections held unread for a while by max_connection_creation_rate",
+            registry=self.registry,
+        )
+        self.connections_idle_closed_total = Counter(
+            "quotagate_connections_idle_closed",
+            "Client connections closed after connections_max_idle_ms with no byte either way",
+            registry=self.registry,
+        )
         self.upstream_connect_failures_total = Counter(
             "quotagate_upstream_connect_failures", "Failed connections to brokers", registry=self.registry
         )
@@ -80,6 +96,7 @@ class ProxyMetrics:
             self.config_reloads_total.labels(result)
         for side in ("client", "broker"):
             self.protocol_errors_total.labels(side)
+        self.connections_refused_total.labels("max_connections_per_ip")
         # The hot path's counters (see the module docstring); exported by collect().
         self.bytes_in = 0  # client to broker
         self.bytes_out = 0  # broker to client

@@ -24,6 +24,7 @@ from quotagate.protocol.framing import FrameError
 from quotagate.protocol.rewrite import response_rewriters
 from quotagate.proxy.admin_http import AdminHttpServer
 from quotagate.proxy.connection import ClientConnection
+from quotagate.proxy.connection_limits import REFUSED, ConnectionLimits, LimitSettings
 from quotagate.proxy.delay_queue import DelayQueue
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
@@ -41,11 +42,13 @@ BOOTSTRAP = "bootstrap"
 # for a minute, not for the life of the process.
 STATE_EXPIRY_SECONDS = 30.0
 BUCKET_IDLE_SECONDS = 60.0
+# Idle connections are looked for every quarter of connections_max_idle_ms, at most this far apart.
+IDLE_CHECK_MAX_SECONDS = 5.0
 
 
-def bind_listening_socket(host: str, port: int) -> socket.socket:
+def bind_listening_socket(host: str, port: int, backlog: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=1024)
+    sock = socket.create_server((host, port), family=family, backlog=backlog)
     sock.setblocking(False)
     return sock
 
@@ -82,6 +85,11 @@ class Proxy:
         self._tasks: set[asyncio.Task[None]] = set()
         self._discovery_correlation_id = 0
         self._stopped = asyncio.Event()
+        self.limits = ConnectionLimits(
+            LimitSettings.from_config(config.proxy, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE)),
+            self.loop.time(),
+        )
+        self._client_addresses: dict[ClientConnection, str] = {}  # admitted clients -> their address
 
     # addresses -------------------------------------------------------------------------------
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
@@ -104,7 +112,9 @@ class Proxy:
             log.error("broker %d would be served on port %d: lower proxy.broker_port_base", node_id, port)
             return
         try:
-            sock = bind_listening_socket(self.config.proxy.listen_host, port)
+            sock = bind_listening_socket(
+                self.config.proxy.listen_host, port, self.config.proxy.socket_listen_backlog_size
+            )
         except OSError as exc:
             log.error("cannot listen for broker %d on port %d: %s", node_id, port, exc)
             return
@@ -115,13 +125,14 @@ class Proxy:
     # lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
         proxy = self.config.proxy
-        sock = bind_listening_socket(proxy.listen_host, proxy.port)
+        sock = bind_listening_socket(proxy.listen_host, proxy.port, proxy.socket_listen_backlog_size)
         log.info("bootstrap listener on %s:%d -> %s", proxy.listen_host, proxy.port, proxy.bootstrap_servers)
         await self._serve(sock, BOOTSTRAP, lambda: list(proxy.bootstrap_servers))
         if not await self.refresh_metadata():
             log.warning("no bootstrap server answered yet; brokers will be discovered when one does")
         self._spawn(self._refresh_periodically())
         self._spawn(self._expire_idle_state_periodically())
+        self._spawn(self._close_idle_periodically())
         usage = self.config.usage
         if usage.enabled:
             servers = [f"{host}:{port}" for host, port in self.config.proxy.bootstrap_servers]
@@ -146,7 +157,12 @@ class Proxy:
 
     async def _serve(self, sock: socket.socket, name: str, upstreams: Callable[[], list[tuple[str, int]]]) -> None:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: ClientConnection(self, name, upstreams()), sock=sock)
+        # create_server listens again on the socket, with its own default backlog (100) unless told.
+        server = await loop.create_server(
+            lambda: ClientConnection(self, name, upstreams()),
+            sock=sock,
+            backlog=self.config.proxy.socket_listen_backlog_size,
+        )
         self._servers.append(server)
 
     async def wait_stopped(self) -> None:
@@ -201,14 +217,54 @@ class Proxy:
         return watcher
 
     # bookkeeping for connections ---------------------------------------------------------------
-    def connection_opened(self, client: ClientConnection) -> None:
+    def connection_opened(self, client: ClientConnection) -> bool:
+        """Applies the connection limits to a client just accepted; False if it was closed for them."""
+        self.metrics.connections_total.labels(client.listener).inc()
+        assert client.transport is not None and client.reading is not None
+        peer = client.transport.get_extra_info("peername")
+        address = peer[0] if peer else "?"
+        now = self.loop.time()
+        wait = self.limits.admit(address, now)
+        if wait == REFUSED:
+            self.metrics.connections_refused_total.labels("max_connections_per_ip").inc()
+            log.debug(
+                "%s: closing %s: %s has max_connections_per_ip connections", client.listener, client.peer, address
+            )
+            client.closed = True
+            client.transport.close()
+            return False
+        self._client_addresses[client] = address
         self.clients.add(client)
         self.metrics.connections.labels(client.listener).inc()
-        self.metrics.connections_total.labels(client.listener).inc()
+        if wait > 0:  # over max_connection_creation_rate: accepted, read once the rate allows
+            self.metrics.connections_delayed_total.inc()
+            client.reading.pause("connection-rate")
+            self.loop.call_later(wait, client.reading.resume, "connection-rate")
+        return True
 
     def connection_closed(self, client: ClientConnection) -> None:
+        address = self._client_addresses.pop(client, None)
+        if address is None:
+            return  # refused at accept: never counted
+        self.limits.release(address)
         self.clients.discard(client)
         self.metrics.connections.labels(client.listener).dec()
+
+    def close_idle_connections(self, now: float) -> int:
+        """Closes client connections over which no byte moved for connections_max_idle_ms (a muted
+        client is waiting on the proxy, not idle); returns how many."""
+        idle = [c for c in self.clients if not c.muted and self.limits.is_idle(c.last_activity, now)]
+        for client in idle:
+            log.debug("%s: closing %s: idle for connections_max_idle_ms", client.listener, client.peer)
+            client.close()
+        self.metrics.connections_idle_closed_total.inc(len(idle))
+        return len(idle)
+
+    async def _close_idle_periodically(self) -> None:
+        period = min(self.limits.settings.max_idle_seconds / 4, IDLE_CHECK_MAX_SECONDS)
+        while True:
+            await asyncio.sleep(period)
+            self.close_idle_connections(self.loop.time())
 
     # discovery ---------------------------------------------------------------------------------
     async def refresh_metadata(self) -> bool:
