@@ -57,6 +57,9 @@ class ProxyConfig:
     max_connection_creation_rate: int = MAX_INT32
     # Kafka's socket.listen.backlog.size (KIP-764): pending connections the kernel queues per listener.
     socket_listen_backlog_size: int = 1024
+    # On SIGTERM the proxy stops accepting and reading requests, and waits this long at most for the
+    # answers to requests already forwarded before it closes the connections and flushes usage.
+    shutdown_timeout_seconds: float = 30.0
 
     def broker_port(self, node_id: int) -> int:
         return self.broker_port_base + node_id
@@ -272,6 +275,7 @@ def _parse_proxy(table: dict[str, Any]) -> ProxyConfig:
         max_connections_per_ip_overrides=_per_ip_overrides(table),
         max_connection_creation_rate=_integer(table, "proxy.max_connection_creation_rate", MAX_INT32, 1, MAX_INT32),
         socket_listen_backlog_size=_integer(table, "proxy.socket_listen_backlog_size", 1024, 1, 65535),
+        shutdown_timeout_seconds=_positive(table, "proxy.shutdown_timeout_seconds", 30.0),
     )
 
 

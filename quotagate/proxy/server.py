@@ -44,6 +44,7 @@ STATE_EXPIRY_SECONDS = 30.0
 BUCKET_IDLE_SECONDS = 60.0
 # Idle connections are looked for every quarter of connections_max_idle_ms, at most this far apart.
 IDLE_CHECK_MAX_SECONDS = 5.0
+SHUTDOWN_POLL_SECONDS = 0.02
 
 
 def bind_listening_socket(host: str, port: int, backlog: int) -> socket.socket:
@@ -51,6 +52,11 @@ def bind_listening_socket(host: str, port: int, backlog: int) -> socket.socket:
     sock = socket.create_server((host, port), family=family, backlog=backlog)
     sock.setblocking(False)
     return sock
+
+
+def _awaits_answers(client: ClientConnection) -> bool:
+    """Requests of the client are in flight, or a response is still being cut through to it."""
+    return bool(client.in_flight) or (client.upstream is not None and client.upstream.splitter.streaming)
 
 
 class Proxy:
@@ -85,6 +91,7 @@ class Proxy:
         self._tasks: set[asyncio.Task[None]] = set()
         self._discovery_correlation_id = 0
         self._stopped = asyncio.Event()
+        self._stopping = False
         self.limits = ConnectionLimits(
             LimitSettings.from_config(config.proxy, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE)),
             self.loop.time(),
@@ -176,8 +183,26 @@ class Proxy:
             self.usage.add(record)
 
     async def stop(self) -> None:
+        """Graceful shutdown: stop accepting and reading requests, let the requests already
+        forwarded be answered (up to shutdown_timeout_seconds), close every connection after what
+        was written to it, flush usage records, then stop."""
+        if self._stopping:
+            return
+        self._stopping = True
         for server in self._servers:
             server.close()
+        clients = list(self.clients)
+        for client in clients:
+            if client.reading is not None:
+                client.reading.pause("shutdown")
+        deadline = self.loop.time() + self.config.proxy.shutdown_timeout_seconds
+        waiting = sum(len(client.in_flight) for client in clients)
+        log.info("shutting down: %d connections, %d requests in flight", len(clients), waiting)
+        while self.loop.time() < deadline and any(map(_awaits_answers, self.clients)):
+            await asyncio.sleep(SHUTDOWN_POLL_SECONDS)
+        unanswered = sum(len(client.in_flight) for client in self.clients)
+        if unanswered:
+            log.warning("shutdown_timeout_seconds passed with %d requests unanswered; closing", unanswered)
         for client in list(self.clients):
             client.close()
         for task in list(self._tasks):

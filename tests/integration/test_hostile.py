@@ -3,8 +3,10 @@ would give them, and a canary client on another connection never notices."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
+import time
 from struct import pack
 
 import pytest
@@ -120,3 +122,59 @@ def test_describe_configs_through_the_proxy_names_no_broker_address(proxy, kafka
     leaks = {name: entry.value for name, entry in via_proxy.items() if entry.value and broker_port in entry.value}
     assert leaks == {}
     assert via_proxy["log.dirs"].value == direct["log.dirs"].value, "configs without addresses pass untouched"
+
+
+def test_sigterm_under_acks_all_load_answers_what_was_forwarded(proxy_factory, kafka) -> None:
+    """Every record the client saw acknowledged is in the topic, and every record in the topic was
+    acknowledged: no request is cut off between the broker writing it and the client hearing so."""
+    proxy = proxy_factory(kafka.bootstrap, "")
+    topic = unique_topic("sigterm")
+    create_topic(kafka.bootstrap, topic, partitions=3)
+    producer = Producer(
+        {
+            "bootstrap.servers": proxy.bootstrap,
+            "acks": "all",
+            "enable.idempotence": False,
+            "message.send.max.retries": 0,  # a retry would hide a lost answer behind a duplicate
+            "linger.ms": 2,
+            "message.timeout.ms": 8000,
+        }
+    )
+    acknowledged: set[bytes] = set()
+    failed: list[str] = []
+
+    def delivered(err, msg) -> None:
+        if err is None:
+            acknowledged.add(msg.value())
+        else:
+            failed.append(str(err))
+
+    sent = 0
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        for _ in range(50):
+            producer.produce(topic, f"r-{sent}".encode(), on_delivery=delivered)
+            sent += 1
+        producer.poll(0)
+        if sent == 2000:
+            proxy.process.send_signal(signal.SIGTERM)  # mid-load
+        time.sleep(0.005)
+    producer.flush(15)
+    assert proxy.process.wait(20) == 0
+    consumer = Consumer(
+        {"bootstrap.servers": kafka.bootstrap, "group.id": unique_topic("g"), "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([topic])
+    in_topic: set[bytes] = set()
+    idle_until = time.monotonic() + 10
+    while time.monotonic() < idle_until:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            in_topic.add(message.value())
+            idle_until = time.monotonic() + 3
+    consumer.close()
+    assert acknowledged, "some records were acknowledged before the SIGTERM"
+    assert acknowledged <= in_topic, f"{len(acknowledged - in_topic)} acknowledged records missing"
+    assert in_topic <= acknowledged, f"{len(in_topic - acknowledged)} records written but never acknowledged"
+    log = proxy.log_text()
+    assert "shutting down" in log and "Traceback" not in log, log[-2000:]
