@@ -60,6 +60,11 @@ class ProxyConfig:
     # On SIGTERM the proxy stops accepting and reading requests, and waits this long at most for the
     # answers to requests already forwarded before it closes the connections and flushes usage.
     shutdown_timeout_seconds: float = 30.0
+    # /readyz: every readiness_probe_seconds the proxy asks the brokers for ApiVersions; when none
+    # answers within readiness_timeout_seconds (a frozen broker still accepts TCP connections), the
+    # proxy reports itself not ready until one does.
+    readiness_probe_seconds: float = 2.0
+    readiness_timeout_seconds: float = 2.0
 
     def broker_port(self, node_id: int) -> int:
         return self.broker_port_base + node_id
@@ -276,6 +281,8 @@ def _parse_proxy(table: dict[str, Any]) -> ProxyConfig:
         max_connection_creation_rate=_integer(table, "proxy.max_connection_creation_rate", MAX_INT32, 1, MAX_INT32),
         socket_listen_backlog_size=_integer(table, "proxy.socket_listen_backlog_size", 1024, 1, 65535),
         shutdown_timeout_seconds=_positive(table, "proxy.shutdown_timeout_seconds", 30.0),
+        readiness_probe_seconds=_positive(table, "proxy.readiness_probe_seconds", 2.0),
+        readiness_timeout_seconds=_positive(table, "proxy.readiness_timeout_seconds", 2.0),
     )
 
 

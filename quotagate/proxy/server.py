@@ -19,7 +19,12 @@ from typing import Any
 
 from quotagate.config import Config
 from quotagate.config.reload import ConfigWatcher
-from quotagate.protocol.discovery import decode_discovery, encode_discovery_request
+from quotagate.protocol.discovery import (
+    decode_discovery,
+    encode_discovery_request,
+    encode_probe_request,
+    is_probe_answer,
+)
 from quotagate.protocol.framing import FrameError
 from quotagate.protocol.rewrite import response_rewriters
 from quotagate.proxy.admin_http import AdminHttpServer
@@ -140,6 +145,7 @@ class Proxy:
         self._spawn(self._refresh_periodically())
         self._spawn(self._expire_idle_state_periodically())
         self._spawn(self._close_idle_periodically())
+        self._spawn(self._probe_periodically())
         usage = self.config.usage
         if usage.enabled:
             servers = [f"{host}:{port}" for host, port in self.config.proxy.bootstrap_servers]
@@ -159,7 +165,7 @@ class Proxy:
         if not self._servers:
             problems.append("no listener is up")
         if not self.upstream_reachable:
-            problems.append("no bootstrap server reachable at the last metadata refresh")
+            problems.append("no bootstrap server reachable at the last metadata refresh or readiness probe")
         return problems
 
     async def _serve(self, sock: socket.socket, name: str, upstreams: Callable[[], list[tuple[str, int]]]) -> None:
@@ -342,6 +348,42 @@ class Proxy:
         while True:
             await asyncio.sleep(STATE_EXPIRY_SECONDS)
             self.expire_idle_state(self.loop.time())
+
+    async def probe_brokers(self) -> bool:
+        """Asks the bootstrap servers and known brokers for ApiVersions, one after another, until
+        one answers within readiness_timeout_seconds; records and returns whether one did."""
+        timeout = self.config.proxy.readiness_timeout_seconds
+        candidates = list(self.config.proxy.bootstrap_servers) + list(self.brokers.values())
+        for host, port in dict.fromkeys(candidates):
+            try:
+                await asyncio.wait_for(self._probe(host, port), timeout)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, FrameError) as exc:
+                log.debug("readiness probe of %s:%d failed: %r", host, port, exc)
+                continue
+            self._set_upstream_reachable(True)
+            return True
+        if self.upstream_reachable:
+            log.warning("no broker answered ApiVersions within %.1f s: not ready", timeout)
+        self._set_upstream_reachable(False)
+        return False
+
+    async def _probe(self, host: str, port: int) -> None:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            self._discovery_correlation_id += 1
+            correlation_id = self._discovery_correlation_id
+            writer.write(encode_probe_request(correlation_id))
+            size = await reader.readexactly(4)
+            body = await reader.readexactly(int.from_bytes(size, "big"))
+            if not is_probe_answer(size + body, correlation_id):
+                raise FrameError("the probe's answer does not match its request")
+        finally:
+            writer.close()
+
+    async def _probe_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.proxy.readiness_probe_seconds)
+            await self.probe_brokers()
 
     async def _refresh_periodically(self) -> None:
         while True:
