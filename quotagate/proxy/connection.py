@@ -543,7 +543,7 @@ class ClientConnection(asyncio.Protocol):
                 )
             except (OSError, TimeoutError) as exc:
                 self.proxy.metrics.upstream_connect_failures_total.inc()
-                log.warning("%s: cannot connect to broker %s:%s: %s", self.listener, host, port, exc or "timeout")
+                log.debug("%s: cannot connect to broker %s:%s: %s", self.listener, host, port, exc or "timeout")
                 continue
             if self.closed:
                 upstream.transport.close()
@@ -553,7 +553,8 @@ class ClientConnection(asyncio.Protocol):
             self.reading.resume("upstream-connecting")
             self._release_held()
             return
-        log.warning("%s: no broker reachable for client %s; closing it", self.listener, self.peer)
+        log.debug("%s: no broker reachable for client %s; closing it", self.listener, self.peer)
+        self.proxy.upstream_unreachable(self.listener)  # logs once, stops accepting until one is
         self.close()
 
     def close(self) -> None:
