@@ -130,16 +130,22 @@ class Proxy:
         if not 0 < port < 65536:
             log.error("broker %d would be served on port %d: lower proxy.broker_port_base", node_id, port)
             return
+        name = f"broker-{node_id}"
+        sock = self._bind(name, port)
+        if sock is None:
+            return
+        log.info("serving broker %d (%s:%d) on port %d", node_id, *self.brokers[node_id], port)
+        self._spawn(self._serve(sock, name, lambda: [self.brokers[node_id]]))
+
+    def _bind(self, listener: str, port: int) -> socket.socket | None:
+        """A listening socket on listen_host:port for `listener`, or None (logged) if the port is taken."""
         try:
-            sock = bind_listening_socket(
+            return bind_listening_socket(
                 self.config.proxy.listen_host, port, self.config.proxy.socket_listen_backlog_size
             )
         except OSError as exc:
-            log.error("cannot listen for broker %d on port %d: %s", node_id, port, exc)
-            return
-        name = f"broker-{node_id}"
-        log.info("serving broker %d (%s:%d) on port %d", node_id, *self.brokers[node_id], port)
-        self._spawn(self._serve(sock, name, lambda: [self.brokers[node_id]]))
+            log.error("%s: cannot listen on port %d: %s", listener, port, exc)
+            return None
 
     # lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -220,12 +226,8 @@ class Proxy:
                 except (OSError, TimeoutError):
                     continue
                 writer.close()
-                try:
-                    sock = bind_listening_socket(
-                        self.config.proxy.listen_host, port, self.config.proxy.socket_listen_backlog_size
-                    )
-                except OSError as exc:
-                    log.error("%s: cannot listen on port %d again: %s", listener, port, exc)
+                sock = self._bind(listener, port)
+                if sock is None:
                     break
                 self._paused_listeners.discard(listener)
                 await self._serve(sock, listener, upstreams)

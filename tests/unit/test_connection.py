@@ -32,14 +32,22 @@ class BrokerDouble:
     async def start(self, port: int) -> None:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", port)
 
+    async def before_read(self) -> None:
+        """Subclasses may wait here (a frozen broker reads nothing)."""
+
+    async def before_answer(self, correlation_id: int) -> None:
+        """Subclasses may wait here (a slow or frozen broker)."""
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writers.append(writer)
         try:
             while True:
+                await self.before_read()
                 size = int.from_bytes(await reader.readexactly(4), "big")
                 request = await reader.readexactly(size)
                 correlation_id = unpack_from(">i", request, 4)[0]
                 self.received.append(correlation_id)
+                await self.before_answer(correlation_id)
                 payload = pack(">i", correlation_id) + self.response_body
                 writer.write(pack(">i", len(payload)) + payload)
                 await writer.drain()
@@ -73,20 +81,31 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return unpack_from(">i", payload)[0], payload[4:]
 
 
-@pytest.fixture
-async def rig() -> AsyncIterator[tuple[Proxy, BrokerDouble, int]]:
+@contextlib.asynccontextmanager
+async def proxy_in_front_of(
+    broker: BrokerDouble, proxy_toml: str = "", top_toml: str = ""
+) -> AsyncIterator[tuple[Proxy, BrokerDouble, int]]:
+    """A started proxy in front of `broker` (started here too): (proxy, broker, bootstrap port).
+    `proxy_toml` adds [proxy] keys, `top_toml` top-level ones."""
     first = free_port_block(12)  # broker double, bootstrap, broker listeners
-    broker = BrokerDouble()
     await broker.start(first)
     config = parse_config(
-        f'[proxy]\nbootstrap_servers = ["127.0.0.1:{first}"]\nport = {first + 1}\n'
-        f"connect_timeout_seconds = 2\nmetadata_refresh_seconds = 3600\n"
+        f'{top_toml}\n[proxy]\nbootstrap_servers = ["127.0.0.1:{first}"]\nport = {first + 1}\n'
+        f"connect_timeout_seconds = 2\nmetadata_refresh_seconds = 3600\n{proxy_toml}\n"
     )
     proxy = Proxy(config)
     await proxy.start()
-    yield proxy, broker, first + 1
-    await proxy.stop()
-    await broker.stop()
+    try:
+        yield proxy, broker, first + 1
+    finally:
+        await proxy.stop()
+        await broker.stop()
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[tuple[Proxy, BrokerDouble, int]]:
+    async with proxy_in_front_of(BrokerDouble()) as started:
+        yield started
 
 
 async def test_pipelined_requests_get_their_responses_in_order(rig) -> None:

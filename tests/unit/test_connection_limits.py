@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,7 @@ from quotagate.config import parse_config
 from quotagate.config.settings import ConfigError
 from quotagate.proxy.connection_limits import REFUSED, ConnectionLimits, LimitSettings
 from quotagate.proxy.server import Proxy
-from tests.proxy_fixtures import free_port_block
-from tests.unit.test_connection import BrokerDouble, assert_closed, heartbeat, read_response
+from tests.unit.test_connection import BrokerDouble, assert_closed, heartbeat, proxy_in_front_of, read_response
 
 
 def limits(max_per_ip: int = 10, overrides: dict[str, int] | None = None, rate: float = 1e9, burst: float = 1e9):
@@ -51,22 +49,8 @@ def test_connection_limit_settings_are_parsed_with_kafkas_override_syntax() -> N
         parse_config('[proxy]\nbootstrap_servers = ["k:1"]\nmax_connections_per_ip_overrides = "host"\n')
 
 
-@contextlib.asynccontextmanager
-async def limited_proxy(extra: str) -> AsyncIterator[tuple[Proxy, BrokerDouble, int]]:
-    first = free_port_block(12)
-    broker = BrokerDouble()
-    await broker.start(first)
-    config = parse_config(
-        f'quota_window_num = 1\n[proxy]\nbootstrap_servers = ["127.0.0.1:{first}"]\nport = {first + 1}\n'
-        f"connect_timeout_seconds = 2\nmetadata_refresh_seconds = 3600\n{extra}\n"
-    )
-    proxy = Proxy(config)
-    await proxy.start()
-    try:
-        yield proxy, broker, first + 1
-    finally:
-        await proxy.stop()
-        await broker.stop()
+def limited_proxy(proxy_toml: str) -> contextlib.AbstractAsyncContextManager:
+    return proxy_in_front_of(BrokerDouble(), proxy_toml, top_toml="quota_window_num = 1")
 
 
 async def answered(port: int, correlation_id: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
