@@ -107,6 +107,9 @@ def _walked_throttle_offset(frame: memoryview, body_offset: int, version: int) -
         for _ in range(topics):
             pos = pos + 16 if version >= TOPIC_ID_FROM else _skip_string(frame, pos, flexible)
             partitions, pos = _read_count(frame, pos, flexible)
+            # Below v8 the loop reads nothing: a huge count must not make it spin.
+            if pos + partitions * fixed_partition_bytes > len(frame):
+                raise FrameError("produce response announces more partitions than it holds")
             for _ in range(partitions):
                 pos += fixed_partition_bytes
                 if version >= 8:
