@@ -10,7 +10,7 @@ import time
 from struct import pack
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from tests.integration.helpers import create_topic, unique_topic
@@ -150,29 +150,37 @@ def test_sigterm_under_acks_all_load_answers_what_was_forwarded(proxy_factory, k
             failed.append(str(err))
 
     sent = 0
-    deadline = time.monotonic() + 3.0
-    while time.monotonic() < deadline:
-        for _ in range(50):
-            producer.produce(topic, f"r-{sent}".encode(), on_delivery=delivered)
-            sent += 1
+    signalled_at: float | None = None
+    give_up = time.monotonic() + 60
+    while time.monotonic() < give_up and (signalled_at is None or time.monotonic() < signalled_at + 1.0):
+        try:
+            for _ in range(50):
+                producer.produce(topic, f"r-{sent}".encode(), on_delivery=delivered)
+                sent += 1
+        except BufferError:  # the client's queue is full: let it drain
+            producer.poll(0.1)
         producer.poll(0)
-        if sent == 2000:
-            proxy.process.send_signal(signal.SIGTERM)  # mid-load
+        if signalled_at is None and len(acknowledged) >= 500:  # mid-load: answers are flowing
+            proxy.process.send_signal(signal.SIGTERM)
+            signalled_at = time.monotonic()
         time.sleep(0.005)
+    assert signalled_at is not None, f"only {len(acknowledged)} records acknowledged in 60 s"
     producer.flush(15)
     assert proxy.process.wait(20) == 0
     consumer = Consumer(
         {"bootstrap.servers": kafka.bootstrap, "group.id": unique_topic("g"), "auto.offset.reset": "earliest"}
     )
+    # Read everything the broker holds: up to the high watermarks (no retries, so one record each).
+    total = sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(3))
     consumer.subscribe([topic])
     in_topic: set[bytes] = set()
-    idle_until = time.monotonic() + 10
-    while time.monotonic() < idle_until:
+    deadline = time.monotonic() + 60
+    while len(in_topic) < total and time.monotonic() < deadline:
         message = consumer.poll(0.5)
         if message is not None and message.error() is None:
             in_topic.add(message.value())
-            idle_until = time.monotonic() + 3
     consumer.close()
+    assert len(in_topic) == total, f"read {len(in_topic)} of the {total} records in the topic"
     assert acknowledged, "some records were acknowledged before the SIGTERM"
     assert acknowledged <= in_topic, f"{len(acknowledged - in_topic)} acknowledged records missing"
     assert in_topic <= acknowledged, f"{len(in_topic - acknowledged)} records written but never acknowledged"
