@@ -26,6 +26,7 @@ DEFAULT_PORT = 9192
 DEFAULT_METRICS_PORT = 9190
 DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
+MAX_INT32 = 2**31 - 1  # Kafka's "no limit" for its connection limits
 
 
 class ConfigError(ValueError):
@@ -69,6 +70,59 @@ class ProxyConfig:
     )
     metadata_refresh_seconds: float = field(
         default=30.0, metadata={"doc": "How often the proxy asks the cluster for its brokers (Metadata)."}
+    )
+    connections_max_idle_ms: int = field(
+        default=600_000,
+        metadata={
+            "doc": "Kafka's connections.max.idle.ms: a client connection over which no byte has moved either way "
+            "for this long is closed (a half-sent frame does not keep it open; a quota mute does)."
+        },
+    )
+    max_connections_per_ip: int = field(
+        default=MAX_INT32,
+        metadata={
+            "doc": "Kafka's max.connections.per.ip: a connection from an address that already has this many is "
+            "closed right after it is accepted, as the broker does."
+        },
+    )
+    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = field(
+        default=(),
+        metadata={
+            "doc": 'Kafka\'s max.connections.per.ip.overrides: per-host limits as an array of "host:count" '
+            'strings (["hostName:100", "127.0.0.1:200"]), or the broker\'s own "hostName:100,127.0.0.1:200".',
+            "type": 'array of "host:count" strings',
+        },
+    )
+    max_connection_creation_rate: int = field(
+        default=MAX_INT32,
+        metadata={
+            "doc": "Kafka's max.connection.creation.rate (KIP-612): new connections per second over all "
+            "listeners. Beyond it a new connection is accepted but not read until the rate allows, which is "
+            "what a client sees of the broker's acceptor waiting."
+        },
+    )
+    socket_listen_backlog_size: int = field(
+        default=1024,
+        metadata={
+            "doc": "Kafka's socket.listen.backlog.size (KIP-764): pending connections the kernel queues per listener."
+        },
+    )
+    shutdown_timeout_seconds: float = field(
+        default=30.0,
+        metadata={
+            "doc": "On SIGTERM the proxy stops accepting and reading requests, and waits this long at most for "
+            "the answers to requests already forwarded before it closes the connections and flushes usage."
+        },
+    )
+    readiness_probe_seconds: float = field(
+        default=2.0,
+        metadata={
+            "doc": "/readyz: how often the proxy asks the brokers for ApiVersions; when none answers within "
+            "readiness_timeout_seconds (a frozen broker still accepts TCP connections) it reports not ready."
+        },
+    )
+    readiness_timeout_seconds: float = field(
+        default=2.0, metadata={"doc": "/readyz: how long a broker has to answer the readiness probe."}
     )
 
     def broker_port(self, node_id: int) -> int:
@@ -347,7 +401,33 @@ def _parse_proxy(table: dict[str, Any]) -> ProxyConfig:
         max_frame_size=_integer(table, "proxy.max_frame_size", DEFAULT_MAX_FRAME_SIZE, 1024, 2**31 - 1),
         connect_timeout_seconds=_positive(table, "proxy.connect_timeout_seconds", 10.0),
         metadata_refresh_seconds=_positive(table, "proxy.metadata_refresh_seconds", 30.0),
+        connections_max_idle_ms=_integer(table, "proxy.connections_max_idle_ms", 600_000, 1, 2**63 - 1),
+        max_connections_per_ip=_integer(table, "proxy.max_connections_per_ip", MAX_INT32, 0, MAX_INT32),
+        max_connections_per_ip_overrides=_per_ip_overrides(table),
+        max_connection_creation_rate=_integer(table, "proxy.max_connection_creation_rate", MAX_INT32, 1, MAX_INT32),
+        socket_listen_backlog_size=_integer(table, "proxy.socket_listen_backlog_size", 1024, 1, 65535),
+        shutdown_timeout_seconds=_positive(table, "proxy.shutdown_timeout_seconds", 30.0),
+        readiness_probe_seconds=_positive(table, "proxy.readiness_probe_seconds", 2.0),
+        readiness_timeout_seconds=_positive(table, "proxy.readiness_timeout_seconds", 2.0),
     )
+
+
+def _per_ip_overrides(table: dict[str, Any]) -> tuple[tuple[str, int], ...]:
+    key = "proxy.max_connections_per_ip_overrides"
+    value = table.get("max_connections_per_ip_overrides", [])
+    # An array of "host:count" strings, as bootstrap_servers is written, or the broker's own
+    # comma-separated string pasted from server.properties.
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ConfigError(key, f'must be an array of "host:count" strings, got {value!r}')
+    overrides = []
+    for entry in filter(None, (part.strip() for part in value)):
+        host, _, count = entry.rpartition(":")
+        if not host or not count.isdigit():
+            raise ConfigError(key, f'entry {entry!r} is not "host:count" (e.g. "127.0.0.1:200")')
+        overrides.append((host.strip("[]"), int(count)))
+    return tuple(overrides)
 
 
 def _parse_metrics(table: dict[str, Any]) -> MetricsConfig:

@@ -33,6 +33,7 @@ class ApiKey(IntEnum):
     CREATE_PARTITIONS = 37
     DESCRIBE_CLIENT_QUOTAS = 48
     ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_CONFIGS = 32
     DESCRIBE_QUORUM = 55
     DESCRIBE_CLUSTER = 60
     SHARE_FETCH = 78
@@ -92,6 +93,7 @@ _REWRITTEN_APIS = (
     ApiKey.FIND_COORDINATOR,
     ApiKey.DESCRIBE_CLUSTER,
     ApiKey.API_VERSIONS,
+    ApiKey.DESCRIBE_CONFIGS,
 )
 
 MAX_VERSIONS: dict[int, int] = {
@@ -105,6 +107,34 @@ MAX_VERSIONS: dict[int, int] = {
 # KIP-932: NodeEndpoints in ShareFetch/ShareAcknowledge). They are hidden from ApiVersions so that
 # no client learns a broker address through them.
 HIDDEN_APIS: frozenset[int] = frozenset({ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE})
+
+
+def exceeds_advertised_cap(api_key: int, version: int) -> bool:
+    """Whether a request uses an API or a version that the proxy's ApiVersions answer does not offer.
+
+    The broker closes the connection on a request version it does not support (the request fails
+    to parse: RequestContext.parseRequest raises InvalidRequestException and the socket server
+    closes the channel), except ApiVersions, which it answers with UNSUPPORTED_VERSION (KIP-511).
+    The proxy offers less than the broker, so it must refuse the rest the same way: a client that
+    ignores ApiVersions must not reach versions whose responses name brokers unrewritten. ApiVersions
+    itself is never refused here: the broker answers it, and the answer's list is capped on its way.
+    """
+    if api_key in HIDDEN_APIS:
+        return True
+    cap = MAX_VERSIONS.get(api_key)
+    return cap is not None and version > cap and api_key != ApiKey.API_VERSIONS
+
+
+# The highest API key Apache Kafka defines (4.2: DeleteShareGroupOffsets). Metrics label API keys up
+# to it by number and fold every other value a client may send into one "unknown" label, so random
+# keys cannot create series.
+HIGHEST_KAFKA_API_KEY = 92
+UNKNOWN_API_LABEL = "unknown"
+
+
+def api_key_label(api_key: int) -> str:
+    """The metric label of an API key: its number when Kafka defines one that high, else "unknown"."""
+    return str(api_key) if 0 <= api_key <= HIGHEST_KAFKA_API_KEY else UNKNOWN_API_LABEL
 
 
 def api_name(api_key: int) -> str:

@@ -11,15 +11,45 @@ client while the broker is still sending it, and the proxy never holds more of i
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterator
 from enum import IntEnum
+from functools import wraps
 from struct import unpack_from
+from typing import ParamSpec, TypeVar
 
 FRAME_SIZE_BYTES = 4
 
 
 class FrameError(ValueError):
     """The peer sent bytes that cannot be a Kafka frame; its connection should be closed."""
+
+
+# What kafka-python and struct raise on bytes that are not the message they should be: truncation
+# (struct.error, IndexError), a null array or string where the schema has none (TypeError,
+# AttributeError on None), bad UTF-8, out-of-range numbers.
+_MALFORMED = (struct.error, IndexError, KeyError, TypeError, AttributeError, ValueError, OverflowError)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def frame_errors(what: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Makes a decoder raise FrameError, and nothing else, on malformed bytes: what it reads from
+    a peer must close that peer's connection, never escape as another exception."""
+
+    def wrap(decoder: Callable[_P, _R]) -> Callable[_P, _R]:
+        @wraps(decoder)
+        def decode(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return decoder(*args, **kwargs)
+            except FrameError:
+                raise
+            except _MALFORMED as exc:
+                raise FrameError(f"malformed {what}: {exc!r}") from exc
+
+        return decode
+
+    return wrap
 
 
 class FrameSplitter:

@@ -22,7 +22,7 @@ from kafka.protocol.admin import (
 )
 
 from quotagate.protocol.apis import ApiKey, is_flexible
-from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
+from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
 from quotagate.protocol.headers import response_body_offset
 from quotagate.protocol.throttle import THROTTLE_MAX_MS
 
@@ -72,6 +72,7 @@ class MutationRequest:
             return self.message.topic_names
         return self.message.topics
 
+    @frame_errors("topic mutation request")
     def encode_keeping(self, indexes: list[int]) -> bytes:
         """The request as a frame with only the topics at `indexes`, in their order."""
         entries = self._entries()
@@ -90,6 +91,7 @@ class MutationRequest:
         return pack(">i", len(self.header) + len(body)) + self.header + body
 
 
+@frame_errors("topic mutation request")
 def decode_mutation(frame: memoryview, body_offset: int, api_key: int, version: int) -> MutationRequest:
     cls = _REQUESTS[api_key]
     try:
@@ -171,6 +173,7 @@ class TopicResult:
     num_partitions: int  # CreateTopics v5+: the partitions created; −1 when unknown
 
 
+@frame_errors("topic mutation response")
 def decode_results(frame: memoryview | bytes, api_key: int, version: int) -> tuple[Any, list[TopicResult]]:
     view = memoryview(frame)
     body_offset = response_body_offset(view, api_key, version)
@@ -186,6 +189,7 @@ def decode_results(frame: memoryview | bytes, api_key: int, version: int) -> tup
     return response, results
 
 
+@frame_errors("topic mutation response")
 def merge_refusals(
     frame: memoryview | bytes, request: MutationRequest, forwarded: list[int], refused: list[int], response: Any
 ) -> bytes:

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from kafka.protocol.producer import ProduceResponse
 
-from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
+from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
 from quotagate.protocol.headers import read_uvarint, skip_tagged_fields
 
 FLEXIBLE_FROM = 9
@@ -39,10 +39,12 @@ def _read_count(buf: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
 def produce_request_acks(frame: memoryview, body_offset: int, version: int) -> int:
     """The acks of a produce request (0 means the broker sends no response)."""
     pos = body_offset
-    if version >= 3:  # transactional_id comes first
-        pos = _skip_string(frame, pos, version >= FLEXIBLE_FROM)
     try:
+        if version >= 3:  # transactional_id comes first (a header-only frame has not even its length)
+            pos = _skip_string(frame, pos, version >= FLEXIBLE_FROM)
         return unpack_from(">h", frame, pos)[0]
+    except FrameError:
+        raise
     except Exception as exc:  # struct.error
         raise FrameError("produce request too short to hold acks") from exc
 
@@ -105,6 +107,9 @@ def _walked_throttle_offset(frame: memoryview, body_offset: int, version: int) -
         for _ in range(topics):
             pos = pos + 16 if version >= TOPIC_ID_FROM else _skip_string(frame, pos, flexible)
             partitions, pos = _read_count(frame, pos, flexible)
+            # Below v8 the loop reads nothing: a huge count must not make it spin.
+            if pos + partitions * fixed_partition_bytes > len(frame):
+                raise FrameError("produce response announces more partitions than it holds")
             for _ in range(partitions):
                 pos += fixed_partition_bytes
                 if version >= 8:
@@ -243,6 +248,7 @@ def refusal_entries(version: int, refused: dict[str, tuple[int, ...]], error_cod
     ]
 
 
+@frame_errors("Produce response")
 def produce_response_with_refusals(
     frame: memoryview | bytes,
     version: int,

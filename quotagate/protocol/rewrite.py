@@ -11,6 +11,7 @@ ApiVersions is rewritten too: the proxy caps the versions it lets clients use (s
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from struct import pack, unpack_from
@@ -22,7 +23,7 @@ from quotagate.protocol.apis import (
     RESPONSE_CLASSES,
     ApiKey,
 )
-from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
+from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
 from quotagate.protocol.headers import response_body_offset
 from quotagate.protocol.produce import produce_response_has_top_level_tags
 
@@ -37,6 +38,24 @@ class ClusterView(Protocol):
 Rewriter = Callable[[memoryview, int, ClusterView], "bytes | None"]
 
 DESCRIBE_CLUSTER_ENDPOINT_CONTROLLERS = 2
+UNSUPPORTED_VERSION = 35
+
+# Broker configs whose values name broker or controller addresses. DescribeConfigs answers them, and
+# any other config whose value holds a host:port, as the broker answers a secret: value null and
+# is_sensitive true. Rewriting them to proxy addresses instead would need to map every listener
+# name and security protocol of the broker to one of the proxy's, which has no faithful answer
+# (the proxy has one listener per broker, not the broker's set); hiding is what the broker itself
+# does for what a client must not read, and clients and tools already show it as "sensitive".
+ADDRESS_CONFIGS = frozenset(
+    {
+        "listeners",
+        "advertised.listeners",
+        "controller.quorum.bootstrap.servers",
+        "controller.quorum.voters",
+        "zookeeper.connect",
+    }
+)
+_HOST_PORT = re.compile(r"[A-Za-z0-9\]][A-Za-z0-9.\-\[\]:]*:\d{1,5}(?![\d.])")
 
 
 def _decode(api_key: int, frame: memoryview, version: int) -> tuple[int, object]:
@@ -55,6 +74,7 @@ def _reframe(frame: memoryview, body_offset: int, message: object) -> bytes:
     return b"".join((pack(">i", len(header) + len(body)), header, body))
 
 
+@frame_errors("Metadata response")
 def rewrite_metadata(frame: memoryview, version: int, cluster: ClusterView) -> bytes:
     body_offset, response = _decode(ApiKey.METADATA, frame, version)
     for broker in response.brokers:  # type: ignore[attr-defined]
@@ -67,6 +87,7 @@ def rewrite_metadata(frame: memoryview, version: int, cluster: ClusterView) -> b
     return _reframe(frame, body_offset, response)
 
 
+@frame_errors("FindCoordinator response")
 def rewrite_find_coordinator(frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
     body_offset, response = _decode(ApiKey.FIND_COORDINATOR, frame, version)
     if version < 4:
@@ -82,6 +103,7 @@ def rewrite_find_coordinator(frame: memoryview, version: int, cluster: ClusterVi
     return _reframe(frame, body_offset, response)
 
 
+@frame_errors("DescribeCluster response")
 def rewrite_describe_cluster(frame: memoryview, version: int, cluster: ClusterView) -> bytes:
     body_offset, response = _decode(ApiKey.DESCRIBE_CLUSTER, frame, version)
     if response.endpoint_type == DESCRIBE_CLUSTER_ENDPOINT_CONTROLLERS:  # type: ignore[attr-defined]
@@ -93,6 +115,7 @@ def rewrite_describe_cluster(frame: memoryview, version: int, cluster: ClusterVi
     return _reframe(frame, body_offset, response)
 
 
+@frame_errors("Produce response")
 def rewrite_produce(frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
     # The usual produce response has no top-level tags: check cheaply, decode only when needed.
     body_offset = response_body_offset(frame, ApiKey.PRODUCE, version)
@@ -104,15 +127,47 @@ def rewrite_produce(frame: memoryview, version: int, cluster: ClusterView) -> by
     return _reframe(frame, body_offset, response)
 
 
+@frame_errors("ApiVersions response")
 def rewrite_api_versions(frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
     body_offset = response_body_offset(frame, ApiKey.API_VERSIONS, version)
     if len(frame) < body_offset + 2:
         raise FrameError("truncated ApiVersions response")
-    if unpack_from(">h", frame, body_offset)[0] != 0:
-        return None  # an error answer (v0 body) lists only what the broker speaks; nothing to cap
+    error_code = unpack_from(">h", frame, body_offset)[0]
+    if error_code == UNSUPPORTED_VERSION:
+        # The answer to a version the broker does not speak has a v0 body (KIP-511), listing what
+        # the broker speaks: capped like any other, or it would name what the proxy refuses.
+        version = 0
+    elif error_code != 0:
+        return None
     body_offset, response = _decode(ApiKey.API_VERSIONS, frame, version)
     response.api_keys = cap_api_versions(response.api_keys)  # type: ignore[attr-defined]
     return _reframe(frame, body_offset, response)
+
+
+def names_an_address(name: str, value: str | None) -> bool:
+    """Whether a config (name, value) names a broker or controller address."""
+    return name in ADDRESS_CONFIGS or (value is not None and _HOST_PORT.search(value) is not None)
+
+
+@frame_errors("DescribeConfigs response")
+def rewrite_describe_configs(frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
+    """Hides config values that name broker addresses, as sensitive values are hidden (see ADDRESS_CONFIGS)."""
+    body_offset, response = _decode(ApiKey.DESCRIBE_CONFIGS, frame, version)
+    hidden = 0
+    for result in response.results:  # type: ignore[attr-defined]
+        for config in result.configs:
+            if config.is_sensitive:
+                continue
+            synonyms = (config.synonyms or ()) if version >= 1 else ()
+            if names_an_address(config.name, config.value) or any(
+                names_an_address(synonym.name, synonym.value) for synonym in synonyms
+            ):
+                config.value = None
+                config.is_sensitive = True
+                for synonym in synonyms:
+                    synonym.value = None
+                hidden += 1
+    return _reframe(frame, body_offset, response) if hidden else None
 
 
 def cap_api_versions(api_keys: list) -> list:
@@ -170,6 +225,7 @@ RESPONSE_REWRITERS: dict[int, Rewriter] = {
     ApiKey.FIND_COORDINATOR: rewrite_find_coordinator,
     ApiKey.DESCRIBE_CLUSTER: rewrite_describe_cluster,
     ApiKey.API_VERSIONS: rewrite_api_versions,
+    ApiKey.DESCRIBE_CONFIGS: rewrite_describe_configs,
 }
 
 

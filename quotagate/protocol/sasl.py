@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from quotagate.protocol.framing import FrameError
+from quotagate.protocol.framing import FrameError, frame_errors
 
 PLAIN = "PLAIN"
 SCRAM_MECHANISMS = frozenset({"SCRAM-SHA-256", "SCRAM-SHA-512"})
@@ -24,10 +24,12 @@ def _decode(cls: type, frame: memoryview, body_offset: int, version: int) -> obj
         raise FrameError(f"cannot decode {cls.__name__} v{version}: {exc}") from exc
 
 
+@frame_errors("SaslHandshake request")
 def handshake_mechanism(frame: memoryview, body_offset: int, version: int) -> str:
     return _decode(SaslHandshakeRequest, frame, body_offset, version).mechanism  # type: ignore[attr-defined]
 
 
+@frame_errors("SaslAuthenticate request")
 def authenticate_user(mechanism: str | None, frame: memoryview, body_offset: int, version: int) -> str | None:
     """The user a SaslAuthenticate request claims to be, or None if the mechanism does not say."""
     if mechanism != PLAIN and mechanism not in SCRAM_MECHANISMS:

@@ -46,6 +46,7 @@ class ClientConnection(asyncio.Protocol):
         self.muted_until = 0.0  # kept by the delay queue (its `Mutable`)
         self.peer = "?"
         self.closed = False
+        self.last_activity = self.clock()  # last byte either way (connections_max_idle_ms)
 
     # asyncio callbacks -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -56,12 +57,13 @@ class ClientConnection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.reading = ReadGate(transport)
         self.reading.pause("upstream-connecting")
-        self.proxy.connection_opened(self)
-        asyncio.get_running_loop().create_task(self._connect_upstream())
+        if self.proxy.connection_opened(self):  # False: closed by a connection limit
+            asyncio.get_running_loop().create_task(self._connect_upstream())
 
     def data_received(self, data: bytes) -> None:
+        now = self.last_activity = self.clock()
         try:
-            self.session.client_data(data, self.clock())
+            self.session.client_data(data, now)
         except FrameError as exc:
             self.protocol_error("client", exc)
             return
@@ -134,7 +136,7 @@ class ClientConnection(asyncio.Protocol):
                 )
             except (OSError, TimeoutError) as exc:
                 self.proxy.metrics.upstream_connect_failures_total.inc()
-                log.warning("%s: cannot connect to broker %s:%s: %s", self.listener, host, port, exc or "timeout")
+                log.debug("%s: cannot connect to broker %s:%s: %s", self.listener, host, port, exc or "timeout")
                 continue
             if self.closed:
                 upstream.transport.close()
@@ -144,7 +146,8 @@ class ClientConnection(asyncio.Protocol):
             self.reading.resume("upstream-connecting")
             self._broker_connected()
             return
-        log.warning("%s: no broker reachable for client %s; closing it", self.listener, self.peer)
+        log.debug("%s: no broker reachable for client %s; closing it", self.listener, self.peer)
+        self.proxy.upstream_unreachable(self.listener)  # logs once, stops accepting until one is
         self.close()
 
     def close(self) -> None:
@@ -177,8 +180,9 @@ class UpstreamConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         client = self.client
+        now = client.last_activity = client.clock()
         try:
-            client.session.broker_data(data, client.clock())
+            client.session.broker_data(data, now)
         except FrameError as exc:
             client.protocol_error("broker", exc)
             return

@@ -11,12 +11,15 @@ counted straight into "other"). Cost: about 15 series per exported entity (8 cou
 groups, and 2 gauges per quota key in use). When an entity enters or leaves the top N, the "other"
 counters step down or up: Prometheus treats a step down as a counter reset.
 
-Recording is a dict lookup and a few float additions per response, on the event loop; the
-collector runs on the event loop too (the metrics endpoint is served there), so no locks.
+Recording is a dict lookup and a few float additions per response, on the event loop. The
+collector runs in a worker thread (a scrape of many entities must not stall every client): it only
+reads, from a copy of the entity table, so the hot path still takes no lock. User and client id
+labels are bounded in length (`bounded_label`), and so are the keys kept for them.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 
@@ -29,6 +32,21 @@ from quotagate.quotas import QuotaEngine, QuotaKey
 
 OTHER = "other"
 IDLE_SECONDS = 3600.0
+# Longest user or client id kept as a label (and as a key here). Kafka bounds a client id only by
+# its int16 length (32 767 bytes); a 32 KB id times every series made a 291 MB /metrics. Longer
+# names are cut, and a hash of the whole name keeps two long names apart.
+MAX_LABEL_CHARS = 128
+_HASH_CHARS = 12
+
+
+def bounded_label(name: str) -> str:
+    """`name`, or its first characters and a hash of all of it when it is longer than MAX_LABEL_CHARS."""
+    if len(name) <= MAX_LABEL_CHARS:
+        return name
+    digest = hashlib.blake2b(name.encode("utf-8", "replace"), digest_size=_HASH_CHARS // 2).hexdigest()
+    return f"{name[: MAX_LABEL_CHARS - _HASH_CHARS - 1]}~{digest}"
+
+
 GROUPS = ("produce", "fetch", "request", "controller_mutation")
 
 
@@ -53,9 +71,11 @@ class EntityStats:
         return self.produce_bytes + self.fetch_bytes + self.request_seconds * 1e6 + self.mutations * 1e3
 
     def add(self, other: EntityStats) -> None:
-        for field in fields(EntityStats):
-            if field.name != "last_seen":
-                setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+        for name in _SUMMED:  # names worked out once: a scrape folds thousands of entities
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+_SUMMED = tuple(field.name for field in fields(EntityStats) if field.name != "last_seen")
 
 
 _COUNTERS = (
@@ -89,6 +109,9 @@ class EntityMetrics(Collector):
     def entity(self, user: str, client_id: str, now: float) -> EntityStats:
         key = (user, client_id)
         stats = self.stats.get(key)
+        if stats is None:
+            key = (bounded_label(user), bounded_label(client_id))  # what is kept is bounded too
+            stats = self.stats.get(key)
         if stats is None:
             if len(self.stats) >= self.max_tracked and not self._drop_idle(now):
                 return self.untracked
@@ -137,14 +160,21 @@ class EntityMetrics(Collector):
         self.entity(user, client_id, now).mutations += partitions
 
     def _drop_idle(self, now: float) -> bool:
-        idle = [key for key, stats in self.stats.items() if now - stats.last_seen >= IDLE_SECONDS]
+        return self.expire_idle(now) > 0
+
+    def expire_idle(self, now: float, idle_seconds: float = IDLE_SECONDS) -> int:
+        """Folds entities unseen for idle_seconds into "other" (kept monotonic) and forgets them;
+        returns how many. The proxy calls it periodically, so idle entities free their memory."""
+        idle = [key for key, stats in list(self.stats.items()) if now - stats.last_seen >= idle_seconds]
         for key in idle:
-            self.untracked.add(self.stats.pop(key))  # keep "other" monotonic
-        return bool(idle)
+            self.untracked.add(self.stats.pop(key))
+        return len(idle)
 
     def ranked(self) -> tuple[list[tuple[tuple[str, str], EntityStats]], EntityStats]:
-        """The exported entities (top by traffic) and the sum of all the others."""
-        ranked = sorted(self.stats.items(), key=lambda item: item[1].traffic, reverse=True)
+        """The exported entities (top by traffic) and the sum of all the others. Runs in a worker
+        thread while the loop records: list() of the dict's items is one C call the loop cannot
+        interleave with, and a counter read mid-update is off by one exchange at most."""
+        ranked = sorted(list(self.stats.items()), key=lambda item: item[1].traffic, reverse=True)
         exported = ranked[: self.max_entities]
         other = EntityStats()
         other.add(self.untracked)

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
+from quotagate.protocol.apis import api_key_label
+
 # Upstream service times on loopback are ~0.2-2 ms; long polls reach the fetch max wait (500 ms).
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -31,6 +33,22 @@ class ProxyMetrics:
             "quotagate_protocol_errors",
             "Connections closed because a peer sent bytes that are not valid Kafka",
             ["side"],
+            registry=self.registry,
+        )
+        self.connections_refused_total = Counter(
+            "quotagate_connections_refused",
+            "Client connections closed at accept by a connection limit, by the limit",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.connections_delayed_total = Counter(
+            "quotagate_connections_delayed",
+            "Client connections held unread for a while by max_connection_creation_rate",
+            registry=self.registry,
+        )
+        self.connections_idle_closed_total = Counter(
+            "quotagate_connections_idle_closed",
+            "Client connections closed after connections_max_idle_ms with no byte either way",
             registry=self.registry,
         )
         self.upstream_connect_failures_total = Counter(
@@ -78,6 +96,7 @@ class ProxyMetrics:
             self.config_reloads_total.labels(result)
         for side in ("client", "broker"):
             self.protocol_errors_total.labels(side)
+        self.connections_refused_total.labels("max_connections_per_ip")
         # The hot path's counters (see the module docstring); exported by collect().
         self.bytes_in = 0  # client to broker
         self.bytes_out = 0  # broker to client
@@ -98,9 +117,15 @@ class ProxyMetrics:
         entry[1][0] += seconds
 
     def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+        # Read while the event loop may add keys (a scrape renders in a worker thread): list() of a
+        # dict's items is one C call, which the loop cannot interleave with.
         requests = CounterMetricFamily("quotagate_requests", "Requests forwarded, by Kafka API key", labels=["api_key"])
-        for api_key, count in sorted(self.requests_by_key.items()):
-            requests.add_metric([str(api_key)], count)
+        request_counts: dict[str, int] = {}
+        for api_key, count in list(self.requests_by_key.items()):
+            label = api_key_label(api_key)
+            request_counts[label] = request_counts.get(label, 0) + count
+        for label, count in request_counts.items():
+            requests.add_metric([label], count)
         yield requests
         forwarded = CounterMetricFamily(
             "quotagate_bytes", "Bytes forwarded: in = client to broker, out = broker to client", labels=["direction"]
@@ -114,12 +139,17 @@ class ProxyMetrics:
             labels=["api_key"],
         )
         bounds = [*(str(bound) for bound in LATENCY_BUCKETS), "+Inf"]
-        for api_key, (counts, total) in sorted(self.latency_by_key.items()):
+        folded: dict[str, tuple[list[int], float]] = {}
+        for api_key, (counts, total) in sorted(list(self.latency_by_key.items())):
+            label = api_key_label(api_key)
+            into = folded.setdefault(label, ([0] * len(counts), 0.0))
+            folded[label] = ([a + b for a, b in zip(into[0], counts, strict=True)], into[1] + total[0])
+        for label, (counts, total_seconds) in folded.items():
             cumulative, buckets = 0, []
             for bound, count in zip(bounds, counts, strict=True):
                 cumulative += count
                 buckets.append((bound, cumulative))
-            latency.add_metric([str(api_key)], buckets, sum_value=total[0])
+            latency.add_metric([label], buckets, sum_value=total_seconds)
         yield latency
 
     def describe(self) -> list[CounterMetricFamily]:

@@ -19,11 +19,17 @@ from typing import Any
 
 from quotagate.config import Config
 from quotagate.config.reload import ConfigWatcher
-from quotagate.protocol.discovery import decode_discovery, encode_discovery_request
+from quotagate.protocol.discovery import (
+    decode_discovery,
+    encode_discovery_request,
+    encode_probe_request,
+    is_probe_answer,
+)
 from quotagate.protocol.framing import FrameError
 from quotagate.protocol.rewrite import response_rewriters
 from quotagate.proxy.admin_http import AdminHttpServer
 from quotagate.proxy.connection import ClientConnection
+from quotagate.proxy.connection_limits import REFUSED, ConnectionLimits, LimitSettings
 from quotagate.proxy.delay_queue import DelayQueue
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
@@ -36,13 +42,30 @@ from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 log = logging.getLogger("quotagate.proxy")
 
 BOOTSTRAP = "bootstrap"
+# Per-entity state that no decision needs any more is dropped this often: quota buckets unused for
+# BUCKET_IDLE_SECONDS that are full again (a full bucket decides exactly as a fresh one), and
+# entity metrics unseen for an hour (folded into user="other"). Random client ids then cost memory
+# for a minute, not for the life of the process.
+STATE_EXPIRY_SECONDS = 30.0
+BUCKET_IDLE_SECONDS = 60.0
+# Idle connections are looked for every quarter of connections_max_idle_ms, at most this far apart.
+IDLE_CHECK_MAX_SECONDS = 5.0
+SHUTDOWN_POLL_SECONDS = 0.02
+# A listener whose brokers are down retries them after this long, doubling up to the maximum
+# (the range of Kafka clients' reconnect.backoff.ms / reconnect.backoff.max.ms defaults).
+LISTENER_RETRY_MIN_SECONDS = 0.05
+LISTENER_RETRY_MAX_SECONDS = 1.0
 
 
-def bind_listening_socket(host: str, port: int) -> socket.socket:
+def bind_listening_socket(host: str, port: int, backlog: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=1024)
+    sock = socket.create_server((host, port), family=family, backlog=backlog)
     sock.setblocking(False)
     return sock
+
+
+def _awaits_answers(client: ClientConnection) -> bool:
+    return client.session.awaiting_answers
 
 
 class Proxy:
@@ -57,7 +80,8 @@ class Proxy:
         self.entity_metrics = EntityMetrics(lambda: self.engine, self.loop.time, config.metrics.max_entities)
         self.metrics.registry.register(self.entity_metrics)
         self.metrics.delay_queue_size.set_function(lambda: len(self.delay_queue))
-        self.metrics.muted_connections.set_function(lambda: sum(1 for client in self.clients if client.muted))
+        # list(): scrapes render in a worker thread while the loop adds and removes clients.
+        self.metrics.muted_connections.set_function(lambda: sum(1 for client in list(self.clients) if client.muted))
         self.upstream_reachable = False
         self.admin_http: AdminHttpServer | None = None
         self.usage: UsageRecorder | None = None
@@ -73,9 +97,18 @@ class Proxy:
         self.rewriters = response_rewriters()
         self.clients: set[ClientConnection] = set()
         self._servers: list[asyncio.Server] = []
+        # listener name -> (its server, its port, where its clients go)
+        self._listeners: dict[str, tuple[asyncio.Server, int, Callable[[], list[tuple[str, int]]]]] = {}
+        self._paused_listeners: set[str] = set()  # not accepting: no broker behind them answers
         self._tasks: set[asyncio.Task[None]] = set()
         self._discovery_correlation_id = 0
         self._stopped = asyncio.Event()
+        self._stopping = False
+        self.limits = ConnectionLimits(
+            LimitSettings.from_config(config.proxy, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE)),
+            self.loop.time(),
+        )
+        self._client_addresses: dict[ClientConnection, str] = {}  # admitted clients -> their address
 
     # addresses -------------------------------------------------------------------------------
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
@@ -97,24 +130,35 @@ class Proxy:
         if not 0 < port < 65536:
             log.error("broker %d would be served on port %d: lower proxy.broker_port_base", node_id, port)
             return
-        try:
-            sock = bind_listening_socket(self.config.proxy.listen_host, port)
-        except OSError as exc:
-            log.error("cannot listen for broker %d on port %d: %s", node_id, port, exc)
-            return
         name = f"broker-{node_id}"
+        sock = self._bind(name, port)
+        if sock is None:
+            return
         log.info("serving broker %d (%s:%d) on port %d", node_id, *self.brokers[node_id], port)
         self._spawn(self._serve(sock, name, lambda: [self.brokers[node_id]]))
+
+    def _bind(self, listener: str, port: int) -> socket.socket | None:
+        """A listening socket on listen_host:port for `listener`, or None (logged) if the port is taken."""
+        try:
+            return bind_listening_socket(
+                self.config.proxy.listen_host, port, self.config.proxy.socket_listen_backlog_size
+            )
+        except OSError as exc:
+            log.error("%s: cannot listen on port %d: %s", listener, port, exc)
+            return None
 
     # lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
         proxy = self.config.proxy
-        sock = bind_listening_socket(proxy.listen_host, proxy.port)
+        sock = bind_listening_socket(proxy.listen_host, proxy.port, proxy.socket_listen_backlog_size)
         log.info("bootstrap listener on %s:%d -> %s", proxy.listen_host, proxy.port, proxy.bootstrap_servers)
         await self._serve(sock, BOOTSTRAP, lambda: list(proxy.bootstrap_servers))
         if not await self.refresh_metadata():
             log.warning("no bootstrap server answered yet; brokers will be discovered when one does")
         self._spawn(self._refresh_periodically())
+        self._spawn(self._expire_idle_state_periodically())
+        self._spawn(self._close_idle_periodically())
+        self._spawn(self._probe_periodically())
         usage = self.config.usage
         if usage.enabled:
             servers = [f"{host}:{port}" for host, port in self.config.proxy.bootstrap_servers]
@@ -134,13 +178,61 @@ class Proxy:
         if not self._servers:
             problems.append("no listener is up")
         if not self.upstream_reachable:
-            problems.append("no bootstrap server reachable at the last metadata refresh")
+            problems.append("no bootstrap server reachable at the last metadata refresh or readiness probe")
         return problems
 
     async def _serve(self, sock: socket.socket, name: str, upstreams: Callable[[], list[tuple[str, int]]]) -> None:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: ClientConnection(self, name, upstreams()), sock=sock)
+        # create_server listens again on the socket, with its own default backlog (100) unless told.
+        server = await loop.create_server(
+            lambda: ClientConnection(self, name, upstreams()),
+            sock=sock,
+            backlog=self.config.proxy.socket_listen_backlog_size,
+        )
         self._servers.append(server)
+        self._listeners[name] = (server, sock.getsockname()[1], upstreams)
+
+    def upstream_unreachable(self, listener: str) -> None:
+        """No broker behind `listener` took a client's connection. Without the proxy the client's
+        connect would have been refused and its reconnect backoff would apply; accepting and then
+        closing defeats that (kafka-python: 64 000 reconnects in 20 s). So the listener stops
+        accepting until a broker behind it takes a connection again: clients get connection refused."""
+        entry = self._listeners.get(listener)
+        if entry is None or self._stopping or listener in self._paused_listeners:
+            return
+        server, port, upstreams = entry
+        self._paused_listeners.add(listener)
+        server.close()
+        self._servers.remove(server)
+        log.warning(
+            "%s: no broker reachable (%s); not accepting on port %d until one is",
+            listener,
+            ", ".join(f"{host}:{p}" for host, p in upstreams()),
+            port,
+        )
+        self._spawn(self._resume_when_reachable(listener, port, upstreams))
+
+    async def _resume_when_reachable(
+        self, listener: str, port: int, upstreams: Callable[[], list[tuple[str, int]]]
+    ) -> None:
+        wait = LISTENER_RETRY_MIN_SECONDS
+        timeout = self.config.proxy.connect_timeout_seconds
+        while True:
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, LISTENER_RETRY_MAX_SECONDS)
+            for host, broker_port in upstreams():
+                try:
+                    _, writer = await asyncio.wait_for(asyncio.open_connection(host, broker_port), timeout)
+                except (OSError, TimeoutError):
+                    continue
+                writer.close()
+                sock = self._bind(listener, port)
+                if sock is None:
+                    break
+                self._paused_listeners.discard(listener)
+                await self._serve(sock, listener, upstreams)
+                log.info("%s: broker %s:%d reachable again; accepting on port %d", listener, host, broker_port, port)
+                return
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
@@ -164,8 +256,26 @@ class Proxy:
         )
 
     async def stop(self) -> None:
+        """Graceful shutdown: stop accepting and reading requests, let the requests already
+        forwarded be answered (up to shutdown_timeout_seconds), close every connection after what
+        was written to it, flush usage records, then stop."""
+        if self._stopping:
+            return
+        self._stopping = True
         for server in self._servers:
             server.close()
+        clients = list(self.clients)
+        for client in clients:
+            if client.reading is not None:
+                client.reading.pause("shutdown")
+        deadline = self.loop.time() + self.config.proxy.shutdown_timeout_seconds
+        waiting = sum(len(client.session.in_flight) for client in clients)
+        log.info("shutting down: %d connections, %d requests in flight", len(clients), waiting)
+        while self.loop.time() < deadline and any(map(_awaits_answers, self.clients)):
+            await asyncio.sleep(SHUTDOWN_POLL_SECONDS)
+        unanswered = sum(len(client.session.in_flight) for client in self.clients)
+        if unanswered:
+            log.warning("shutdown_timeout_seconds passed with %d requests unanswered; closing", unanswered)
         for client in list(self.clients):
             client.close()
         for task in list(self._tasks):
@@ -205,14 +315,54 @@ class Proxy:
         return watcher
 
     # bookkeeping for connections ---------------------------------------------------------------
-    def connection_opened(self, client: ClientConnection) -> None:
+    def connection_opened(self, client: ClientConnection) -> bool:
+        """Applies the connection limits to a client just accepted; False if it was closed for them."""
+        self.metrics.connections_total.labels(client.listener).inc()
+        assert client.transport is not None and client.reading is not None
+        peer = client.transport.get_extra_info("peername")
+        address = peer[0] if peer else "?"
+        now = self.loop.time()
+        wait = self.limits.admit(address, now)
+        if wait == REFUSED:
+            self.metrics.connections_refused_total.labels("max_connections_per_ip").inc()
+            log.debug(
+                "%s: closing %s: %s has max_connections_per_ip connections", client.listener, client.peer, address
+            )
+            client.closed = True
+            client.transport.close()
+            return False
+        self._client_addresses[client] = address
         self.clients.add(client)
         self.metrics.connections.labels(client.listener).inc()
-        self.metrics.connections_total.labels(client.listener).inc()
+        if wait > 0:  # over max_connection_creation_rate: accepted, read once the rate allows
+            self.metrics.connections_delayed_total.inc()
+            client.reading.pause("connection-rate")
+            self.loop.call_later(wait, client.reading.resume, "connection-rate")
+        return True
 
     def connection_closed(self, client: ClientConnection) -> None:
+        address = self._client_addresses.pop(client, None)
+        if address is None:
+            return  # refused at accept: never counted
+        self.limits.release(address)
         self.clients.discard(client)
         self.metrics.connections.labels(client.listener).dec()
+
+    def close_idle_connections(self, now: float) -> int:
+        """Closes client connections over which no byte moved for connections_max_idle_ms (a muted
+        client is waiting on the proxy, not idle); returns how many."""
+        idle = [c for c in self.clients if not c.muted and self.limits.is_idle(c.last_activity, now)]
+        for client in idle:
+            log.debug("%s: closing %s: idle for connections_max_idle_ms", client.listener, client.peer)
+            client.close()
+        self.metrics.connections_idle_closed_total.inc(len(idle))
+        return len(idle)
+
+    async def _close_idle_periodically(self) -> None:
+        period = min(self.limits.settings.max_idle_seconds / 4, IDLE_CHECK_MAX_SECONDS)
+        while True:
+            await asyncio.sleep(period)
+            self.close_idle_connections(self.loop.time())
 
     # discovery ---------------------------------------------------------------------------------
     async def refresh_metadata(self) -> bool:
@@ -256,6 +406,51 @@ class Proxy:
             return decode_discovery(size + body, correlation_id)
         finally:
             writer.close()
+
+    def expire_idle_state(self, now: float) -> tuple[int, int]:
+        """Drops idle full buckets and idle entity metrics; returns how many of each."""
+        return self.engine.expire_idle(now, BUCKET_IDLE_SECONDS), self.entity_metrics.expire_idle(now)
+
+    async def _expire_idle_state_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(STATE_EXPIRY_SECONDS)
+            self.expire_idle_state(self.loop.time())
+
+    async def probe_brokers(self) -> bool:
+        """Asks the bootstrap servers and known brokers for ApiVersions, one after another, until
+        one answers within readiness_timeout_seconds; records and returns whether one did."""
+        timeout = self.config.proxy.readiness_timeout_seconds
+        candidates = list(self.config.proxy.bootstrap_servers) + list(self.brokers.values())
+        for host, port in dict.fromkeys(candidates):
+            try:
+                await asyncio.wait_for(self._probe(host, port), timeout)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, FrameError) as exc:
+                log.debug("readiness probe of %s:%d failed: %r", host, port, exc)
+                continue
+            self._set_upstream_reachable(True)
+            return True
+        if self.upstream_reachable:
+            log.warning("no broker answered ApiVersions within %.1f s: not ready", timeout)
+        self._set_upstream_reachable(False)
+        return False
+
+    async def _probe(self, host: str, port: int) -> None:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            self._discovery_correlation_id += 1
+            correlation_id = self._discovery_correlation_id
+            writer.write(encode_probe_request(correlation_id))
+            size = await reader.readexactly(4)
+            body = await reader.readexactly(int.from_bytes(size, "big"))
+            if not is_probe_answer(size + body, correlation_id):
+                raise FrameError("the probe's answer does not match its request")
+        finally:
+            writer.close()
+
+    async def _probe_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.proxy.readiness_probe_seconds)
+            await self.probe_brokers()
 
     async def _refresh_periodically(self) -> None:
         while True:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from quotagate.protocol.apis import ApiKey
+from quotagate.protocol.apis import ApiKey, api_name, exceeds_advertised_cap
 from quotagate.protocol.fetch import fetch_max_wait_ms
 from quotagate.protocol.framing import FrameError, FrameSplitter, Piece, StreamingFrameSplitter, frame_body_size
 from quotagate.protocol.headers import peek_correlation_id, peek_request_header, response_body_offset
@@ -197,6 +197,11 @@ class Session:
         self._release_held(now)
 
     @property
+    def awaiting_answers(self) -> bool:
+        """Requests are in flight, or a response is still being cut through to the client."""
+        return bool(self.in_flight) or self.broker_frames.streaming
+
+    @property
     def holding(self) -> bool:
         """Frames are held: reading from the client should stay stopped."""
         return bool(self.held)
@@ -218,6 +223,8 @@ class Session:
         for index, frame in enumerate(frames):
             header = peek_request_header(frame)
             api_key, version, body = header.api_key, header.api_version, header.body_offset
+            if exceeds_advertised_cap(api_key, version):  # the broker closes on a version it lacks
+                raise FrameError(f"{api_name(api_key)} v{version} is above what ApiVersions offered")
             client_id = header.client_id or ""
             metrics.count_request(api_key)
             max_wait = 0

@@ -40,12 +40,19 @@ class TokenBucket:
             return 0
         return round(-tokens / self.rate * 1000)
 
+    def tokens_at(self, now: float) -> float:
+        """The balance at `now`, without changing the bucket (safe to read from another thread)."""
+        if now > self.updated:
+            return min(self.burst, self.tokens + (now - self.updated) * self.rate)
+        return self.tokens
+
     def throttle_ms(self, now: float) -> int:
-        """How long, in ms, until the balance is back at zero (0 when not in debt)."""
-        self.refill(now)
-        if self.tokens >= 0:
+        """How long, in ms, until the balance is back at zero (0 when not in debt). Reads only:
+        refilling now or at the next record gives the same balance."""
+        tokens = self.tokens_at(now)
+        if tokens >= 0:
             return 0
-        return round(-self.tokens / self.rate * 1000)
+        return round(-tokens / self.rate * 1000)
 
     def reconfigure(self, rate: float, burst: float, now: float) -> None:
         """Applies a new quota from `now` on. Tokens earned so far count at the old rate and any

@@ -155,8 +155,7 @@ class QuotaEngine:
         bucket = self.buckets.get(resolution.bucket_id)
         if bucket is None:
             return self._burst(resolution)
-        bucket.refill(now)
-        return bucket.tokens
+        return bucket.tokens_at(now)  # never writes: scrapes read this from a worker thread
 
     def update(self, table: QuotaTable, windows: QuotaWindows, now: float) -> None:
         """Applies new quotas live. A bucket whose quota changed keeps its balance (debt is never

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import gc
+from collections.abc import AsyncIterator, Iterator
 from struct import pack, unpack_from
 
 import pytest
@@ -31,14 +32,22 @@ class BrokerDouble:
     async def start(self, port: int) -> None:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", port)
 
+    async def before_read(self) -> None:
+        """Subclasses may wait here (a frozen broker reads nothing)."""
+
+    async def before_answer(self, correlation_id: int) -> None:
+        """Subclasses may wait here (a slow or frozen broker)."""
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.writers.append(writer)
         try:
             while True:
+                await self.before_read()
                 size = int.from_bytes(await reader.readexactly(4), "big")
                 request = await reader.readexactly(size)
                 correlation_id = unpack_from(">i", request, 4)[0]
                 self.received.append(correlation_id)
+                await self.before_answer(correlation_id)
                 payload = pack(">i", correlation_id) + self.response_body
                 writer.write(pack(">i", len(payload)) + payload)
                 await writer.drain()
@@ -72,20 +81,31 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return unpack_from(">i", payload)[0], payload[4:]
 
 
-@pytest.fixture
-async def rig() -> AsyncIterator[tuple[Proxy, BrokerDouble, int]]:
+@contextlib.asynccontextmanager
+async def proxy_in_front_of(
+    broker: BrokerDouble, proxy_toml: str = "", top_toml: str = ""
+) -> AsyncIterator[tuple[Proxy, BrokerDouble, int]]:
+    """A started proxy in front of `broker` (started here too): (proxy, broker, bootstrap port).
+    `proxy_toml` adds [proxy] keys, `top_toml` top-level ones."""
     first = free_port_block(12)  # broker double, bootstrap, broker listeners
-    broker = BrokerDouble()
     await broker.start(first)
     config = parse_config(
-        f'[proxy]\nbootstrap_servers = ["127.0.0.1:{first}"]\nport = {first + 1}\n'
-        f"connect_timeout_seconds = 2\nmetadata_refresh_seconds = 3600\n"
+        f'{top_toml}\n[proxy]\nbootstrap_servers = ["127.0.0.1:{first}"]\nport = {first + 1}\n'
+        f"connect_timeout_seconds = 2\nmetadata_refresh_seconds = 3600\n{proxy_toml}\n"
     )
     proxy = Proxy(config)
     await proxy.start()
-    yield proxy, broker, first + 1
-    await proxy.stop()
-    await broker.stop()
+    try:
+        yield proxy, broker, first + 1
+    finally:
+        await proxy.stop()
+        await broker.stop()
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[tuple[Proxy, BrokerDouble, int]]:
+    async with proxy_in_front_of(BrokerDouble()) as started:
+        yield started
 
 
 async def test_pipelined_requests_get_their_responses_in_order(rig) -> None:
@@ -342,3 +362,57 @@ async def test_a_large_response_to_no_request_closes_the_client_at_its_head() ->
     finally:
         await proxy.stop()
         broker.close()
+
+
+def header_only_request(api_key: int, version: int, correlation_id: int, body: bytes = b"") -> bytes:
+    payload = pack(">hhih", api_key, version, correlation_id, 3) + b"app" + body
+    return pack(">i", len(payload)) + payload
+
+
+@contextlib.contextmanager
+def loop_errors() -> Iterator[list[dict]]:
+    """What reaches the event loop's exception handler (an exception out of a protocol callback or
+    a task): it must stay empty, every bad frame being handled where it is read."""
+    loop = asyncio.get_running_loop()
+    seen: list[dict] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: seen.append(context))
+    try:
+        yield seen
+        gc.collect()  # "Task exception was never retrieved" is reported when the task is collected
+    finally:
+        loop.set_exception_handler(previous)
+
+
+@pytest.mark.parametrize("version", range(3, 9))
+async def test_a_header_only_produce_closes_only_that_client(rig, version: int) -> None:
+    _, broker, port = rig
+    with loop_errors() as errors:
+        good_reader, good_writer = await asyncio.open_connection("127.0.0.1", port)
+        good_writer.write(heartbeat(1))
+        assert (await read_response(good_reader))[0] == 1
+        # Sent at once, the frame is read while the upstream connects and forwarded from that task.
+        for bad_reader, bad_writer in [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]:
+            bad_writer.write(header_only_request(0, version, 7))
+            await assert_closed(bad_reader)
+        assert 7 not in broker.received
+        good_writer.write(heartbeat(2))
+        assert (await read_response(good_reader))[0] == 2
+        good_writer.close()
+    assert [context.get("exception") for context in errors] == []
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version"),
+    [(55, 2), (0, 13), (1, 16), (78, 1), (79, 0)],  # DescribeQuorum, Produce, Fetch, ShareFetch, ShareAcknowledge
+)
+async def test_a_request_above_the_advertised_version_cap_is_closed_as_the_broker_does(
+    rig, api_key: int, version: int
+) -> None:
+    _, broker, port = rig
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(heartbeat(1))
+    assert (await read_response(reader))[0] == 1
+    writer.write(header_only_request(api_key, version, 2, body=b"\x01" * 64))
+    await assert_closed(reader)
+    assert 2 not in broker.received, "the request must never reach the broker"

@@ -1,10 +1,16 @@
 from struct import pack, unpack_from
 
 import pytest
-from kafka.protocol.admin import DescribeClusterResponse
+from kafka.protocol.admin import DescribeClusterResponse, DescribeConfigsResponse
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 
-from quotagate.protocol.apis import FETCH_MAX_VERSION, PRODUCE_MAX_VERSION, ApiKey, response_header_is_flexible
+from quotagate.protocol.apis import (
+    FETCH_MAX_VERSION,
+    PRODUCE_MAX_VERSION,
+    ApiKey,
+    exceeds_advertised_cap,
+    response_header_is_flexible,
+)
 from quotagate.protocol.headers import response_body_offset
 from quotagate.protocol.produce import (
     _usual_flexible_throttle_offset,
@@ -135,8 +141,8 @@ def test_api_versions_caps_what_the_proxy_must_parse_and_hides_share_apis(versio
     assert versions == {0: (3, PRODUCE_MAX_VERSION), 1: (4, FETCH_MAX_VERSION), 3: (0, 13), 55: (0, 1), 12: (0, 4)}
 
 
-def test_api_versions_error_answer_is_forwarded_untouched() -> None:
-    message = ApiVersionsResponse(version=0, error_code=35, api_keys=[])
+def test_api_versions_error_answer_other_than_unsupported_version_is_forwarded_untouched() -> None:
+    message = ApiVersionsResponse(version=0, error_code=42, api_keys=[])
     assert rewrite(ApiKey.API_VERSIONS, 0, message) is None
 
 
@@ -223,3 +229,96 @@ def test_a_repeated_response_body_is_rewritten_once_and_keeps_each_correlation_i
     assert memo.hits == 1
     assert second[8:] == first[8:] and unpack_from(">i", second, 4)[0] == 77
     assert unpack_from(">i", second, 0)[0] == len(second) - 4
+
+
+def describe_configs_message(version: int, configs: list[tuple[str, str | None, bool]]):
+    result_cls = DescribeConfigsResponse.DescribeConfigsResult
+    config_cls = result_cls.DescribeConfigsResourceResult
+    synonym_cls = config_cls.DescribeConfigsSynonym
+    entries = []
+    for name, value, sensitive in configs:
+        extra = (
+            {"config_source": 4, "synonyms": [synonym_cls(version=version, name=name, value=value, source=4)]}
+            if version >= 1
+            else {"is_default": False}
+        )
+        entries.append(
+            config_cls(version=version, name=name, value=value, read_only=True, is_sensitive=sensitive, **extra)
+        )
+    result = result_cls(
+        version=version, error_code=0, error_message=None, resource_type=4, resource_name="1", configs=entries
+    )
+    return DescribeConfigsResponse(version=version, throttle_time_ms=0, results=[result])
+
+
+BROKER_CONFIGS = [
+    ("listeners", "PLAINTEXT://:29092,CONTROLLER://:29392", False),
+    ("advertised.listeners", "PLAINTEXT://127.0.0.1:29092", False),
+    ("controller.quorum.bootstrap.servers", "127.0.0.1:29392", False),
+    ("controller.quorum.voters", "1@127.0.0.1:29392", False),
+    ("some.plugin.endpoint", "https://kafka-1.internal:8443/path", False),
+    ("log.dirs", "/var/lib/kafka", False),
+    ("listener.security.protocol.map", "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT", False),
+    ("inter.broker.protocol.version", "3.9-IV0", False),
+    ("ssl.keystore.password", None, True),
+]
+HIDDEN = {"listeners", "advertised.listeners", "controller.quorum.bootstrap.servers", "controller.quorum.voters"}
+
+
+@pytest.mark.parametrize("version", range(0, 5))
+def test_describe_configs_hides_every_broker_address_as_the_broker_hides_secrets(version: int) -> None:
+    out = rewrite(ApiKey.DESCRIBE_CONFIGS, version, describe_configs_message(version, BROKER_CONFIGS))
+    seen = {c.name: (c.value, c.is_sensitive) for c in out.results[0].configs}
+    assert seen == {
+        name: (None, True) if name in HIDDEN | {"some.plugin.endpoint"} or sensitive else (value, False)
+        for name, value, sensitive in BROKER_CONFIGS
+    }
+    if version >= 1:  # synonyms carry the same values: hidden with them
+        assert all(s.value is None for c in out.results[0].configs if c.is_sensitive for s in c.synonyms)
+        assert [s.value for c in out.results[0].configs if c.name == "log.dirs" for s in c.synonyms] == [
+            "/var/lib/kafka"
+        ]
+
+
+def test_describe_configs_without_addresses_is_forwarded_untouched() -> None:
+    message = describe_configs_message(4, [("retention.ms", "604800000", False), ("cleanup.policy", "delete", False)])
+    assert rewrite(ApiKey.DESCRIBE_CONFIGS, 4, message) is None
+
+
+def test_api_versions_unsupported_version_answer_is_capped_too() -> None:
+    # The broker answers a version it does not speak with a v0 body listing what it speaks (KIP-511).
+    message = api_versions_message(0)
+    message.error_code = 35
+    frame = response_frame(ApiKey.API_VERSIONS, 0, message)
+    out = memoryview(RESPONSE_REWRITERS[ApiKey.API_VERSIONS](frame, 9, Recorder()))
+    decoded = ApiVersionsResponse.decode(out[response_body_offset(out, ApiKey.API_VERSIONS, 9) :], version=0)
+    assert decoded.error_code == 35
+    assert {e.api_key: e.max_version for e in decoded.api_keys} == {
+        0: PRODUCE_MAX_VERSION,
+        1: FETCH_MAX_VERSION,
+        3: 13,
+        55: 1,
+        12: 4,
+    }
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "refused"),
+    [
+        (ApiKey.DESCRIBE_QUORUM, 1, False),
+        (ApiKey.DESCRIBE_QUORUM, 2, True),
+        (ApiKey.PRODUCE, PRODUCE_MAX_VERSION, False),
+        (ApiKey.PRODUCE, PRODUCE_MAX_VERSION + 1, True),
+        (ApiKey.FETCH, FETCH_MAX_VERSION, False),
+        (ApiKey.FETCH, FETCH_MAX_VERSION + 1, True),
+        (ApiKey.SHARE_FETCH, 0, True),
+        (ApiKey.SHARE_ACKNOWLEDGE, 1, True),
+        (ApiKey.METADATA, 13, False),
+        (ApiKey.METADATA, 14, True),
+        (ApiKey.DESCRIBE_CONFIGS, 5, True),
+        (ApiKey.API_VERSIONS, 99, False),  # the broker answers it UNSUPPORTED_VERSION; the proxy caps that answer
+        (ApiKey.HEARTBEAT, 99, False),  # not capped by the proxy: the broker decides
+    ],
+)
+def test_a_request_above_what_api_versions_offered_is_refused(api_key: int, version: int, refused: bool) -> None:
+    assert exceeds_advertised_cap(api_key, version) is refused

@@ -1,0 +1,143 @@
+"""Kafka's connection limits: per-address maximum (with overrides), creation rate, idle timeout,
+and the listen backlog, against a real listening proxy and a broker double."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from quotagate.config import parse_config
+from quotagate.config.settings import ConfigError
+from quotagate.proxy.connection_limits import REFUSED, ConnectionLimits, LimitSettings
+from quotagate.proxy.server import Proxy
+from tests.unit.test_connection import BrokerDouble, assert_closed, heartbeat, proxy_in_front_of, read_response
+
+
+def limits(max_per_ip: int = 10, overrides: dict[str, int] | None = None, rate: float = 1e9, burst: float = 1e9):
+    return ConnectionLimits(LimitSettings(max_per_ip, overrides or {}, rate, burst, 600.0), now=0.0)
+
+
+def test_an_address_at_its_maximum_is_refused_until_one_of_its_connections_closes() -> None:
+    table = limits(max_per_ip=2, overrides={"10.0.0.9": 3})
+    assert [table.admit("10.0.0.1", 0.0) for _ in range(3)] == [0.0, 0.0, REFUSED]
+    assert [table.admit("10.0.0.9", 0.0) for _ in range(4)] == [0.0, 0.0, 0.0, REFUSED]
+    table.release("10.0.0.1")
+    assert table.admit("10.0.0.1", 0.0) == 0.0
+    assert table.per_ip == {"10.0.0.1": 2, "10.0.0.9": 3}
+
+
+def test_connections_over_the_creation_rate_wait_their_turn() -> None:
+    table = limits(rate=10.0, burst=2.0)
+    waits = [table.admit(f"10.0.0.{i}", 0.0) for i in range(5)]
+    assert waits == pytest.approx([0.0, 0.0, 0.1, 0.2, 0.3])
+
+
+def test_connection_limit_settings_are_parsed_with_kafkas_override_syntax() -> None:
+    config = parse_config(
+        '[proxy]\nbootstrap_servers = ["k:1"]\nmax_connections_per_ip = 5\n'
+        'max_connections_per_ip_overrides = "localhost:100, 127.0.0.2:7"\nconnections_max_idle_ms = 1000\n'
+        "max_connection_creation_rate = 50\n"
+    )
+    assert config.proxy.max_connections_per_ip_overrides == (("localhost", 100), ("127.0.0.2", 7))
+    assert (config.proxy.max_connections_per_ip, config.proxy.connections_max_idle_ms) == (5, 1000)
+    assert config.proxy.socket_listen_backlog_size == 1024
+    with pytest.raises(ConfigError, match=r"proxy\.max_connections_per_ip_overrides"):
+        parse_config('[proxy]\nbootstrap_servers = ["k:1"]\nmax_connections_per_ip_overrides = "host"\n')
+
+
+def limited_proxy(proxy_toml: str) -> contextlib.AbstractAsyncContextManager:
+    return proxy_in_front_of(BrokerDouble(), proxy_toml, top_toml="quota_window_num = 1")
+
+
+async def answered(port: int, correlation_id: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(heartbeat(correlation_id))
+    assert (await read_response(reader))[0] == correlation_id
+    return reader, writer
+
+
+def metric(proxy: Proxy, name: str, **labels: str) -> float:
+    value = proxy.metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+async def test_a_connection_beyond_max_connections_per_ip_is_closed_at_accept() -> None:
+    async with limited_proxy("max_connections_per_ip = 2") as (proxy, broker, port):
+        kept = [await answered(port, i) for i in range(2)]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(heartbeat(99))
+        await assert_closed(reader)
+        assert 99 not in broker.received
+        assert metric(proxy, "quotagate_connections_refused_total", reason="max_connections_per_ip") == 1
+        kept[0][1].close()
+        await assert_closed(kept[0][0])
+        for _ in range(50):  # the proxy sees the close on its next loop turn
+            if proxy.limits.per_ip.get("127.0.0.1") == 1:
+                break
+            await asyncio.sleep(0.02)
+        _, writer = await answered(port, 7)  # a slot is free again
+        writer.close()
+        kept[1][1].close()
+
+
+async def test_an_override_raises_one_addresss_maximum() -> None:
+    async with limited_proxy('max_connections_per_ip = 1\nmax_connections_per_ip_overrides = "127.0.0.1:3"') as (
+        _proxy,
+        _broker,
+        port,
+    ):
+        writers = [(await answered(port, i))[1] for i in range(3)]
+        reader, _ = await asyncio.open_connection("127.0.0.1", port)
+        await assert_closed(reader)
+        for writer in writers:
+            writer.close()
+
+
+async def test_a_half_sent_frame_does_not_keep_a_connection_open_past_the_idle_limit() -> None:
+    async with limited_proxy("connections_max_idle_ms = 300") as (proxy, _broker, port):
+        half_reader, half_writer = await asyncio.open_connection("127.0.0.1", port)
+        half_writer.write(heartbeat(1)[:7])
+        busy_reader, busy_writer = await asyncio.open_connection("127.0.0.1", port)
+        for i in range(12):  # 1.2 s of traffic, each gap well under the limit
+            busy_writer.write(heartbeat(i))
+            assert (await read_response(busy_reader))[0] == i
+            await asyncio.sleep(0.1)
+        await assert_closed(half_reader)
+        assert metric(proxy, "quotagate_connections_idle_closed_total") >= 1
+        assert not busy_writer.is_closing()
+        busy_writer.close()
+
+
+async def test_connections_over_the_creation_rate_are_read_later_not_refused() -> None:
+    # 5 connections per second with a burst of 5 (quota_window_num = 1): of 10 at once, 5 wait.
+    async with limited_proxy("max_connection_creation_rate = 5") as (proxy, _broker, port):
+        pairs = [await asyncio.open_connection("127.0.0.1", port) for _ in range(10)]
+        for i, (_, writer) in enumerate(pairs):
+            writer.write(heartbeat(i))
+        answers = [(await asyncio.wait_for(read_response(reader), 10))[0] for reader, _ in pairs]
+        assert answers == list(range(10))
+        assert metric(proxy, "quotagate_connections_delayed_total") >= 4
+        assert metric(proxy, "quotagate_connections_refused_total", reason="max_connections_per_ip") == 0
+        for _, writer in pairs:
+            writer.close()
+
+
+def listen_backlog(port: int) -> int:
+    """The backlog a listening socket was given: the Send-Q column of `ss -ltn` for listeners."""
+    out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout
+    return int(out.split()[2])
+
+
+@pytest.mark.skipif(
+    int(Path("/proc/sys/net/core/somaxconn").read_text()) < 1024, reason="the kernel caps backlogs below 1024"
+)
+async def test_every_listener_gets_the_configured_backlog_not_asyncios_default() -> None:
+    async with limited_proxy("socket_listen_backlog_size = 1024") as (proxy, _broker, port):
+        proxy.advertise(1, "127.0.0.1", 1)  # opens the listener for broker 1, in a task
+        await asyncio.sleep(0.2)
+        assert listen_backlog(port) == 1024
+        assert listen_backlog(proxy.config.proxy.broker_port(1)) == 1024
