@@ -56,17 +56,26 @@ class MetricsConfig:
 
 @dataclass(frozen=True)
 class UsageConfig:
-    """Usage records (one per request) for the analysis pipeline; off unless enabled."""
+    """Usage records for the analysis pipeline (docs/usage-records.md); off unless enabled."""
 
     enabled: bool = False
-    sink: str = "jsonl"  # "jsonl" files or a "kafka" topic
-    directory: str = "usage"
-    max_file_bytes: int = 64 * 1024 * 1024
-    buffer_records: int = 100_000
-    flush_interval_seconds: float = 1.0
+    sink: str = "parquet"  # where records go: "parquet" or "jsonl" files in `directory`, or a "kafka" topic
+    # "aggregate": one v2 record per interval and (user, client_id, api_key[, topic]);
+    # "request": one v1 record per request (verbose: for debugging)
+    records: str = "aggregate"
+    interval_seconds: float = 1.0  # the span one aggregate record covers (records = "aggregate")
+    directory: str = "usage"  # root of the date=/hour= partitioned files (sink = "parquet" or "jsonl")
+    max_file_bytes: int = 64 * 1024 * 1024  # a file is closed and a new one started at this size
+    max_file_seconds: float = 60.0  # a Parquet file is closed (and readable) at least this often
+    buffer_records: int = 100_000  # records (or aggregate keys) held between flushes; beyond, dropped and counted
+    flush_interval_seconds: float = 1.0  # how often collected records are handed to the sink
     kafka_bootstrap_servers: tuple[str, ...] = ()  # default: proxy.bootstrap_servers
     kafka_topic: str = "quotagate-usage"
     proxy_id: str = ""  # default: the host name
+
+    @property
+    def interval_ms(self) -> int:
+        return round(self.interval_seconds * 1000)
 
 
 @dataclass(frozen=True)
@@ -117,17 +126,26 @@ def _parse_usage(table: dict[str, Any]) -> UsageConfig:
     enabled = table.get("enabled", False)
     if not isinstance(enabled, bool):
         raise ConfigError("usage.enabled", f"must be true or false, got {enabled!r}")
-    sink = _string(table, "usage.sink", "jsonl")
-    if sink not in ("jsonl", "kafka"):
-        raise ConfigError("usage.sink", f'must be "jsonl" or "kafka", got {sink!r}')
+    sink = _string(table, "usage.sink", "parquet")
+    if sink not in ("parquet", "jsonl", "kafka"):
+        raise ConfigError("usage.sink", f'must be "parquet", "jsonl" or "kafka", got {sink!r}')
+    records = _string(table, "usage.records", "aggregate")
+    if records not in ("aggregate", "request"):
+        raise ConfigError("usage.records", f'must be "aggregate" or "request", got {records!r}')
+    interval = _positive(table, "usage.interval_seconds", 1.0)
+    if interval * 1000 != int(interval * 1000) or interval < 0.001:
+        raise ConfigError("usage.interval_seconds", f"must be a whole number of milliseconds, got {interval!r}")
     servers = table.get("kafka_bootstrap_servers", [])
     if not isinstance(servers, list) or not all(isinstance(s, str) and ":" in s for s in servers):
         raise ConfigError("usage.kafka_bootstrap_servers", 'must be a list of "host:port" strings')
     return UsageConfig(
         enabled=enabled,
         sink=sink,
+        records=records,
+        interval_seconds=interval,
         directory=_string(table, "usage.directory", "usage"),
         max_file_bytes=_integer(table, "usage.max_file_bytes", 64 * 1024 * 1024, 1024, 2**40),
+        max_file_seconds=_positive(table, "usage.max_file_seconds", 60.0),
         buffer_records=_integer(table, "usage.buffer_records", 100_000, 1, 10_000_000),
         flush_interval_seconds=_positive(table, "usage.flush_interval_seconds", 1.0),
         kafka_bootstrap_servers=tuple(servers),
