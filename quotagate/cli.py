@@ -1,4 +1,4 @@
-"""Command line: `quotagate run --config FILE` and `quotagate check-config FILE`."""
+"""Command line: `quotagate run --config FILE`, `quotagate check-config FILE`, `quotagate pipeline JOB`."""
 
 from __future__ import annotations
 
@@ -46,11 +46,18 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--config", required=True, help="the TOML configuration file")
     check = commands.add_parser("check-config", help="validate a configuration file and exit")
     check.add_argument("config", help="the TOML configuration file")
+    from quotagate.pipeline.cli import add_parser as add_pipeline_parser
+
+    add_pipeline_parser(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     try:
+        if args.command == "pipeline":
+            from quotagate.pipeline.cli import run as run_pipeline
+
+            return run_pipeline(args)
         if args.command == "check-config":
             load_config(args.config)
             print(f"{args.config}: OK")
