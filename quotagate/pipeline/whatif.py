@@ -1,9 +1,14 @@
 """whatif: each entity's recorded series replayed against candidate quotas.
 
 The replay runs the proxy's own QuotaEngine (quotagate.quotas) inside applyInPandas, one entity per
-group, so there is one definition of a token bucket. Each request is charged at its time: a v1
-record is one request at `ts`; a v2 aggregate of n requests is charged in min(n, SLICES) equal
-slices spread evenly over its interval, each slice standing for its share of the requests. Beside
+group, so there is one definition of a token bucket. Each request is charged as the proxy charges
+it: a produce (and a mutation) when read, i.e. its response time less its upstream latency, with
+the throttle its response carries read from the bucket at its response time; a fetch and request
+time when the response is back. A v1 record is one request at `ts`; a v2 aggregate of n requests
+is charged in min(n, SLICES) equal slices spread evenly over its interval, each standing for its
+share of the requests, with their mean latency. Within-interval timing is lost in an aggregate:
+traffic the proxy held at exactly its quota replays faithfully only at fine intervals
+(usage.interval_seconds = 0.1) or from per-request records (docs/pipeline.md). Beside
 it, Kafka's sampled-rate rule (quotagate.quotas.sampled_rate) on the same series and quota.
 
 Per entity, quota key and candidate: active seconds, seconds throttled and their share, total and
@@ -28,6 +33,8 @@ from quotagate.quotas.sampled_rate import SampledRate
 SLICES = 8  # charges per v2 aggregate at most
 MUTATION_APIS = (19, 20, 37)  # CreateTopics, DeleteTopics, CreatePartitions
 KEYS = [k.value for k in QuotaKey]
+# Charged when the request is read (the others when the response is back), as in quotas.charging.
+CHARGED_AT_READ = (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONTROLLER_MUTATION_RATE)
 GRID_STEPS = [2 ** (i / 4) for i in range(-16, 5)]  # 1/16 to 2 × the peak second, 19 % apart
 
 RESULT_SCHEMA = (
@@ -55,8 +62,11 @@ def series(table: DataFrame) -> DataFrame:
             F.sum(F.when(selected, F.col("requests")).otherwise(0)).alias(f"n_{key.value}"),
             F.sum(F.when(selected, amount).otherwise(0)).cast("double").alias(f"a_{key.value}"),
             F.sum(F.when(selected, F.col("throttle_ms")).otherwise(0)).cast("double").alias(f"t_{key.value}"),
+            F.sum(F.when(selected, F.col("request_time_ms")).otherwise(0)).cast("double").alias(f"l_{key.value}"),
         ]
-    return table.groupBy("user", "client_id", "ts", "interval_ms").agg(*columns)
+    # A v1 record is one request: kept apart even when two share a millisecond.
+    request = F.when(F.col("interval_ms") == 0, F.concat_ws("/", "writer", F.col("seq").cast("string")))
+    return table.groupBy("user", "client_id", "ts", "interval_ms", request.alias("request")).agg(*columns)
 
 
 def replay_entity(
@@ -80,7 +90,8 @@ def replay_entity(
         intervals = group["interval_ms"].to_numpy()[active]
         counts, amounts = counts[active], amounts[active]
         recorded = group[f"t_{key_name}"].to_numpy()[active]
-        charges = _charges(ts, intervals, counts, amounts)
+        latencies = group[f"l_{key_name}"].to_numpy()[active] if key in CHARGED_AT_READ else np.zeros(len(ts))
+        charges = _charges(ts, intervals, counts, amounts, latencies)
         seconds = np.floor(ts / 1000).astype(np.int64)
         per_second = pd.Series(amounts).groupby(seconds).sum()
         peak, span = float(per_second.max()), max(float(seconds.max() - seconds.min() + 1), 1.0)
@@ -101,17 +112,20 @@ def replay_entity(
     return pd.DataFrame(out, columns=[c.split(" ")[0] for c in RESULT_SCHEMA.split(", ")])
 
 
-def _charges(ts: np.ndarray, intervals: np.ndarray, counts: np.ndarray, amounts: np.ndarray) -> list[tuple]:
-    """(time in s, amount, requests it stands for) per charge, in time order."""
+def _charges(
+    ts: np.ndarray, intervals: np.ndarray, counts: np.ndarray, amounts: np.ndarray, latencies: np.ndarray
+) -> list[tuple]:
+    """(response time in s, amount, requests it stands for, latency in s) per charge, in time order."""
     charges = []
-    for at, interval, n, amount in zip(ts.tolist(), intervals.tolist(), counts.tolist(), amounts.tolist(), strict=True):
+    rows = zip(ts.tolist(), intervals.tolist(), counts.tolist(), amounts.tolist(), latencies.tolist(), strict=True)
+    for at, interval, n, amount, latency in rows:
         if interval <= 0:
-            charges.append((at / 1000, amount, 1.0))
+            charges.append((at / 1000, amount, float(n), latency / n / 1000))
             continue
         slices = int(min(n, SLICES))
         step = interval / slices
         for i in range(slices):
-            charges.append(((at + (i + 0.5) * step) / 1000, amount / slices, n / slices))
+            charges.append(((at + (i + 0.5) * step) / 1000, amount / slices, n / slices, latency / n / 1000))
     charges.sort(key=lambda c: c[0])
     return charges
 
@@ -132,12 +146,33 @@ def _replay(
     throttled_seconds: set[int] = set()
     kafka_seconds: set[int] = set()
     active_seconds: set[int] = set()
-    charge = engine.charge
-    for at, amount, weight in charges:
+    charge, throttle_now = engine.charge, engine.throttle_ms
+    if key in CHARGED_AT_READ:
+        # As the proxy does: charged when the request is read (its response time less its latency),
+        # the response carrying the throttle as it stands when the response goes back, after the
+        # charges of the requests read meanwhile.
+        events = sorted(
+            [(at - latency, 0, i) for i, (at, _, _, latency) in enumerate(charges)]
+            + [(at, 1, i) for i, (at, *_) in enumerate(charges)]
+        )
+    else:
+        events = [(at, 2, i) for i, (at, *_) in enumerate(charges)]
+    bucket_by_charge = [0] * len(charges)
+    kafka_by_charge = [0] * len(charges)
+    for at, kind, i in events:
+        amount = charges[i][1]
+        if kind == 1:
+            bucket_by_charge[i] = throttle_now(user, client_id, key, at)
+            continue
+        throttle = charge(user, client_id, key, amount, at)
+        kafka_by_charge[i] = kafka.record(amount, at)
+        if kind == 2:
+            bucket_by_charge[i] = throttle
+    for (at, amount, weight, _), throttle, kafka_throttle in zip(
+        charges, bucket_by_charge, kafka_by_charge, strict=True
+    ):
         second = int(at)
         active_seconds.add(second)
-        throttle = charge(user, client_id, key, amount, at)
-        kafka_throttle = kafka.record(amount, at)
         if throttle > 0:
             throttled_seconds.add(second)
             delayed += amount
