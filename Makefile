@@ -81,6 +81,11 @@ bench: venv kafka-jars
 bench-hot-path: venv
 	$(PY) bench/hot_path.py
 
+# The pipeline's rollup and what-if throughput on 10 M synthetic records, local[2] (bench/pipeline.py).
+.PHONY: bench-pipeline
+bench-pipeline: venv
+	$(PY) bench/pipeline.py
+
 .PHONY: bench-quick
 bench-quick: venv kafka-jars
 	bash scripts/ensure_debian_tools.sh haproxy haproxy
