@@ -316,40 +316,23 @@ class ParquetSink:
 def _arrow_schema(version: int) -> Any:
     import pyarrow as pa
 
-    common = [
-        ("v", pa.int32()),
-        ("ts", pa.int64()),
+    # Who and what, common to both versions (v2 has interval_ms after ts).
+    identity = [
+        ("proxy", pa.string()),
+        ("writer", pa.string()),
+        ("seq", pa.int64()),
+        ("user", pa.string()),
+        ("client_id", pa.string()),
+        ("api_key", pa.int32()),
     ]
+    head = [("v", pa.int32()), ("ts", pa.int64())]
     if version == AGGREGATE_SCHEMA_VERSION:
-        fields = [
-            *common,
-            ("interval_ms", pa.int32()),
-            ("proxy", pa.string()),
-            ("writer", pa.string()),
-            ("seq", pa.int64()),
-            ("user", pa.string()),
-            ("client_id", pa.string()),
-            ("api_key", pa.int32()),
-            ("topic", pa.string()),
-            ("requests", pa.int64()),
-            ("bytes_in", pa.int64()),
-            ("bytes_out", pa.int64()),
-            ("request_time_ms", pa.float64()),
-            ("throttle_ms", pa.int64()),
-            ("throttle_ms_max", pa.int64()),
-            ("throttled_requests", pa.int64()),
-            ("refusals", pa.int64()),
-            ("partitions_mutated", pa.int64()),
-        ]
+        counters = [(name, pa.float64() if name == "request_time_ms" else pa.int64()) for name in AGGREGATE_COUNTERS]
+        fields = [*head, ("interval_ms", pa.int32()), *identity, ("topic", pa.string()), *counters]
     else:
         fields = [
-            *common,
-            ("proxy", pa.string()),
-            ("writer", pa.string()),
-            ("seq", pa.int64()),
-            ("user", pa.string()),
-            ("client_id", pa.string()),
-            ("api_key", pa.int32()),
+            *head,
+            *identity,
             ("api_version", pa.int32()),
             ("topics", pa.list_(pa.string())),
             ("bytes_in", pa.int64()),
