@@ -40,11 +40,12 @@ def test_an_entity_at_twice_a_quota_is_throttled_and_one_at_half_is_not(spark, m
 
 
 def test_kafka_sampled_rate_keeps_throttling_after_a_burst_the_token_bucket_has_absorbed(spark) -> None:
+    # 2 s at 5× the quota every 30 s, 0.5× between: 1.45 MB over Kafka's 11 windows, ~1.4× the quota
     bursty = SyntheticEntity(
-        "carol", "bursty", 0.5 * QUOTA, 10, burst_every_seconds=30, burst_seconds=2, burst_factor=6
+        "carol", "bursty", 0.5 * QUOTA, 10, burst_every_seconds=30, burst_seconds=2, burst_factor=10
     )
     row = by_entity(whatif(synthetic_requests(spark, [bursty], 120), CANDIDATE))["bursty"]
-    assert row["seconds_throttled"] == 0, "a 2 s burst at 3× fits an 11 s bucket"
+    assert row["seconds_throttled"] == 0, "2 s at 5× (0.8 MB over the quota) fits an 11 s bucket (1.1 MB)"
     assert row["kafka_seconds_throttled"] >= 4, row
 
 
