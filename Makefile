@@ -27,6 +27,17 @@ $(KAFKA_LIBS)/.fetched: kafka/pom.xml
 
 kafka-jars: $(KAFKA_LIBS)/.fetched
 
+# Spark's Kafka source (and what it needs beyond PySpark's own jars) for `quotagate pipeline ingest`
+# from the usage topic: fetched once from Maven Central, passed to Spark with spark.jars.
+SPARK_KAFKA_JARS := .cache/spark-kafka/jars
+$(SPARK_KAFKA_JARS)/.fetched: spark/pom.xml
+	rm -rf $(SPARK_KAFKA_JARS)
+	mvn -q -f spark/pom.xml dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(SPARK_KAFKA_JARS) -DincludeScope=runtime
+	touch $@
+
+.PHONY: spark-kafka-jars
+spark-kafka-jars: $(SPARK_KAFKA_JARS)/.fetched
+
 kafka-up: venv kafka-jars
 	$(RIG) up --brokers $(BROKERS)
 
@@ -42,7 +53,7 @@ kafka-cluster-down: venv
 demo: venv kafka-jars
 	$(PY) scripts/demo.py
 
-test: venv kafka-jars prometheus-tools compose-tools
+test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools chromium
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -rs --durations=15
 
@@ -75,6 +86,11 @@ bench: venv kafka-jars
 bench-hot-path: venv
 	$(PY) bench/hot_path.py
 
+# The pipeline's rollup and what-if throughput on 10 M synthetic records, local[2] (bench/pipeline.py).
+.PHONY: bench-pipeline
+bench-pipeline: venv
+	$(PY) bench/pipeline.py
+
 .PHONY: bench-quick
 bench-quick: venv kafka-jars
 	bash scripts/ensure_debian_tools.sh haproxy haproxy
@@ -97,6 +113,11 @@ $(COMPOSE_CHECK): scripts/compose_check/main.go scripts/compose_check/go.mod scr
 
 .PHONY: compose-tools
 compose-tools: $(COMPOSE_VENV)/.installed $(COMPOSE_CHECK)
+
+# Headless Chromium (Debian's package) renders the pipeline's HTML report in its test.
+.PHONY: chromium
+chromium:
+	bash scripts/ensure_debian_tools.sh chromium chromium
 
 # promtool and prometheus (Debian's prometheus package; the service is not left running) for the ops/ tests.
 .PHONY: prometheus-tools

@@ -12,6 +12,11 @@ exchanges the socket benchmarks make, with the configs they use (no quota; quota
 The socket workloads add the syscalls (about half of their proxy CPU); this isolates the other half,
 deterministically enough to compare two versions of the code. Figures only, nothing asserted.
 
+Then the cost of usage records on the produce and metadata exchanges (quotas not binding): off,
+one v1 record per request (JSONL), and v2 aggregates (Parquet). The flush work the proxy does in
+its worker thread (rows, encoding, the file write) is counted too, every 10 000 exchanges, since it
+is CPU the proxy process pays.
+
     .venv/bin/python bench/hot_path.py [--exchanges N] [--profile produce]
 """
 
@@ -22,6 +27,7 @@ import asyncio
 import cProfile
 import pstats
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +40,7 @@ from kafka.protocol.producer import ProduceRequest
 
 from quotagate.config import parse_config
 from quotagate.proxy.server import Proxy
+from quotagate.proxy.usage import UsageRecorder, make_sink
 from tests.in_process import connected_pair
 from tests.unit.messages import produce_response
 
@@ -80,12 +87,33 @@ def fetch_exchange() -> list[tuple[bytes, list[bytes]]]:
     return [(request, reads)]
 
 
+USAGE_CONFIGS = {
+    "usage_off": "",
+    "per_request_jsonl": '[usage]\nenabled = true\nsink = "jsonl"\nrecords = "request"\n',
+    "aggregates_parquet": "[usage]\nenabled = true\n",
+}
+FLUSH_EVERY = 10_000  # exchanges between two flushes: the 1 s flush of a proxy at 10 k requests/s
+
+
 def run(config: str, exchange: list[tuple[bytes, list[bytes]]], count: int, profile: bool) -> float:
     """µs per request/response exchange, over `count` exchanges (after 2000 to warm up)."""
 
     async def main() -> float:
-        proxy = Proxy(parse_config('[proxy]\nbootstrap_servers = ["127.0.0.1:1"]\nport = 1\n' + config))
+        with tempfile.TemporaryDirectory() as usage_dir:
+            settings = config.replace("[usage]\n", f'[usage]\ndirectory = "{usage_dir}"\n')
+            proxy = Proxy(parse_config('[proxy]\nbootstrap_servers = ["127.0.0.1:1"]\nport = 1\n' + settings))
+            figure = measure(proxy)
+            if proxy.usage is not None:
+                await proxy.usage.sink.close()
+            return figure
+
+    def measure(proxy: Proxy) -> float:
         client, upstream, _, _ = connected_pair(proxy, keep=False)
+        recorder = None
+        if proxy.config.usage.enabled:
+            usage = proxy.config.usage
+            recorder = proxy.usage = UsageRecorder(usage, proxy.metrics, make_sink(usage, "bench", []), "bench")
+        sink_write = getattr(recorder.sink, "_write_blocking", None) if recorder else None
 
         def exchanges(n: int) -> None:
             for i in range(n):
@@ -93,6 +121,8 @@ def run(config: str, exchange: list[tuple[bytes, list[bytes]]], count: int, prof
                 client.data_received(request)
                 for read in response_reads:
                     upstream.data_received(read)
+                if sink_write is not None and i % FLUSH_EVERY == FLUSH_EVERY - 1:
+                    sink_write(recorder.collector.take("bench", "bench", 0)[2]())
 
         exchanges(2000)
         profiler = cProfile.Profile() if profile else None
@@ -152,6 +182,13 @@ def main() -> int:
         count = args.exchanges if name != "fetch" else max(args.exchanges // 20, 500)
         # min of 5: this machine's speed swings by up to 1.7x within seconds; the minimum is the code's cost
         figures = [min(run(config, build(), count, False) for _ in range(5)) for config in CONFIGS.values()]
+        print(f"{name:<16}" + "".join(f"{figure:>22.2f}" for figure in figures))
+    print(f"\n{'usage records':<16}" + "".join(f"{name:>22}" for name in USAGE_CONFIGS))
+    for name in ("produce", "metadata"):
+        figures = [
+            min(run(NON_BINDING + config, workloads[name](), args.exchanges, False) for _ in range(5))
+            for config in USAGE_CONFIGS.values()
+        ]
         print(f"{name:<16}" + "".join(f"{figure:>22.2f}" for figure in figures))
     if args.profile:
         run(NON_BINDING, workloads[args.profile](), args.exchanges, True)

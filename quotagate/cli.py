@@ -1,7 +1,7 @@
 """Command line: `quotagate run --config FILE`, `quotagate check-config FILE` (validates the file and
 prints the effective configuration), `quotagate probe --config FILE [--ready]` (a container health
-check of the running proxy), `quotagate config-reference` (docs/configuration.md) and
-`quotagate --version`."""
+check of the running proxy), `quotagate config-reference` (docs/configuration.md), `quotagate pipeline JOB` (the usage
+pipeline on Spark, with the `pipeline` extra) and `quotagate --version`."""
 
 from __future__ import annotations
 
@@ -92,11 +92,18 @@ def main(argv: list[str] | None = None) -> int:
     probe.add_argument("--ready", action="store_true", help="ask /readyz: listeners up and a broker answered")
     probe.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer (default 3)")
     commands.add_parser("config-reference", help="print the reference of every key (docs/configuration.md)")
+    from quotagate.pipeline.cli import add_parser as add_pipeline_parser
+
+    add_pipeline_parser(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     try:
+        if args.command == "pipeline":
+            from quotagate.pipeline.cli import run as run_pipeline
+
+            return run_pipeline(args)
         if args.command == "check-config":
             return _check_config(args.config)
         if args.command == "probe":

@@ -38,6 +38,8 @@ def start_proxy(workdir: Path) -> subprocess.Popen[bytes]:
         # One window of burst, so the achieved rate shows the quota rather than the burst.
         f'quota_window_num = 1\n[proxy]\nbootstrap_servers = ["127.0.0.1:{KAFKA_PORT}"]\nport = {PROXY_PORT}\n'
         f'[metrics]\nport = {METRICS_PORT}\n[[quotas]]\nclient_id = "limited"\nproducer_byte_rate = {QUOTA}\n'
+        # v2 usage aggregates (Parquet), for the pipeline run that ends the demo
+        f'[usage]\nenabled = true\ndirectory = "{workdir / "usage"}"\n'
     )
     log = (workdir / "quotagate.log").open("wb")
     process = subprocess.Popen(
@@ -86,6 +88,40 @@ def produce_for(bootstrap: str, client_id: str, rates: dict[str, float]) -> None
     window = [t for t in acked if started + 1 <= t < started + SECONDS]
     rates[client_id] = len(window) * RECORD_SIZE / (SECONDS - 1)
     rates[f"{client_id}_records"] = len(acked)
+
+
+def run_pipeline(workdir: Path) -> bool:
+    """The usage the demo recorded, through the whole pipeline on local Spark; prints the
+    recommendation for the limited producer and where the report is."""
+    print("== the usage pipeline on Spark (local[2]) over the records the proxy wrote")
+    started = time.monotonic()
+    work = workdir / "pipeline"
+    inputs = ["--input", str(workdir / "usage"), "--work", str(work), "--config", str(workdir / "quotagate.toml")]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "quotagate",
+            "--log-level",
+            "WARNING",
+            "pipeline",
+            "all",
+            "--master",
+            "local[2]",
+            *inputs,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        print(done.stdout + done.stderr[-3000:])
+        return False
+    toml = (work / "recommendations" / "quotas.toml").read_text()
+    limited = next((block for block in toml.split("\n\n") if 'client_id = "limited"' in block), "")
+    print(f"   done in {time.monotonic() - started:.0f} s; recommended for the limited producer (it ran at its quota):")
+    print("   " + limited.strip().replace("\n", "\n   "))
+    print(f"   report: {work / 'report.html'}")
+    return bool(limited)
 
 
 def main() -> int:
@@ -149,6 +185,10 @@ def main() -> int:
         for api_key, count in sorted(counts.items(), key=lambda kv: -kv[1]):
             print(f"   {api_name(int(api_key)):>16}: {count:,.0f}")
         ok = received == sent and abs(rates["limited"] / QUOTA - 1) < 0.15 and rates["free"] > 2 * QUOTA
+        proxy.terminate()  # SIGTERM: the proxy flushes its usage records and closes their files
+        proxy.wait(10)
+        proxy = None
+        ok = run_pipeline(workdir) and ok
         print("== demo", "passed" if ok else "FAILED")
         return 0 if ok else 1
     finally:

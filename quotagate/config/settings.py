@@ -149,20 +149,43 @@ class MetricsConfig:
 
 @dataclass(frozen=True)
 class UsageConfig:
-    """Usage records (one per request) for the analysis pipeline; off unless enabled."""
+    """Usage records for the analysis pipeline (docs/usage-records.md); off unless enabled."""
 
-    enabled: bool = field(default=False, metadata={"doc": "Write one usage record per request."})
-    sink: str = field(default="jsonl", metadata={"doc": '"jsonl": files under directory; "kafka": a topic.'})
+    enabled: bool = field(default=False, metadata={"doc": "Write usage records for the pipeline."})
+    sink: str = field(
+        default="parquet",
+        metadata={"doc": 'Where records go: "parquet" or "jsonl" files under directory, or a "kafka" topic.'},
+    )
+    records: str = field(
+        default="aggregate",
+        metadata={
+            "doc": '"aggregate": one v2 record per interval and (user, client_id, api_key[, topic]); '
+            '"request": one v1 record per request (verbose: for debugging).'
+        },
+    )
+    interval_seconds: float = field(
+        default=1.0, metadata={"doc": 'The span one aggregate record covers (records = "aggregate").'}
+    )
     directory: str = field(
-        default="usage", metadata={"doc": "Folder of the JSONL files (date=YYYY-MM-DD/hour=HH/ below it)."}
+        default="usage",
+        metadata={"doc": 'Root of the date=YYYY-MM-DD/hour=HH/ partitioned files (sink = "parquet" or "jsonl").'},
     )
     max_file_bytes: int = field(
-        default=64 * 1024 * 1024, metadata={"doc": "A JSONL file is rotated at this size (and every hour)."}
+        default=64 * 1024 * 1024,
+        metadata={"doc": "A file is closed and a new one started at this size (and every hour)."},
+    )
+    max_file_seconds: float = field(
+        default=60.0, metadata={"doc": "A Parquet file is closed (and readable) at least this often."}
     )
     buffer_records: int = field(
-        default=100_000, metadata={"doc": "Records held in memory at most; beyond, they are dropped and counted."}
+        default=100_000,
+        metadata={
+            "doc": "Records (or aggregate keys) held between flushes at most; beyond, they are dropped and counted."
+        },
     )
-    flush_interval_seconds: float = field(default=1.0, metadata={"doc": "How often buffered records are written."})
+    flush_interval_seconds: float = field(
+        default=1.0, metadata={"doc": "How often collected records are handed to the sink."}
+    )
     kafka_bootstrap_servers: tuple[str, ...] = field(
         default=(),
         metadata={
@@ -176,6 +199,10 @@ class UsageConfig:
         default="",
         metadata={"doc": "Names this proxy in its records and file names.", "default": "the host name"},
     )
+
+    @property
+    def interval_ms(self) -> int:
+        return round(self.interval_seconds * 1000)
 
 
 # The keys of one [[quotas]] entry: name -> (TOML type, meaning). parse_config accepts exactly these.
@@ -267,17 +294,26 @@ def _parse_usage(table: dict[str, Any]) -> UsageConfig:
     enabled = table.get("enabled", False)
     if not isinstance(enabled, bool):
         raise ConfigError("usage.enabled", f"must be true or false, got {enabled!r}")
-    sink = _string(table, "usage.sink", "jsonl")
-    if sink not in ("jsonl", "kafka"):
-        raise ConfigError("usage.sink", f'must be "jsonl" or "kafka", got {sink!r}')
+    sink = _string(table, "usage.sink", "parquet")
+    if sink not in ("parquet", "jsonl", "kafka"):
+        raise ConfigError("usage.sink", f'must be "parquet", "jsonl" or "kafka", got {sink!r}')
+    records = _string(table, "usage.records", "aggregate")
+    if records not in ("aggregate", "request"):
+        raise ConfigError("usage.records", f'must be "aggregate" or "request", got {records!r}')
+    interval = _positive(table, "usage.interval_seconds", 1.0)
+    if interval * 1000 != int(interval * 1000) or interval < 0.001:
+        raise ConfigError("usage.interval_seconds", f"must be a whole number of milliseconds, got {interval!r}")
     servers = table.get("kafka_bootstrap_servers", [])
     if not isinstance(servers, list) or not all(isinstance(s, str) and ":" in s for s in servers):
         raise ConfigError("usage.kafka_bootstrap_servers", 'must be a list of "host:port" strings')
     return UsageConfig(
         enabled=enabled,
         sink=sink,
+        records=records,
+        interval_seconds=interval,
         directory=_string(table, "usage.directory", "usage"),
         max_file_bytes=_integer(table, "usage.max_file_bytes", 64 * 1024 * 1024, 1024, 2**40),
+        max_file_seconds=_positive(table, "usage.max_file_seconds", 60.0),
         buffer_records=_integer(table, "usage.buffer_records", 100_000, 1, 10_000_000),
         flush_interval_seconds=_positive(table, "usage.flush_interval_seconds", 1.0),
         kafka_bootstrap_servers=tuple(servers),

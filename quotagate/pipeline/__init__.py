@@ -1,1 +1,15 @@
-"""PySpark jobs over the proxy's usage records (roll-ups, what-if replay, recommendations)."""
+"""The usage pipeline on Spark: `quotagate pipeline <job>` (docs/pipeline.md).
+
+One small module per job, each a function from DataFrames (and parameters) to DataFrames; the
+SparkSession is created once, at the edge (cli.py), and passed in:
+
+- ingest: usage records (JSONL or Parquet files, v1 or v2, or the usage Kafka topic) → one
+  deduplicated table in the shape of schema.TABLE_COLUMNS;
+- rollup: per entity and per topic, per second and per minute;
+- whatif: each entity's series replayed against candidate quotas with quotagate.quotas itself,
+  and with Kafka's sampled-rate rule for comparison;
+- recommend: the smallest quota meeting an objective, plus headroom, as TOML and kafka-configs.sh;
+- report: one self-contained HTML file.
+
+Needs the `pipeline` extra (pyspark, pandas); the proxy never imports this package.
+"""

@@ -35,7 +35,7 @@ from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.session import SessionServices
 from quotagate.proxy.topics import TopicCatalog
-from quotagate.proxy.usage import UsageRecorder, make_sink
+from quotagate.proxy.usage import UsageRecorder, make_sink, writer_id
 from quotagate.quotas import QuotaEngine, QuotaKey
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 
@@ -162,9 +162,11 @@ class Proxy:
         usage = self.config.usage
         if usage.enabled:
             servers = [f"{host}:{port}" for host, port in self.config.proxy.bootstrap_servers]
-            self.usage = UsageRecorder(usage, self.metrics, make_sink(usage, self.proxy_id, servers))
+            writer = writer_id(self.proxy_id)
+            self.usage = UsageRecorder(usage, self.metrics, make_sink(usage, writer, servers), self.proxy_id, writer)
             self._spawn(self.usage.run())
-            log.info("usage records: %s", usage.directory if usage.sink == "jsonl" else f"topic {usage.kafka_topic}")
+            where = f"topic {usage.kafka_topic}" if usage.sink == "kafka" else usage.directory
+            log.info("usage records (%s, %s): %s", usage.records, usage.sink, where)
 
     async def start_admin_http(self) -> None:
         """Serves /metrics, /healthz, /readyz and /quotas on the metrics port."""

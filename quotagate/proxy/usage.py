@@ -1,14 +1,20 @@
-"""Usage records: one per request, batched off the hot path to JSONL files or a Kafka topic.
+"""Usage records, collected off the hot path and written to Parquet or JSONL files or a Kafka topic.
 
-The hot path only appends a tuple to a bounded buffer (or counts a drop when it is full). A
-background task flushes the buffer every `flush_interval_seconds`: JSON encoding and file writes
-run in a worker thread, Kafka sends through aiokafka. A slow or failing sink never slows
-forwarding: while a flush is under way the buffer fills, and what does not fit is dropped and
-counted in quotagate_usage_records_dropped_total. Memory is bounded by `buffer_records`.
+Two kinds of record (schema: docs/usage-records.md):
+- v2, the default: one aggregate per interval (1 s by default) per (user, client_id, api_key) and,
+  for produce, per topic. The hot path updates one list in a dict per request (per topic for a
+  multi-topic produce): no encoding, no I/O, no allocation once the key exists.
+- v1: one record per request, for debugging (`records = "request"`). The hot path appends a tuple.
 
-Schema: docs/usage-records.md (version USAGE_SCHEMA_VERSION). Files are partitioned as
-DIRECTORY/date=YYYY-MM-DD/hour=HH/usage-<proxy>-<pid>-<n>.jsonl (UTC), rotated every hour and at
-`max_file_bytes`, which is the layout Spark reads as partition columns.
+A background task takes what was collected every `flush_interval_seconds` and hands it to the sink:
+turning it into rows, encoding (JSON or Arrow) and file writes run in a worker thread, Kafka sends
+through aiokafka. A slow or failing sink never slows forwarding: while a flush is under way
+collection goes on, and what does not fit (`buffer_records` records, or distinct aggregate keys) is
+dropped and counted in quotagate_usage_records_dropped_total.
+
+Files are partitioned as DIRECTORY/date=YYYY-MM-DD/hour=HH/usage-<writer>-<n>.{parquet,jsonl} (UTC),
+the layout Spark reads as partition columns. Every row carries its writer (proxy, pid, start time)
+and a sequence number, which the pipeline's ingest deduplicates on.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import logging
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -28,7 +35,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("quotagate.usage")
 
-USAGE_SCHEMA_VERSION = 1
+REQUEST_SCHEMA_VERSION = 1  # one record per request
+AGGREGATE_SCHEMA_VERSION = 2  # one record per interval and key
+PRODUCE = 0  # ApiKey.PRODUCE, the only API whose aggregates are kept per topic
+
+Row = dict[str, Any]
 
 
 class UsageRecord(NamedTuple):
@@ -46,11 +57,27 @@ class UsageRecord(NamedTuple):
     decision: str  # ok | throttled | refused | partially_refused
 
 
-def record_to_json(record: UsageRecord, proxy_id: str) -> dict[str, Any]:
+# The counters of one aggregate, in the order AggregateCollector keeps them in its lists.
+AGGREGATE_COUNTERS = (
+    "requests",
+    "bytes_in",
+    "bytes_out",
+    "request_time_ms",  # upstream latency summed over the requests the broker answered
+    "throttle_ms",  # summed over requests
+    "throttle_ms_max",
+    "throttled_requests",
+    "refusals",  # requests refused whole or in part
+    "partitions_mutated",
+)
+
+
+def request_row(record: UsageRecord, proxy_id: str, writer: str, seq: int) -> Row:
     return {
-        "v": USAGE_SCHEMA_VERSION,
+        "v": REQUEST_SCHEMA_VERSION,
         "ts": record.ts_ms,
         "proxy": proxy_id,
+        "writer": writer,
+        "seq": seq,
         "user": record.user,
         "client_id": record.client_id,
         "api_key": record.api_key,
@@ -65,37 +92,157 @@ def record_to_json(record: UsageRecord, proxy_id: str) -> dict[str, Any]:
     }
 
 
+class RequestCollector:
+    """v1: keeps every request's record, up to `limit` of them."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.buffer: deque[UsageRecord] = deque()
+
+    def add(self, record: UsageRecord) -> bool:
+        if len(self.buffer) >= self.limit:
+            return False
+        self.buffer.append(record)
+        return True
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def take(self, proxy_id: str, writer: str, first_seq: int) -> tuple[int, int, Callable[[], list[Row]]]:
+        """Empties the collector; returns (requests, rows, a function making the rows off the loop)."""
+        records = list(self.buffer)
+        self.buffer.clear()
+
+        def rows() -> list[Row]:
+            return [request_row(r, proxy_id, writer, first_seq + i) for i, r in enumerate(records)]
+
+        return len(records), len(records), rows
+
+
+class AggregateCollector:
+    """v2: sums requests per (interval, user, client_id, api_key, topic), up to `limit` keys.
+
+    A produce naming several topics splits its bytes_in evenly over them (the record does not carry
+    per-topic sizes) and counts the request, its time, throttle and refusal on its first topic's
+    row, so that sums over topics are exact."""
+
+    def __init__(self, limit: int, interval_ms: int) -> None:
+        self.limit = limit
+        self.interval_ms = interval_ms
+        self.aggregates: dict[tuple[int, str, str, int, str], list[float]] = {}
+        self.requests = 0
+
+    def add(self, record: UsageRecord) -> bool:
+        interval = record.ts_ms // self.interval_ms
+        topics = record.topics if record.api_key == PRODUCE and record.topics else ("",)
+        bytes_in = record.bytes_in if len(topics) == 1 else record.bytes_in / len(topics)
+        first = True
+        for topic in topics:
+            key = (interval, record.user, record.client_id, record.api_key, topic)
+            counters = self.aggregates.get(key)
+            if counters is None:
+                if len(self.aggregates) >= self.limit:
+                    return False
+                counters = self.aggregates[key] = [0, 0, 0, 0.0, 0, 0, 0, 0, 0]
+            counters[1] += bytes_in
+            if first:
+                first = False
+                throttle = record.throttle_ms
+                counters[0] += 1
+                counters[2] += record.bytes_out
+                if record.upstream_latency_ms > 0:
+                    counters[3] += record.upstream_latency_ms
+                if throttle > 0:
+                    counters[4] += throttle
+                    counters[6] += 1
+                    if throttle > counters[5]:
+                        counters[5] = throttle
+                if record.decision[0] in "rp":  # refused, partially_refused
+                    counters[7] += 1
+                counters[8] += record.partitions_mutated
+        self.requests += 1
+        return True
+
+    def __len__(self) -> int:
+        return self.requests
+
+    def take(self, proxy_id: str, writer: str, first_seq: int) -> tuple[int, int, Callable[[], list[Row]]]:
+        aggregates, requests = self.aggregates, self.requests
+        self.aggregates, self.requests = {}, 0
+        interval_ms = self.interval_ms
+
+        def rows() -> list[Row]:
+            out = []
+            for seq, ((interval, user, client_id, api_key, topic), counters) in enumerate(
+                aggregates.items(), first_seq
+            ):
+                row: Row = {
+                    "v": AGGREGATE_SCHEMA_VERSION,
+                    "ts": interval * interval_ms,
+                    "interval_ms": interval_ms,
+                    "proxy": proxy_id,
+                    "writer": writer,
+                    "seq": seq,
+                    "user": user,
+                    "client_id": client_id,
+                    "api_key": api_key,
+                    "topic": topic,
+                }
+                row.update(zip(AGGREGATE_COUNTERS, counters, strict=True))
+                row["bytes_in"] = round(row["bytes_in"])
+                row["request_time_ms"] = round(row["request_time_ms"], 3)
+                out.append(row)
+            return out
+
+        return requests, len(aggregates), rows
+
+
+def partition_of(ts_ms: int) -> str:
+    return time.strftime("date=%Y-%m-%d/hour=%H", time.gmtime(ts_ms / 1000))
+
+
 class UsageSink(Protocol):
-    async def write(self, records: list[UsageRecord]) -> None: ...
+    async def write(self, rows: list[Row]) -> None: ...
 
     async def close(self) -> None: ...
 
 
-class JsonlSink:
-    """Appends records to hourly-partitioned JSONL files; encoding and I/O run in a worker thread."""
+class RotatingFiles:
+    """Names the files of hourly partitions; a new file per partition, at max_file_bytes or age."""
 
-    def __init__(self, directory: str | Path, proxy_id: str, max_file_bytes: int) -> None:
+    def __init__(self, directory: str | Path, writer: str, suffix: str) -> None:
         self.directory = Path(directory)
-        self.proxy_id = proxy_id
-        self.max_file_bytes = max_file_bytes
+        self.writer = writer
+        self.suffix = suffix
         self._sequence = 0
+
+    def new_path(self, partition: str) -> Path:
+        folder = self.directory / partition
+        folder.mkdir(parents=True, exist_ok=True)
+        self._sequence += 1
+        return folder / f"usage-{self.writer}-{self._sequence:06d}{self.suffix}"
+
+
+class JsonlSink:
+    """Appends rows to hourly-partitioned JSONL files, in a worker thread."""
+
+    def __init__(self, directory: str | Path, writer: str, max_file_bytes: int) -> None:
+        self.files = RotatingFiles(directory, writer, ".jsonl")
+        self.max_file_bytes = max_file_bytes
         self._current: tuple[str, Path] | None = None  # (partition, file)
 
-    async def write(self, records: list[UsageRecord]) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self._write_blocking, records)
+    async def write(self, rows: list[Row]) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self._write_blocking, rows)
 
     async def close(self) -> None:
         return None
 
-    def _write_blocking(self, records: list[UsageRecord]) -> None:
+    def _write_blocking(self, rows: list[Row]) -> None:
         by_partition: dict[str, list[str]] = {}
-        for record in records:
-            partition = time.strftime("date=%Y-%m-%d/hour=%H", time.gmtime(record.ts_ms / 1000))
-            line = json.dumps(record_to_json(record, self.proxy_id), separators=(",", ":"))
-            by_partition.setdefault(partition, []).append(line)
+        for row in rows:
+            by_partition.setdefault(partition_of(row["ts"]), []).append(json.dumps(row, separators=(",", ":")))
         for partition, lines in by_partition.items():
-            path = self._file_for(partition)
-            with path.open("a", encoding="utf-8") as out:
+            with self._file_for(partition).open("a", encoding="utf-8") as out:
                 out.write("\n".join(lines) + "\n")
 
     def _file_for(self, partition: str) -> Path:
@@ -106,41 +253,118 @@ class JsonlSink:
                     return current[1]
             except FileNotFoundError:
                 pass
-        folder = self.directory / partition
-        folder.mkdir(parents=True, exist_ok=True)
-        self._sequence += 1
-        path = folder / f"usage-{self.proxy_id}-{os.getpid()}-{self._sequence:06d}.jsonl"
+        path = self.files.new_path(partition)
         self._current = (partition, path)
         return path
 
 
-class KafkaSink:
-    """Sends records as JSON to a Kafka topic (directly to the cluster, not through the proxy)."""
+class ParquetSink:
+    """Writes rows to hourly-partitioned Parquet files, one row group per flush, in a worker thread.
 
-    def __init__(self, bootstrap_servers: list[str], topic: str, proxy_id: str) -> None:
+    A file is written under a hidden name (`.usage-...parquet.open`, which Spark and pyarrow skip) and
+    renamed when closed: at the hour, at max_file_bytes, after max_file_seconds and on shutdown, so
+    a reader never sees a file without its footer. A crash loses the file being written."""
+
+    def __init__(self, directory: str | Path, writer: str, max_file_bytes: int, max_file_seconds: float) -> None:
+        self.files = RotatingFiles(directory, writer, ".parquet")
+        self.max_file_bytes = max_file_bytes
+        self.max_file_seconds = max_file_seconds
+        self._open: dict[str, tuple[Any, Path, float]] = {}  # partition -> (ParquetWriter, final path, opened)
+
+    async def write(self, rows: list[Row]) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self._write_blocking, rows)
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self._close_blocking, list(self._open))
+
+    def _write_blocking(self, rows: list[Row]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        by_partition: dict[str, list[Row]] = {}
+        for row in rows:
+            by_partition.setdefault(partition_of(row["ts"]), []).append(row)
+        now = time.monotonic()
+        # Close what is old or from another hour before writing (an hour's last flush lands first).
+        self._close_blocking(
+            [
+                partition
+                for partition, (_, path, opened) in self._open.items()
+                if partition not in by_partition
+                or now - opened >= self.max_file_seconds
+                or self._hidden(path).stat().st_size >= self.max_file_bytes
+            ]
+        )
+        for partition, partition_rows in by_partition.items():
+            table = pa.Table.from_pylist(partition_rows, schema=_arrow_schema(partition_rows[0]["v"]))
+            if partition not in self._open:
+                path = self.files.new_path(partition)
+                self._open[partition] = (pq.ParquetWriter(self._hidden(path), table.schema), path, now)
+            self._open[partition][0].write_table(table)
+
+    def _close_blocking(self, partitions: list[str]) -> None:
+        for partition in partitions:
+            parquet_writer, path, _ = self._open.pop(partition)
+            parquet_writer.close()
+            self._hidden(path).rename(path)
+
+    @staticmethod
+    def _hidden(path: Path) -> Path:
+        return path.with_name(f".{path.name}.open")
+
+
+def _arrow_schema(version: int) -> Any:
+    import pyarrow as pa
+
+    # Who and what, common to both versions (v2 has interval_ms after ts).
+    identity = [
+        ("proxy", pa.string()),
+        ("writer", pa.string()),
+        ("seq", pa.int64()),
+        ("user", pa.string()),
+        ("client_id", pa.string()),
+        ("api_key", pa.int32()),
+    ]
+    head = [("v", pa.int32()), ("ts", pa.int64())]
+    if version == AGGREGATE_SCHEMA_VERSION:
+        counters = [(name, pa.float64() if name == "request_time_ms" else pa.int64()) for name in AGGREGATE_COUNTERS]
+        fields = [*head, ("interval_ms", pa.int32()), *identity, ("topic", pa.string()), *counters]
+    else:
+        fields = [
+            *head,
+            *identity,
+            ("api_version", pa.int32()),
+            ("topics", pa.list_(pa.string())),
+            ("bytes_in", pa.int64()),
+            ("bytes_out", pa.int64()),
+            ("partitions_mutated", pa.int64()),
+            ("upstream_latency_ms", pa.float64()),
+            ("throttle_ms", pa.int64()),
+            ("decision", pa.string()),
+        ]
+    return pa.schema(fields)
+
+
+class KafkaSink:
+    """Sends rows as JSON to a Kafka topic (directly to the cluster, not through the proxy)."""
+
+    def __init__(self, bootstrap_servers: list[str], topic: str, writer: str) -> None:
         try:
             from aiokafka import AIOKafkaProducer
         except ImportError as exc:  # an optional dependency
             raise RuntimeError("usage.sink = \"kafka\" needs aiokafka: pip install 'quotagate[kafka-sink]'") from exc
         self.topic = topic
-        self.proxy_id = proxy_id
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap_servers, client_id=f"quotagate-usage-{proxy_id}", linger_ms=50
+            bootstrap_servers=bootstrap_servers, client_id=f"quotagate-usage-{writer}", linger_ms=50
         )
         self._started = False
 
-    async def write(self, records: list[UsageRecord]) -> None:
+    async def write(self, rows: list[Row]) -> None:
         if not self._started:
             await self._producer.start()
             self._started = True
-        sends = [
-            await self._producer.send(
-                self.topic,
-                value=json.dumps(record_to_json(r, self.proxy_id), separators=(",", ":")).encode(),
-                key=r.client_id.encode(),
-            )
-            for r in records
-        ]
+        encoded = await asyncio.get_running_loop().run_in_executor(None, _encode_for_kafka, rows)
+        sends = [await self._producer.send(self.topic, value=value, key=key) for key, value in encoded]
         await asyncio.gather(*sends)
 
     async def close(self) -> None:
@@ -148,20 +372,31 @@ class KafkaSink:
             await self._producer.stop()
 
 
+def _encode_for_kafka(rows: list[Row]) -> list[tuple[bytes, bytes]]:
+    return [(row["client_id"].encode(), json.dumps(row, separators=(",", ":")).encode()) for row in rows]
+
+
 class UsageRecorder:
-    def __init__(self, config: UsageConfig, metrics: ProxyMetrics, sink: UsageSink) -> None:
+    def __init__(
+        self, config: UsageConfig, metrics: ProxyMetrics, sink: UsageSink, proxy_id: str = "", writer: str = ""
+    ) -> None:
         self.config = config
         self.metrics = metrics
         self.sink = sink
-        self.buffer: deque[UsageRecord] = deque()
+        self.proxy_id = proxy_id
+        self.writer = writer or writer_id(proxy_id)
+        self.collector: RequestCollector | AggregateCollector = (
+            RequestCollector(config.buffer_records)
+            if config.records == "request"
+            else AggregateCollector(config.buffer_records, config.interval_ms)
+        )
+        self._seq = 0
         self._failures_logged = 0
 
     def add(self, record: UsageRecord) -> None:
-        """Hot path: keep the record if there is room, else count it as dropped."""
-        if len(self.buffer) >= self.config.buffer_records:
+        """Hot path: count the record in, or count it as dropped when the collector is full."""
+        if not self.collector.add(record):
             self.metrics.usage_dropped_total.inc()
-            return
-        self.buffer.append(record)
 
     async def run(self) -> None:
         try:
@@ -173,22 +408,30 @@ class UsageRecorder:
             await self.sink.close()
 
     async def flush(self) -> None:
-        if not self.buffer:
+        if not len(self.collector):
             return
-        batch = list(self.buffer)
-        self.buffer.clear()
+        requests, row_count, make_rows = self.collector.take(self.proxy_id, self.writer, self._seq)
+        self._seq += row_count
         try:
-            await self.sink.write(batch)
+            rows = await asyncio.get_running_loop().run_in_executor(None, make_rows)
+            await self.sink.write(rows)
         except Exception as exc:  # a failing sink must not take the proxy down
-            self.metrics.usage_dropped_total.inc(len(batch))
+            self.metrics.usage_dropped_total.inc(requests)
             if self._failures_logged < 10:  # do not flood the log while the sink stays down
                 self._failures_logged += 1
-                log.warning("usage sink failed, %d records dropped: %s", len(batch), exc)
+                log.warning("usage sink failed, %d records dropped: %s", requests, exc)
             return
-        self.metrics.usage_written_total.inc(len(batch))
+        self.metrics.usage_written_total.inc(row_count)
 
 
-def make_sink(config: UsageConfig, proxy_id: str, default_bootstrap: list[str]) -> UsageSink:
+def writer_id(proxy_id: str) -> str:
+    """Names one proxy process's records: rows are unique by (writer, seq)."""
+    return f"{proxy_id}-{os.getpid()}-{time.time_ns() // 1_000_000}"
+
+
+def make_sink(config: UsageConfig, writer: str, default_bootstrap: list[str]) -> UsageSink:
     if config.sink == "kafka":
-        return KafkaSink(config.kafka_bootstrap_servers or default_bootstrap, config.kafka_topic, proxy_id)
-    return JsonlSink(config.directory, proxy_id, config.max_file_bytes)
+        return KafkaSink(config.kafka_bootstrap_servers or default_bootstrap, config.kafka_topic, writer)
+    if config.sink == "jsonl":
+        return JsonlSink(config.directory, writer, config.max_file_bytes)
+    return ParquetSink(config.directory, writer, config.max_file_bytes, config.max_file_seconds)

@@ -28,7 +28,8 @@ def test_every_request_leaves_a_usage_record_in_hourly_jsonl_files(proxy_factory
         kafka.bootstrap,
         WINDOWS
         + quota_config('client_id = "usage-app"\nproducer_byte_rate = 50000')
-        + f'\n[usage]\nenabled = true\ndirectory = "{usage_dir}"\nflush_interval_seconds = 0.2\n',
+        + f'\n[usage]\nenabled = true\nsink = "jsonl"\nrecords = "request"\ndirectory = "{usage_dir}"\n'
+        + "flush_interval_seconds = 0.2\n",
     )
     topic = unique_topic("usage")
     create_topic(proxy.bootstrap, topic, partitions=1)
@@ -51,7 +52,7 @@ def test_usage_records_can_go_to_a_kafka_topic(proxy_factory, kafka) -> None:
     create_topic(kafka.bootstrap, usage_topic, partitions=1)
     proxy = proxy_factory(
         kafka.bootstrap,
-        f'[usage]\nenabled = true\nsink = "kafka"\nkafka_topic = "{usage_topic}"\n'
+        f'[usage]\nenabled = true\nsink = "kafka"\nrecords = "request"\nkafka_topic = "{usage_topic}"\n'
         f'kafka_bootstrap_servers = ["{kafka.bootstrap}"]\nflush_interval_seconds = 0.2\n',
     )
     topic = unique_topic("traffic")

@@ -12,7 +12,14 @@ from quotagate.config.settings import UsageConfig, parse_config
 from quotagate.protocol.apis import ApiKey
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
-from quotagate.proxy.usage import JsonlSink, UsageRecord, UsageRecorder
+from quotagate.proxy.usage import (
+    AggregateCollector,
+    JsonlSink,
+    ParquetSink,
+    RequestCollector,
+    UsageRecord,
+    UsageRecorder,
+)
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable
 from tests.unit.test_connection import rig  # noqa: F401  (fixture)
 
@@ -76,9 +83,16 @@ def test_hot_path_counters_are_exported_as_prometheus_counters_and_a_histogram()
         assert line in text, line
 
 
+def request_rows(*records: UsageRecord) -> list[dict]:
+    collector = RequestCollector(100)
+    for r in records:
+        collector.add(r)
+    return collector.take("proxy-1", "proxy-1-7-1", 0)[2]()
+
+
 async def test_usage_records_land_in_hourly_partitions_as_versioned_json(tmp_path: Path) -> None:
     sink = JsonlSink(tmp_path, "proxy-1", max_file_bytes=1 << 20)
-    await sink.write([record(1_700_000_000_000), record(1_700_003_600_000)])  # two different hours
+    await sink.write(request_rows(record(1_700_000_000_000), record(1_700_003_600_000)))  # two different hours
     files = sorted(p.relative_to(tmp_path).parent.as_posix() for p in tmp_path.rglob("*.jsonl"))
     assert files == ["date=2023-11-14/hour=22", "date=2023-11-14/hour=23"]
     line = json.loads(next((tmp_path / "date=2023-11-14" / "hour=22").glob("*.jsonl")).read_text().splitlines()[0])
@@ -86,6 +100,8 @@ async def test_usage_records_land_in_hourly_partitions_as_versioned_json(tmp_pat
         "v": 1,
         "ts": 1_700_000_000_000,
         "proxy": "proxy-1",
+        "writer": "proxy-1-7-1",
+        "seq": 0,
         "user": "alice",
         "client_id": "c",
         "api_key": 0,
@@ -100,11 +116,63 @@ async def test_usage_records_land_in_hourly_partitions_as_versioned_json(tmp_pat
     }
 
 
+def test_aggregates_sum_requests_per_interval_entity_api_and_produce_topic() -> None:
+    collector = AggregateCollector(limit=100, interval_ms=1000)
+    collector.add(UsageRecord(5_000, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok"))
+    collector.add(UsageRecord(5_999, "alice", "c", 0, 9, ("orders",), 500, 60, 0, 4.0, 30, "throttled"))
+    collector.add(UsageRecord(5_500, "alice", "c", 0, 9, ("orders", "audit"), 300, 60, 0, 1.0, 0, "ok"))
+    collector.add(UsageRecord(6_000, "alice", "c", 0, 9, ("orders",), 100, 60, 0, 1.0, 0, "ok"))  # next second
+    collector.add(UsageRecord(5_100, "alice", "c", 19, 7, ("t",), 90, 40, 3, -1.0, 0, "refused"))
+    requests, row_count, make_rows = collector.take("p", "p-1-1", 10)
+    rows = {(r["ts"], r["api_key"], r["topic"]): r for r in make_rows()}
+    assert (requests, row_count) == (5, 4) and not len(collector)
+    orders = rows[(5000, 0, "orders")]
+    assert {k: orders[k] for k in ("v", "interval_ms", "requests", "bytes_in", "bytes_out")} == {
+        "v": 2,
+        "interval_ms": 1000,
+        "requests": 3,  # the two-topic request counts on its first topic's row
+        "bytes_in": 1650,  # 1000 + 500 + half of 300
+        "bytes_out": 180,
+    }
+    assert (orders["request_time_ms"], orders["throttle_ms"], orders["throttle_ms_max"]) == (7.0, 30, 30)
+    assert (orders["throttled_requests"], orders["refusals"]) == (1, 0)
+    assert (rows[(5000, 0, "audit")]["requests"], rows[(5000, 0, "audit")]["bytes_in"]) == (0, 150)
+    assert rows[(6000, 0, "orders")]["requests"] == 1
+    mutation = rows[(5000, 19, "")]  # only produce is kept per topic
+    assert (mutation["partitions_mutated"], mutation["refusals"], mutation["request_time_ms"]) == (3, 1, 0.0)
+    assert sorted(r["seq"] for r in rows.values()) == [10, 11, 12, 13]
+
+
+def test_aggregates_stop_at_the_key_limit_and_say_so() -> None:
+    collector = AggregateCollector(limit=2, interval_ms=1000)
+    assert collector.add(record(1000, "a")) and collector.add(record(1000, "b")) and collector.add(record(1500, "a"))
+    assert not collector.add(record(1000, "c")) and len(collector) == 3
+
+
+async def test_aggregates_land_in_hourly_parquet_files_readable_once_closed(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    collector = AggregateCollector(limit=100, interval_ms=1000)
+    for ts in (1_700_000_000_000, 1_700_000_000_400, 1_700_003_600_000):
+        collector.add(record(ts))
+    sink = ParquetSink(tmp_path, "p-1-1", max_file_bytes=1 << 20, max_file_seconds=60)
+    await sink.write(collector.take("p", "p-1-1", 0)[2]())
+    assert not list(tmp_path.rglob("*.parquet")), "a file being written is hidden from readers"
+    await sink.close()
+    files = sorted(tmp_path.rglob("*.parquet"))
+    assert [f.parent.relative_to(tmp_path).as_posix() for f in files] == [
+        "date=2023-11-14/hour=22",
+        "date=2023-11-14/hour=23",
+    ]
+    first = pq.read_table(files[0]).to_pylist()
+    assert [(r["v"], r["requests"], r["bytes_in"], r["topic"]) for r in first] == [(2, 2, 2400, "orders")]
+
+
 class StuckSink:
     def __init__(self) -> None:
         self.release = asyncio.Event()
 
-    async def write(self, records: list[UsageRecord]) -> None:
+    async def write(self, records: list[dict]) -> None:
         await self.release.wait()
 
     async def close(self) -> None:
@@ -112,7 +180,7 @@ class StuckSink:
 
 
 class BrokenSink:
-    async def write(self, records: list[UsageRecord]) -> None:
+    async def write(self, records: list[dict]) -> None:
         raise OSError("disk full")
 
     async def close(self) -> None:
@@ -122,7 +190,8 @@ class BrokenSink:
 async def test_a_stuck_sink_bounds_memory_and_counts_what_it_drops() -> None:
     metrics = ProxyMetrics()
     sink = StuckSink()
-    recorder = UsageRecorder(UsageConfig(enabled=True, buffer_records=100, flush_interval_seconds=0.01), metrics, sink)
+    config = UsageConfig(enabled=True, records="request", buffer_records=100, flush_interval_seconds=0.01)
+    recorder = UsageRecorder(config, metrics, sink)
     task = asyncio.create_task(recorder.run())
     await asyncio.sleep(0.05)
     for i in range(100):
@@ -130,7 +199,7 @@ async def test_a_stuck_sink_bounds_memory_and_counts_what_it_drops() -> None:
     await asyncio.sleep(0.05)  # the flush takes those 100 and gets stuck in the sink
     for i in range(250):
         recorder.add(record(i))  # the hot path never waits: 100 kept, 150 dropped
-    assert len(recorder.buffer) == 100
+    assert len(recorder.collector) == 100
     assert metrics.usage_dropped_total._value.get() == 150
     sink.release.set()
     task.cancel()
@@ -142,18 +211,22 @@ async def test_a_failing_sink_drops_the_batch_and_keeps_going() -> None:
     recorder = UsageRecorder(UsageConfig(enabled=True), metrics, BrokenSink())
     recorder.add(record(1))
     await recorder.flush()
-    assert metrics.usage_dropped_total._value.get() == 1 and not recorder.buffer
+    assert metrics.usage_dropped_total._value.get() == 1 and not len(recorder.collector)
 
 
 def test_usage_config_is_validated_with_the_key_named() -> None:
     config = parse_config('[proxy]\nbootstrap_servers = ["k:1"]\n[usage]\nenabled = true\ndirectory = "/tmp/u"\n')
-    assert config.usage.enabled and config.usage.sink == "jsonl" and config.usage.directory == "/tmp/u"
+    usage = config.usage
+    assert usage.enabled and (usage.sink, usage.records, usage.interval_ms) == ("parquet", "aggregate", 1000)
+    assert usage.directory == "/tmp/u"
     import pytest
 
     from quotagate.config import ConfigError
 
     with pytest.raises(ConfigError, match=r"usage\.sink"):
         parse_config('[proxy]\nbootstrap_servers = ["k:1"]\n[usage]\nsink = "s3"\n')
+    with pytest.raises(ConfigError, match=r"usage\.records"):
+        parse_config('[proxy]\nbootstrap_servers = ["k:1"]\n[usage]\nrecords = "all"\n')
 
 
 async def http_get(port: int, path: str) -> tuple[int, str]:

@@ -1,0 +1,68 @@
+"""rollup: usage per entity (user, client_id) and per (entity, topic), per second and per minute.
+
+Per second: sums of requests, bytes in/out, request time, partitions mutated, throttle, refusals.
+Per minute: the same sums, the p50/p95/p99/max of the per-second bytes in/out, requests and
+request time, and the share of active seconds in which some request was throttled. A v2 record
+longer than a second counts in the second it starts.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+ENTITY = ["user", "client_id"]
+SUMS = [
+    "requests",
+    "bytes_in",
+    "bytes_out",
+    "request_time_ms",
+    "partitions_mutated",
+    "throttle_ms",
+    "throttled_requests",
+    "refusals",
+]
+SPREAD = ["bytes_in", "bytes_out", "requests", "request_time_ms"]  # per-second figures with percentiles
+PERCENTILES = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
+
+
+def per_second(table: DataFrame, by_topic: bool = False) -> DataFrame:
+    keys = [*ENTITY, "topic"] if by_topic else ENTITY
+    rows = table.where(F.col("topic") != "") if by_topic else table
+    return (
+        rows.withColumn("second", F.floor(F.col("ts") / 1000).cast("long"))
+        .groupBy(*keys, "second")
+        .agg(*(F.sum(name).alias(name) for name in SUMS))
+        .withColumn("throttled", (F.col("throttled_requests") > 0).cast("int"))
+    )
+
+
+def per_minute(seconds: DataFrame, by_topic: bool = False) -> DataFrame:
+    keys = [*ENTITY, "topic"] if by_topic else ENTITY
+    stats = []
+    for name in SPREAD:
+        for label, q in PERCENTILES.items():
+            stats.append(F.percentile_approx(name, q, 10000).alias(f"{name}_{label}"))
+        stats.append(F.max(name).alias(f"{name}_max"))
+    return (
+        seconds.withColumn("minute", (F.floor(F.col("second") / 60) * 60).cast("long"))
+        .groupBy(*keys, "minute")
+        .agg(
+            *(F.sum(name).alias(name) for name in SUMS),
+            F.count(F.lit(1)).alias("active_seconds"),
+            (F.sum("throttled") / F.count(F.lit(1))).alias("throttled_share"),
+            *stats,
+        )
+    )
+
+
+def rollup(table: DataFrame) -> dict[str, DataFrame]:
+    """The four roll-ups, by name: entity_second, entity_minute, topic_second, topic_minute."""
+    entity_second = per_second(table)
+    topic_second = per_second(table, by_topic=True)
+    return {
+        "entity_second": entity_second,
+        "entity_minute": per_minute(entity_second),
+        "topic_second": topic_second,
+        "topic_minute": per_minute(topic_second, by_topic=True),
+    }

@@ -1,0 +1,150 @@
+"""The usage table every job reads: v1 (per request) and v2 (per interval) records in one shape.
+
+A row is an aggregate over `interval_ms` from `ts` (v2), or one request at `ts` (v1: interval_ms 0).
+A v1 produce naming several topics becomes one row per topic, as the proxy's aggregates split it:
+bytes_in evenly, the request (its count, time, throttle, refusal) on its first topic's row.
+Rows are unique by (writer, seq, topic); the dedup of `ingest` keeps one of each.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+SUPPORTED_VERSIONS = (1, 2)
+
+# Every field of either version, as read from JSON or Parquet (absent fields read as null).
+RAW_SCHEMA = T.StructType(
+    [
+        T.StructField("v", T.LongType()),
+        T.StructField("ts", T.LongType()),
+        T.StructField("interval_ms", T.LongType()),
+        T.StructField("proxy", T.StringType()),
+        T.StructField("writer", T.StringType()),
+        T.StructField("seq", T.LongType()),
+        T.StructField("user", T.StringType()),
+        T.StructField("client_id", T.StringType()),
+        T.StructField("api_key", T.LongType()),
+        T.StructField("api_version", T.LongType()),
+        T.StructField("topic", T.StringType()),
+        T.StructField("topics", T.ArrayType(T.StringType())),
+        T.StructField("requests", T.LongType()),
+        T.StructField("bytes_in", T.LongType()),
+        T.StructField("bytes_out", T.LongType()),
+        T.StructField("request_time_ms", T.DoubleType()),
+        T.StructField("upstream_latency_ms", T.DoubleType()),
+        T.StructField("throttle_ms", T.LongType()),
+        T.StructField("throttle_ms_max", T.LongType()),
+        T.StructField("throttled_requests", T.LongType()),
+        T.StructField("refusals", T.LongType()),
+        T.StructField("partitions_mutated", T.LongType()),
+        T.StructField("decision", T.StringType()),
+    ]
+)
+
+TABLE_SCHEMA = T.StructType(
+    [
+        T.StructField("v", T.IntegerType()),
+        T.StructField("ts", T.LongType()),  # epoch ms (UTC): the interval's start, or the request's time
+        T.StructField("interval_ms", T.IntegerType()),  # 0 for a v1 record (one request)
+        T.StructField("proxy", T.StringType()),
+        T.StructField("writer", T.StringType()),
+        T.StructField("seq", T.LongType()),
+        T.StructField("user", T.StringType()),
+        T.StructField("client_id", T.StringType()),
+        T.StructField("api_key", T.IntegerType()),
+        T.StructField("topic", T.StringType()),  # "" but for produce
+        T.StructField("requests", T.LongType()),
+        T.StructField("bytes_in", T.LongType()),
+        T.StructField("bytes_out", T.LongType()),
+        T.StructField("request_time_ms", T.DoubleType()),
+        T.StructField("throttle_ms", T.LongType()),
+        T.StructField("throttle_ms_max", T.LongType()),
+        T.StructField("throttled_requests", T.LongType()),
+        T.StructField("refusals", T.LongType()),
+        T.StructField("partitions_mutated", T.LongType()),
+        T.StructField("date", T.StringType()),  # yyyy-MM-dd of ts, the table's partition column
+    ]
+)
+TABLE_COLUMNS = [field.name for field in TABLE_SCHEMA.fields]
+DEDUP_KEY = ["writer", "seq", "topic"]
+PRODUCE, FETCH = 0, 1
+
+
+def date_of(ts_ms: Column) -> Column:
+    return F.date_format(F.timestamp_millis(ts_ms), "yyyy-MM-dd")
+
+
+def to_table(raw: DataFrame) -> DataFrame:
+    """Raw records of a supported version (RAW_SCHEMA columns) → rows of TABLE_SCHEMA.
+
+    `raw` may carry a `source` column (file or topic partition) that names v1 records written
+    before they had writer and seq; those are never deduplicated against each other."""
+    v1 = raw.where(F.col("v") == 1)
+    produce_topics = F.when((F.col("api_key") == PRODUCE) & (F.size("topics") > 0), F.col("topics")).otherwise(
+        F.array(F.lit(""))
+    )
+    v1 = v1.select("*", F.posexplode(produce_topics).alias("topic_index", "topic_name"))
+    first = F.col("topic_index") == 0
+    share = F.size(produce_topics)
+    throttled = F.col("throttle_ms") > 0
+    writer = F.col("writer")
+    seq = F.col("seq")
+    if "source" in raw.columns:  # v1 records from before writer/seq: unique per source and position
+        writer = F.coalesce(writer, F.concat(F.lit("v1:"), F.col("source")))
+        seq = F.coalesce(seq, F.monotonically_increasing_id())
+    v1_rows = v1.select(
+        F.lit(1).cast("int").alias("v"),
+        F.col("ts"),
+        F.lit(0).cast("int").alias("interval_ms"),
+        F.col("proxy"),
+        writer.alias("writer"),
+        seq.alias("seq"),
+        F.col("user"),
+        F.col("client_id"),
+        F.col("api_key").cast("int").alias("api_key"),
+        F.col("topic_name").alias("topic"),
+        F.when(first, 1).otherwise(0).cast("long").alias("requests"),
+        F.round(F.col("bytes_in") / share).cast("long").alias("bytes_in"),
+        F.when(first, F.col("bytes_out")).otherwise(0).cast("long").alias("bytes_out"),
+        F.when(first & (F.col("upstream_latency_ms") > 0), F.col("upstream_latency_ms"))
+        .otherwise(0.0)
+        .alias("request_time_ms"),
+        F.when(first, F.col("throttle_ms")).otherwise(0).cast("long").alias("throttle_ms"),
+        F.when(first, F.col("throttle_ms")).otherwise(0).cast("long").alias("throttle_ms_max"),
+        F.when(first & throttled, 1).otherwise(0).cast("long").alias("throttled_requests"),
+        F.when(first & F.col("decision").isin("refused", "partially_refused"), 1)
+        .otherwise(0)
+        .cast("long")
+        .alias("refusals"),
+        F.when(first, F.col("partitions_mutated")).otherwise(0).cast("long").alias("partitions_mutated"),
+    )
+    v2_rows = raw.where(F.col("v") == 2).select(
+        F.lit(2).cast("int").alias("v"),
+        "ts",
+        F.col("interval_ms").cast("int").alias("interval_ms"),
+        "proxy",
+        "writer",
+        "seq",
+        "user",
+        "client_id",
+        F.col("api_key").cast("int").alias("api_key"),
+        F.coalesce(F.col("topic"), F.lit("")).alias("topic"),
+        *(
+            F.coalesce(F.col(name), F.lit(0)).cast(TABLE_SCHEMA[name].dataType).alias(name)
+            for name in (
+                "requests",
+                "bytes_in",
+                "bytes_out",
+                "request_time_ms",
+                "throttle_ms",
+                "throttle_ms_max",
+                "throttled_requests",
+                "refusals",
+                "partitions_mutated",
+            )
+        ),
+    )
+    rows = v1_rows.unionByName(v2_rows)
+    return rows.withColumn("date", date_of(F.col("ts"))).select(TABLE_COLUMNS)

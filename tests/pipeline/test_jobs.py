@@ -1,0 +1,136 @@
+"""The pipeline's jobs on small DataFrames whose answers are known by construction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from quotagate.pipeline.ingest import classify, ingest, problems_in, read_table, read_usage_files, write_table
+from quotagate.pipeline.recommend import recommend, to_kafka_configs, to_toml, with_current
+from quotagate.pipeline.rollup import rollup
+from quotagate.pipeline.synthetic import START_MS, SyntheticEntity, synthetic_aggregates, synthetic_requests
+from quotagate.pipeline.whatif import whatif
+from quotagate.quotas import QuotaWindows
+
+QUOTA = 100_000.0  # bytes/s
+HEAVY = SyntheticEntity("alice", "heavy", 2 * QUOTA, requests_per_second=20)
+LIGHT = SyntheticEntity("bob", "light", 0.5 * QUOTA, requests_per_second=20)
+SECONDS = 60
+CANDIDATE = pd.DataFrame({"quota_key": ["producer_byte_rate"], "quota": [QUOTA]})
+
+
+def by_entity(frame) -> dict[str, dict]:
+    return {row["client_id"]: row.asDict() for row in frame.collect()}
+
+
+@pytest.mark.parametrize("make", [synthetic_requests, synthetic_aggregates], ids=["per_request", "aggregates"])
+def test_an_entity_at_twice_a_quota_is_throttled_and_one_at_half_is_not(spark, make) -> None:
+    table = make(spark, [HEAVY, LIGHT], SECONDS)
+    results = by_entity(whatif(table, CANDIDATE))
+    heavy, light = results["heavy"], results["light"]
+    assert light["seconds_throttled"] == 0 and light["total_delay_ms"] == 0 and light["kafka_seconds_throttled"] == 0
+    # the 11 s burst (1.1 MB) absorbs 1.1 MB / 100 kB/s of excess = 11 s; throttled from there on
+    assert heavy["active_seconds"] == SECONDS
+    assert 47 <= heavy["seconds_throttled"] <= 50, heavy
+    assert heavy["p99_delay_ms"] > 1000 and heavy["amount_delayed"] > 0.7 * 2 * QUOTA * SECONDS
+    assert heavy["kafka_seconds_throttled"] > 0
+
+
+def test_kafka_sampled_rate_keeps_throttling_after_a_burst_the_token_bucket_has_absorbed(spark) -> None:
+    # 2 s at 5× the quota every 30 s, 0.5× between: 1.45 MB over Kafka's 11 windows, ~1.4× the quota
+    bursty = SyntheticEntity(
+        "carol", "bursty", 0.5 * QUOTA, 10, burst_every_seconds=30, burst_seconds=2, burst_factor=10
+    )
+    row = by_entity(whatif(synthetic_requests(spark, [bursty], 120), CANDIDATE))["bursty"]
+    assert row["seconds_throttled"] == 0, "2 s at 5× (0.8 MB over the quota) fits an 11 s bucket (1.1 MB)"
+    assert row["kafka_seconds_throttled"] >= 4, row
+
+
+def test_a_recommendation_brackets_the_generated_rate(spark) -> None:
+    steady = SyntheticEntity("dave", "steady", 250_000, 25)
+    recommendations = recommend(whatif(synthetic_aggregates(spark, [steady], 120)), objective=0.01, headroom=0.2)
+    row = by_entity(recommendations.where("quota_key = 'producer_byte_rate'"))["steady"]
+    assert row["met"]
+    assert 250_000 * 0.8 <= row["meets_at"] <= 250_000 * 1.2, row
+    assert 250_000 <= row["recommended"] <= 250_000 * 1.5, row
+    frame = with_current(recommendations.where("quota_key = 'producer_byte_rate'").toPandas(), None)
+    toml = to_toml(frame)
+    assert 'user = "dave"\nclient_id = "steady"\nproducer_byte_rate = ' in toml
+    assert "--entity-type users --entity-name 'dave' --entity-type clients --entity-name 'steady'" in to_kafka_configs(
+        frame
+    )
+
+
+def test_rollup_per_second_and_minute_with_percentiles_and_throttled_share(spark) -> None:
+    bursty = SyntheticEntity("erin", "rolled", 10_000, 10, burst_every_seconds=60, burst_seconds=6, burst_factor=3)
+    tables = rollup(synthetic_requests(spark, [bursty], 120))
+    seconds = tables["entity_second"].where("second % 60 = 10").collect()
+    assert {(r["requests"], r["bytes_in"]) for r in seconds} == {(10, 10_000)}
+    minutes = sorted(tables["entity_minute"].collect(), key=lambda r: r["minute"])
+    assert len(minutes) == 2 and all(m["active_seconds"] == 60 for m in minutes)
+    assert [(m["bytes_in"], m["bytes_in_p50"], m["bytes_in_max"]) for m in minutes] == [(720_000, 10_000, 30_000)] * 2
+    assert minutes[0]["bytes_in_p95"] == 30_000 and minutes[0]["throttled_share"] == 0
+    topics = tables["topic_minute"].collect()
+    assert {r["topic"] for r in topics} == {"synthetic"}
+
+
+def write_jsonl(path: Path, lines: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def v1(seq: int, **fields) -> str:
+    record = {
+        "v": 1,
+        "ts": START_MS + seq,
+        "proxy": "p",
+        "writer": "w",
+        "seq": seq,
+        "user": "u",
+        "client_id": "c",
+        "api_key": 0,
+        "api_version": 9,
+        "topics": ["a", "b"],
+        "bytes_in": 1000,
+        "bytes_out": 50,
+        "partitions_mutated": 0,
+        "upstream_latency_ms": 2.0,
+        "throttle_ms": 5,
+        "decision": "throttled",
+    }
+    return json.dumps({**record, **fields})
+
+
+def test_ingest_reads_v1_and_v2_deduplicates_and_names_each_bad_input(spark, tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "in" / "good.jsonl", [v1(1), v1(2), v1(1)])  # seq 1 twice: one kept
+    write_jsonl(tmp_path / "in" / "bad.jsonl", [v1(3), "{not json", json.dumps({"v": 9, "ts": 1}), v1(4)])
+    synthetic_aggregates(spark, [SyntheticEntity("u", "agg", 1000, 2)], 3).drop("date").write.parquet(
+        str(tmp_path / "in" / "agg")
+    )
+    (tmp_path / "empty").mkdir()
+    raw, problems = read_usage_files(spark, [str(tmp_path / "in"), str(tmp_path / "missing"), str(tmp_path / "empty")])
+    classified = classify(raw).cache()
+    problems += problems_in(classified)
+    text = "\n".join(map(str, problems))
+    assert f"{tmp_path / 'missing'}: no such file or directory" in text
+    assert f"{tmp_path / 'empty'}: no usage files" in text
+    assert f"{tmp_path / 'in' / 'bad.jsonl'}: 1 × malformed record" in text
+    assert f"{tmp_path / 'in' / 'bad.jsonl'}: 1 × unknown schema version 9" in text
+    table = ingest(classified)
+    write_table(table, str(tmp_path / "table"))
+    write_table(ingest(classified, read_table(spark, str(tmp_path / "table"))), str(tmp_path / "table"))  # again
+    rows = read_table(spark, str(tmp_path / "table")).collect()
+    v1_rows = sorted((r["seq"], r["topic"], r["requests"], r["bytes_in"]) for r in rows if r["v"] == 1)
+    assert v1_rows == [(s, t, int(t == "a"), 500) for s in (1, 2, 3, 4) for t in ("a", "b")]
+    assert sum(r["requests"] for r in rows if r["v"] == 2) == 6
+    assert sum(r["throttled_requests"] for r in rows if r["v"] == 1) == 4
+
+
+def test_replay_uses_the_configured_windows(spark) -> None:
+    table = synthetic_requests(spark, [HEAVY], 30)
+    one_window = by_entity(whatif(table, CANDIDATE, QuotaWindows(quota_window_num=1)))["heavy"]
+    eleven = by_entity(whatif(table, CANDIDATE))["heavy"]
+    assert one_window["seconds_throttled"] > eleven["seconds_throttled"]

@@ -1,0 +1,115 @@
+"""The HTML report rendered by headless Chromium (Debian's package): the charts must have drawn."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+import tempfile
+import zlib
+from pathlib import Path
+
+import pytest
+
+from quotagate.pipeline.recommend import recommend, with_current
+from quotagate.pipeline.report import render_report, report_data
+from quotagate.pipeline.synthetic import SyntheticEntity, synthetic_aggregates
+from quotagate.pipeline.whatif import whatif
+from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+BUCKET_BLUE = (0x1F, 0x77, 0xB4)
+KAFKA_PURPLE = (0x94, 0x67, 0xBD)
+SCREENSHOT = Path(__file__).resolve().parents[2] / ".cache" / "test-artifacts" / "pipeline-report.png"
+
+
+def chromium(*args: str) -> str:
+    binary = shutil.which("chromium")
+    if binary is None:
+        pytest.fail("chromium is not installed: `make chromium` (scripts/ensure_debian_tools.sh) installs it")
+    with tempfile.TemporaryDirectory(prefix="quotagate-chromium-") as profile:
+        done = subprocess.run(
+            [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
+    """Width, height and the RGB(A) rows of a non-interlaced 8-bit PNG (what Chromium writes)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height, channels = 8, b"", 0, 0, 0
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, color = struct.unpack(">IIBB", chunk[:10])
+            assert depth == 8 and color in (2, 6)
+            channels = 3 if color == 2 else 4
+        elif kind == b"IDAT":
+            idat += chunk
+        pos += 12 + length
+    raw, stride, rows, previous = zlib.decompress(idat), width * channels, [], bytearray(width * channels)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        for i in range(stride):
+            left = line[i - channels] if i >= channels else 0
+            up, up_left = previous[i], previous[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + up) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 0xFF
+            elif kind == 4:
+                p = left + up - up_left
+                pa, pb, pc = abs(p - left), abs(p - up), abs(p - up_left)
+                line[i] = (line[i] + (left if pa <= pb and pa <= pc else up if pb <= pc else up_left)) & 0xFF
+        rows.append(bytes(line[i] for i in range(stride) if i % channels < 3))
+        previous = line
+    return width, height, rows
+
+
+def count_colour(rows: list[bytes], colour: tuple[int, int, int]) -> int:
+    target = bytes(colour)
+    return sum(row[i : i + 3] == target for row in rows for i in range(0, len(row), 3))
+
+
+def test_the_report_opens_offline_and_its_charts_draw(spark, tmp_path: Path) -> None:
+    entities = [
+        SyntheticEntity("ANONYMOUS", "steady", 200_000, 20),
+        SyntheticEntity("alice", "bursty", 50_000, 10, burst_every_seconds=60, burst_seconds=5, burst_factor=8),
+    ]
+    table = synthetic_aggregates(spark, entities, 120).cache()
+    results = whatif(table, keys=["producer_byte_rate"]).cache()
+    current = QuotaTable({QuotaEntity(None, "steady"): {QuotaKey.PRODUCER_BYTE_RATE: 150_000}})
+    recommendations = with_current(recommend(results).toPandas(), current)
+    page = render_report(report_data(table, results, recommendations))
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "https://" not in page
+    report = tmp_path / "report.html"
+    report.write_text(page)
+
+    dom = chromium("--dump-dom", report.as_uri())
+    assert 'data-charts="4"' in dom, "2 usage charts and 2 what-if charts"
+    assert dom.count('data-drawn="2"') == 4, "every chart drew its two lines"
+    assert dom.count("<polyline") == 8 and "150,000" in dom
+
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    chromium("--window-size=1000,1200", f"--screenshot={SCREENSHOT}", report.as_uri())
+    width, height, rows = png_pixels(SCREENSHOT)
+    assert (width, height) == (1000, 1200)
+    assert count_colour(rows, BUCKET_BLUE) > 500 and count_colour(rows, KAFKA_PURPLE) > 200, f"see {SCREENSHOT}"
+    print(f"screenshot: {SCREENSHOT}")
