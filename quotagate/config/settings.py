@@ -124,6 +124,38 @@ class UsageConfig:
     )
 
 
+@dataclass(frozen=True)
+class AdminConfig:
+    """Kafka's quota admin APIs (kafka-configs.sh, Admin.describeClientQuotas/alterClientQuotas)."""
+
+    quota_api: str = field(
+        default="proxy",
+        metadata={
+            "doc": '"proxy": the proxy answers DescribeClientQuotas and AlterClientQuotas from its own quotas '
+            '(this file plus the state file); "forward": they pass to the cluster unchanged and set the '
+            "brokers' own quotas."
+        },
+    )
+    alter_principals: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "doc": 'Who may alter the proxy\'s quotas: SASL user names ("admin" or "User:admin"). Anyone else '
+            "gets CLUSTER_AUTHORIZATION_FAILED; describing is open to all. Without SASL every client is "
+            '"ANONYMOUS": listing it lets anyone who can reach the proxy alter quotas. Empty: nobody may.',
+            "type": "array of strings",
+        },
+    )
+    state_file: str = field(
+        default="",
+        metadata={
+            "doc": "Where quotas set through the API are kept (JSON, written atomically). Per entity and key, "
+            "a value set through the API wins over this file's; a key the API removed stays removed while "
+            "this file sets it; /quotas shows which source each quota came from.",
+            "default": "the config file's path + .quotas.json",
+        },
+    )
+
+
 # The keys of one [[quotas]] entry: name -> (TOML type, meaning). parse_config accepts exactly these.
 QUOTA_ENTRY_KEYS: dict[str, tuple[str, str]] = {
     "user": ("string", 'The user (SASL principal name; `ANONYMOUS` without SASL), or `"<default>"` for any user.'),
@@ -173,6 +205,12 @@ class Config:
         default_factory=UsageConfig,
         metadata={"doc": "Usage records (one per request) for the analysis pipeline; off unless enabled."},
     )
+    admin: AdminConfig = field(
+        default_factory=AdminConfig,
+        metadata={
+            "doc": "Kafka's quota admin APIs, answered by the proxy (kafka-configs.sh --bootstrap-server <proxy>)."
+        },
+    )
 
 
 def load_config(path: str | Path) -> Config:
@@ -188,7 +226,7 @@ def parse_config(text: str) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("file", f"not valid TOML: {exc}") from exc
-    _reject_unknown("", data, {"proxy", "metrics", "quotas", "topic_thresholds", "usage", *_WINDOW_KEYS})
+    _reject_unknown("", data, {"proxy", "metrics", "quotas", "topic_thresholds", "usage", "admin", *_WINDOW_KEYS})
     proxy = _section(data, "proxy", required=True)
     metrics = _section(data, "metrics", required=False)
     return Config(
@@ -205,7 +243,19 @@ def parse_config(text: str) -> Config:
         ),
         topic_thresholds=_parse_topic_thresholds(data.get("topic_thresholds")),
         usage=_parse_usage(_section(data, "usage", required=False)),
+        admin=_parse_admin(_section(data, "admin", required=False)),
     )
+
+
+def _parse_admin(table: dict[str, Any]) -> AdminConfig:
+    _reject_unknown("admin.", table, {f.name for f in fields(AdminConfig)})
+    quota_api = _string(table, "admin.quota_api", "proxy")
+    if quota_api not in ("proxy", "forward"):
+        raise ConfigError("admin.quota_api", f'must be "proxy" or "forward", got {quota_api!r}')
+    principals = table.get("alter_principals", [])
+    if not isinstance(principals, list) or not all(isinstance(p, str) and p for p in principals):
+        raise ConfigError("admin.alter_principals", 'must be a list of user names, e.g. ["admin"]')
+    return AdminConfig(quota_api, tuple(principals), _string(table, "admin.state_file", ""))
 
 
 def _parse_usage(table: dict[str, Any]) -> UsageConfig:

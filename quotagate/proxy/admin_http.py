@@ -8,7 +8,8 @@ reads the request head, answers, and closes the connection.
 - /healthz: 200 while the process runs.
 - /readyz: 200 when the listeners are up and a broker answered the last metadata refresh; else
   503 with the reasons, as JSON.
-- /quotas: JSON view of quota state: the configured quotas, and for every tracked entity the
+- /quotas: JSON view of quota state: the quotas in force, each key with its source ("file": the
+  TOML file, "api": set with kafka-configs.sh / AlterClientQuotas), and for every tracked entity the
   quota matched per key (level, entity, value), its tokens and its current throttle.
 """
 
@@ -84,8 +85,14 @@ class AdminHttpServer:
         proxy = self.proxy
         engine = proxy.engine
         now = proxy.loop.time()
+        admin = proxy.quota_admin
         configured = [
-            {"user": entity.user, "client_id": entity.client_id, **{key.value: value for key, value in values.items()}}
+            {
+                "user": entity.user,
+                "client_id": entity.client_id,
+                **{key.value: value for key, value in values.items()},
+                "source": {key.value: admin.source(entity, key) for key in values},
+            }
             for entity, values in engine.table.items()
         ]
         entities = []

@@ -58,6 +58,7 @@ from quotagate.protocol.sasl import authenticate_user, handshake_mechanism
 from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time, throttle_time_offset
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.proxy.quota_admin import CLIENT_QUOTA_APIS, QuotaAdmin
 from quotagate.proxy.topics import TopicCatalog
 from quotagate.proxy.usage import UsageRecord, UsageRecorder
 from quotagate.quotas import ANONYMOUS, QuotaEngine, QuotaKey
@@ -98,6 +99,8 @@ class SessionServices:
     usage: UsageRecorder | None
     wall_ms: Callable[[float], int]  # the caller's clock -> epoch milliseconds, for usage records
     max_frame_size: int
+    # Answers DescribeClientQuotas/AlterClientQuotas from the proxy's quotas; None: they are forwarded.
+    quota_admin: QuotaAdmin | None = None
 
 
 @dataclass(slots=True)
@@ -227,6 +230,7 @@ class Session:
             order: tuple[str, ...] = ()
             refusal_wait = 0
             mutation: MutationInFlight | None = None
+            local: bytes | None = None  # a response the proxy makes itself, sent in this request's turn
             if api_key == _PRODUCE:
                 forwarded, refused, order, refusal_wait, throttle = self._admit_produce(
                     frame, body, version, client_id, now
@@ -245,6 +249,9 @@ class Session:
                     if stop_after is not None:
                         break
                     continue
+            elif api_key in CLIENT_QUOTA_APIS and services.quota_admin is not None:
+                forwarded = None  # the proxy's quotas, not the brokers', are described and altered
+                local = services.quota_admin.answer(frame, header, self.user, now)
             elif api_key in MUTATION_APIS and engine.enforces(QuotaKey.CONTROLLER_MUTATION_RATE):
                 forwarded, mutation = self._admit_mutation(frame, body, api_key, version, client_id, now)
             elif api_key == _FETCH:
@@ -257,15 +264,14 @@ class Session:
                 sasl_user = authenticate_user(self.sasl_mechanism, frame, body, version)
             if self.authenticating and api_key not in _AUTH_APIS and api_key != _API_VERSIONS:
                 self.authenticating = False
-            local = None
-            if forwarded is None and mutation is not None:  # nothing admitted: answered by the proxy
+            if local is None and forwarded is None and mutation is not None:  # nothing admitted: answered by the proxy
                 local = refusal_response(
                     mutation.request,
                     header.correlation_id,
                     mutation.refused,
                     engine.throttle_ms(self.user, client_id, QuotaKey.CONTROLLER_MUTATION_RATE, now),
                 )
-            elif forwarded is None:  # every topic refused: the proxy answers, in this request's turn
+            elif local is None and forwarded is None:  # every topic refused: the proxy answers, in turn
                 assert refused is not None
                 local = produce_refusal_response(
                     header.correlation_id,
