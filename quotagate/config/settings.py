@@ -167,6 +167,12 @@ QUOTA_ENTRY_KEYS: dict[str, tuple[str, str]] = {
         "number",
         "Partitions created or deleted per second (CreateTopics, CreatePartitions, DeleteTopics; KIP-599).",
     ),
+    "shadow": (
+        "boolean",
+        "Try this entry's quotas without applying them: clients are charged and the throttle they would get is "
+        "reported (/metrics quotagate_shadow_*, usage records' shadow_throttle_ms), but never applied. Default false; "
+        "set false (or remove) to make them binding: the debt run up meanwhile is kept.",
+    ),
 }
 
 
@@ -314,11 +320,12 @@ def _parse_quotas(entries: Any) -> QuotaTable:
         raise ConfigError("quotas", "must be an array of tables ([[quotas]])")
     table: dict[QuotaEntity, dict[QuotaKey, float]] = {}
     where: dict[QuotaEntity, int] = {}
+    shadow: set[QuotaEntity] = set()
     for index, entry in enumerate(entries):
         prefix = f"quotas[{index}]"
         if not isinstance(entry, dict):
             raise ConfigError(prefix, "must be a table ([[quotas]])")
-        _reject_unknown(prefix + ".", entry, _ENTITY_KEYS | _QUOTA_KEYS)
+        _reject_unknown(prefix + ".", entry, _ENTITY_KEYS | _QUOTA_KEYS | {"shadow"})
         user = _entity_name(entry, prefix, "user")
         client_id = _entity_name(entry, prefix, "client_id")
         if user is None and client_id is None:
@@ -333,7 +340,12 @@ def _parse_quotas(entries: Any) -> QuotaTable:
         if not values:
             raise ConfigError(prefix, f"sets no quota (one of: {', '.join(sorted(_QUOTA_KEYS))})")
         table[entity] = values
-    return QuotaTable(table)
+        shadow_flag = entry.get("shadow", False)
+        if not isinstance(shadow_flag, bool):
+            raise ConfigError(f"{prefix}.shadow", f"must be true or false, got {shadow_flag!r}")
+        if shadow_flag:
+            shadow.add(entity)
+    return QuotaTable(table, frozenset(shadow))
 
 
 def _entity_name(entry: dict[str, Any], prefix: str, key: str) -> str | None:

@@ -92,6 +92,7 @@ class AdminHttpServer:
                 "client_id": entity.client_id,
                 **{key.value: value for key, value in values.items()},
                 "source": {key.value: admin.source(entity, key) for key in values},
+                "shadow": entity in engine.table.shadow,
             }
             for entity, values in engine.table.items()
         ]
@@ -108,6 +109,7 @@ class AdminHttpServer:
                     "quota": resolution.value,
                     "tokens": round(engine.tokens(resolution, now), 3),
                     "throttle_ms": engine.throttle_ms(user, client_id, key, now),
+                    "shadow": resolution.shadow,
                 }
             entities.append({"user": user, "client_id": client_id, "quotas": quotas})
         return {"configured": configured, "entities": entities, "delay_queue_size": len(proxy.delay_queue)}

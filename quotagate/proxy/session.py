@@ -62,7 +62,7 @@ from quotagate.proxy.quota_admin import CLIENT_QUOTA_APIS, QuotaAdmin
 from quotagate.proxy.topics import TopicCatalog
 from quotagate.proxy.usage import UsageRecord, UsageRecorder
 from quotagate.quotas import ANONYMOUS, QuotaEngine, QuotaKey
-from quotagate.quotas.charging import charge_request, charge_response, request_time_ms
+from quotagate.quotas.charging import charge_request, charge_response, request_time_ms, shadow_throttle_ms
 from quotagate.quotas.engine import EntityBuckets
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 
@@ -492,11 +492,13 @@ class Session:
                     throttle, engine.throttle_ms(self.user, request.client_id, QuotaKey.CONTROLLER_MUTATION_RATE, now)
                 )
         response_size = frame_body_size(frame)
+        shadow_ms = 0
         if engine.limits_anyone:
-            throttle = max(
-                throttle,
-                charge_response(self._buckets(request.client_id, now), request.api_key, response_size, request_ms, now),
-            )
+            buckets = self._buckets(request.client_id, now)
+            throttle = max(throttle, charge_response(buckets, request.api_key, response_size, request_ms, now))
+            if buckets.shadow:  # a quota being tried: what it would have done, never applied
+                shadow_ms = shadow_throttle_ms(buckets, request.api_key, request_ms is not None, now)
+                services.entity_metrics.record_shadow(self.user, request.client_id, shadow_ms, now)
         services.entity_metrics.record_response(
             self.user,
             request.client_id,
@@ -508,7 +510,7 @@ class Session:
             now,
         )
         if services.usage is not None:
-            services.usage.add(self._usage_record(request, response_size, latency_ms, throttle, now))
+            services.usage.add(self._usage_record(request, response_size, latency_ms, throttle, shadow_ms, now))
         if throttle <= 0:
             return frame
         patched, _upstream_ms = patch_throttle_time(memoryview(frame), request.api_key, request.api_version, throttle)
@@ -548,7 +550,7 @@ class Session:
         return frame
 
     def _usage_record(
-        self, request: InFlight, response_size: int, latency_ms: float, throttle: int, now: float
+        self, request: InFlight, response_size: int, latency_ms: float, throttle: int, shadow_ms: int, now: float
     ) -> UsageRecord:
         mutation = request.mutation
         if request.local_response is not None:
@@ -571,6 +573,7 @@ class Session:
             latency_ms if request.local_response is None else -1.0,
             throttle,
             decision,
+            shadow_ms,
         )
 
     def _note_authentication(self, request: InFlight, frame: memoryview | bytes) -> None:

@@ -44,6 +44,7 @@ class UsageRecord(NamedTuple):
     upstream_latency_ms: float  # −1 when the proxy answered itself
     throttle_ms: int
     decision: str  # ok | throttled | refused | partially_refused
+    shadow_throttle_ms: int = 0  # the throttle shadow quotas would have added (never applied)
 
 
 def record_to_json(record: UsageRecord, proxy_id: str) -> dict[str, Any]:
@@ -62,6 +63,7 @@ def record_to_json(record: UsageRecord, proxy_id: str) -> dict[str, Any]:
         "upstream_latency_ms": round(record.upstream_latency_ms, 3),
         "throttle_ms": record.throttle_ms,
         "decision": record.decision,
+        "shadow_throttle_ms": record.shadow_throttle_ms,
     }
 
 

@@ -48,7 +48,8 @@ def effective(file: QuotaTable, api: Mapping[QuotaEntity, Mapping[QuotaKey, floa
                 target.pop(key, None)
             else:
                 target[key] = value
-    return QuotaTable({entity: values for entity, values in merged.items() if values})
+    # An entity the file marks shadow stays shadow, whichever source set its values.
+    return QuotaTable({entity: values for entity, values in merged.items() if values}, file.shadow)
 
 
 def sources(api: Mapping[QuotaEntity, Mapping[QuotaKey, float | None]], entity: QuotaEntity, key: QuotaKey) -> str:

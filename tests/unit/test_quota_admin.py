@@ -238,3 +238,55 @@ def test_effective_quotas_lay_the_api_over_the_file() -> None:
     file = QuotaTable({QuotaEntity("a"): {QuotaKey.PRODUCER_BYTE_RATE: 1.0, QuotaKey.CONSUMER_BYTE_RATE: 2.0}})
     api = {QuotaEntity("a"): {QuotaKey.PRODUCER_BYTE_RATE: 5.0, QuotaKey.CONSUMER_BYTE_RATE: None}}
     assert dict(effective(file, api).items()) == {QuotaEntity("a"): {QuotaKey.PRODUCER_BYTE_RATE: 5.0}}
+
+
+SHADOW_QUOTAS = """
+quota_window_num = 1
+[proxy]
+bootstrap_servers = ["127.0.0.1:1"]
+port = 1
+
+[[quotas]]
+user = "alice"
+producer_byte_rate = 1000
+shadow = true
+"""
+
+
+def test_a_shadow_quota_charges_but_never_throttles_and_says_what_it_would_have_done() -> None:
+    from quotagate.config import parse_config
+    from quotagate.quotas import QuotaEngine
+
+    config = parse_config(SHADOW_QUOTAS)
+    engine = QuotaEngine(config.quotas, config.windows)
+    buckets = engine.entity_buckets("alice", "app", 0.0)
+    assert buckets.shadow
+    from quotagate.quotas.charging import charge_request, shadow_throttle_ms
+
+    # Burst 1000 (one window): 3000 bytes leave 2000 of debt, 2 s of throttle, none applied.
+    assert charge_request(buckets, 0, 3000, 0.0) == 0
+    assert engine.throttle_ms("alice", "app", QuotaKey.PRODUCER_BYTE_RATE, 0.0) == 0
+    assert shadow_throttle_ms(buckets, 0, False, 0.0) == 2000
+    # Made binding by a reload: the debt is kept and now throttles.
+    binding = parse_config(SHADOW_QUOTAS.replace("shadow = true\n", ""))
+    engine.update(binding.quotas, binding.windows, 0.5)
+    assert engine.throttle_ms("alice", "app", QuotaKey.PRODUCER_BYTE_RATE, 0.5) == 1500
+
+
+def test_a_shadow_mutation_quota_admits_every_topic_in_strict_mode() -> None:
+    from quotagate.quotas import QuotaEngine
+
+    table = QuotaTable(
+        {QuotaEntity("alice"): {QuotaKey.CONTROLLER_MUTATION_RATE: 1.0}}, frozenset({QuotaEntity("alice")})
+    )
+    engine = QuotaEngine(table)
+    key = QuotaKey.CONTROLLER_MUTATION_RATE
+    assert engine.admit("alice", "x", key, [50, 50, 50], True, 0.0) == [True, True, True]
+    assert engine.throttle_ms("alice", "x", key, 0.0) == 0
+
+
+def test_file_shadow_flag_must_be_a_boolean() -> None:
+    from quotagate.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError, match=r"quotas\[0\]\.shadow"):
+        parse_config(SHADOW_QUOTAS.replace("shadow = true", 'shadow = "yes"'))
