@@ -155,3 +155,37 @@ def test_java_admin_api_alters_and_describes_with_filters(proxy_factory, kafka, 
     assert lines["strict user=alice"] == "{{user=alice}={producer_byte_rate=300000.0}}"
     assert lines["default clients"] == "{{client-id=null}={request_percentage=25.0}}"
     assert lines["any user"] == "{{user=alice}={producer_byte_rate=300000.0}}"
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample of /metrics (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_shadow_quota_throttles_nothing_and_reports_what_it_would_have_done(proxy_factory, kafka) -> None:
+    proxy = proxy_factory(
+        kafka.bootstrap,
+        f'quota_window_num = 1\n\n[[quotas]]\nclient_id = "tried"\nproducer_byte_rate = {QUOTA}\nshadow = true\n',
+    )
+    topic = unique_topic("shadow")
+    create_topic(kafka.bootstrap, topic, partitions=2)
+    acked = Acked()
+    started = time.monotonic()
+    confluent_producer_loop(proxy.bootstrap, topic, "tried", 10.0, acked)
+    with urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/metrics", timeout=10) as response:
+        scraped_at = time.monotonic()
+        text = response.read().decode()
+    rate = rate_between(acked.events, started + 2, started + 10)
+    charged = metric(text, "quotagate_produce_bytes_total", client_id="tried")
+    debt = metric(text, "quotagate_shadow_debt_seconds", client_id="tried", quota="producer_byte_rate")
+    # Never throttled: bursting over the quota all along, the bucket never refilled after the first
+    # charge, so its debt is what was charged beyond the burst, less what the elapsed time earned.
+    expected = (charged - QUOTA) / QUOTA - (scraped_at - started)
+    print(f"shadow: producer at {rate / QUOTA:.1f}x the quota; debt {debt:.1f} s, expected {expected:.1f} s")
+    assert rate > 2 * QUOTA, f"{rate:.0f} B/s: a shadow quota must not hold the producer back"
+    assert metric(text, "quotagate_produce_throttle_time_seconds_total", client_id="tried") == 0
+    assert metric(text, "quotagate_shadow_throttled_responses_total", client_id="tried") > 0
+    assert debt == pytest.approx(expected, rel=0.10)

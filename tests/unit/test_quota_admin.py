@@ -290,3 +290,25 @@ def test_file_shadow_flag_must_be_a_boolean() -> None:
 
     with pytest.raises(ConfigError, match=r"quotas\[0\]\.shadow"):
         parse_config(SHADOW_QUOTAS.replace("shadow = true", 'shadow = "yes"'))
+
+
+def test_a_shadow_produce_quota_mutes_nothing_and_its_usage_record_says_what_it_would_have_done() -> None:
+    from tests.unit.test_session import produce, produce_answer
+
+    services = services_for('[[quotas]]\nclient_id = "app"\nproducer_byte_rate = 1000\nshadow = true\n')
+    records: list = []
+
+    class Usage:
+        def add(self, record: object) -> None:
+            records.append(record)
+
+    session = Session(replace(services, usage=Usage()))  # type: ignore[arg-type]
+    session.broker_connected(0.0)
+    # Burst 11 kB; a 20 kB produce leaves ~9 kB of debt: ~9 s it would have been throttled.
+    session.client_data(produce(1, {"t": b"r" * 20_000}), now=10.0)
+    assert session.muted_until == 0.0
+    session.broker_data(produce_answer(1, ["t"]), now=10.0)
+    (record,) = records
+    assert record.throttle_ms == 0 and 8500 < record.shadow_throttle_ms < 9500, record
+    stats = services.entity_metrics.stats[("ANONYMOUS", "app")]
+    assert stats.shadow_throttled == 1 and stats.produce_throttle_seconds == 0
