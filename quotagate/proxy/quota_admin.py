@@ -21,8 +21,8 @@ from quotagate.protocol.client_quotas import (
     describe_response,
 )
 from quotagate.protocol.headers import RequestHeader
-from quotagate.quotas import QuotaTable
-from quotagate.quotas.admin import ApiQuotas, alter, describe, effective, prune, refused, sources
+from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable
+from quotagate.quotas.admin import ApiQuotas, alter, describe, effective, prune, refused, source_of
 
 log = logging.getLogger("quotagate.admin")
 
@@ -44,7 +44,7 @@ class QuotaAdmin:
     ) -> None:
         self.file_quotas = file_quotas
         self.api_quotas = api_quotas
-        self.alter_principals = frozenset(p.removeprefix(USER_PRINCIPAL_PREFIX) for p in alter_principals)
+        self.set_alter_principals(alter_principals)
         self.state_path = state_path  # None: kept in memory only
         self._apply = apply  # (quotas in force, now) -> None: the engine's live update
 
@@ -59,8 +59,12 @@ class QuotaAdmin:
         prune(self.api_quotas, file_quotas)
         return self.quotas
 
-    def source(self, entity: object, key: object) -> str:
-        return sources(self.api_quotas, entity, key)  # type: ignore[arg-type]
+    def set_alter_principals(self, principals: tuple[str, ...]) -> None:
+        self.alter_principals = frozenset(p.removeprefix(USER_PRINCIPAL_PREFIX) for p in principals)
+
+    def source(self, entity: QuotaEntity, key: QuotaKey) -> str:
+        """Where the quota in force for (entity, key) came from: "file" or "api"."""
+        return source_of(self.api_quotas, entity, key)
 
     def answer(self, frame: memoryview, header: RequestHeader, user: str, now: float) -> bytes:
         """The response to a DescribeClientQuotas or AlterClientQuotas request from `user`."""

@@ -198,14 +198,21 @@ class Proxy:
         task.add_done_callback(self._tasks.discard)
 
     def apply_config(self, config: Config) -> None:
-        """Applies a reloaded configuration: quotas live, listener and metrics settings at restart."""
+        """Applies a reloaded configuration: quotas and [admin] live, listener and metrics settings at restart."""
         if config.proxy != self.config.proxy or config.metrics != self.config.metrics:
             log.warning("[proxy] and [metrics] changes take effect at the next restart; quotas apply now")
         now = self.loop.time()
         self.engine.update(self.quota_admin.file_changed(config.quotas), config.windows, now)
         self.topic_guard.update(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE), now)
+        self.quota_admin.set_alter_principals(config.admin.alter_principals)
+        if config.admin.state_file != self.config.admin.state_file:
+            log.warning("[admin] state_file changes take effect at the next restart")
         self.config = replace(
-            self.config, quotas=config.quotas, windows=config.windows, topic_thresholds=config.topic_thresholds
+            self.config,
+            quotas=config.quotas,
+            windows=config.windows,
+            topic_thresholds=config.topic_thresholds,
+            admin=replace(config.admin, state_file=self.config.admin.state_file),  # quota_api: new connections
         )
 
     def _quotas_altered(self, quotas: QuotaTable, now: float) -> None:

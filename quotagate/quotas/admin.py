@@ -34,6 +34,7 @@ MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
 # Where an effective quota came from, as /quotas shows it.
 SOURCE_FILE, SOURCE_API = "file", "api"
 
+_QUOTA_KEYS = frozenset(key.value for key in QuotaKey)
 # What AlterClientQuotas set: entity -> {key: value, or None where the API removed a file's key}.
 ApiQuotas = dict[QuotaEntity, dict[QuotaKey, float | None]]
 
@@ -52,7 +53,7 @@ def effective(file: QuotaTable, api: Mapping[QuotaEntity, Mapping[QuotaKey, floa
     return QuotaTable({entity: values for entity, values in merged.items() if values}, file.shadow)
 
 
-def sources(api: Mapping[QuotaEntity, Mapping[QuotaKey, float | None]], entity: QuotaEntity, key: QuotaKey) -> str:
+def source_of(api: Mapping[QuotaEntity, Mapping[QuotaKey, float | None]], entity: QuotaEntity, key: QuotaKey) -> str:
     return SOURCE_API if api.get(entity, {}).get(key) is not None else SOURCE_FILE
 
 
@@ -156,7 +157,7 @@ def check_alteration(alteration: Alteration) -> tuple[QuotaEntity | None, str | 
 
 
 def _value_problem(key: str, value: float) -> str | None:
-    if key not in QuotaKey.__members__.values():
+    if key not in _QUOTA_KEYS:
         return f"Invalid configuration key {key}"
     if QuotaKey(key) in INTEGER_KEYS and abs(round(value) - value) > 1e-6:
         return f"Configuration {key} must be a Long value"
