@@ -312,3 +312,12 @@ def test_a_shadow_produce_quota_mutes_nothing_and_its_usage_record_says_what_it_
     assert record.throttle_ms == 0 and 8500 < record.shadow_throttle_ms < 9500, record
     stats = services.entity_metrics.stats[("ANONYMOUS", "app")]
     assert stats.shadow_throttled == 1 and stats.produce_throttle_seconds == 0
+
+
+def test_api_versions_advertises_the_quota_apis_at_the_versions_the_proxy_answers() -> None:
+    from types import SimpleNamespace
+
+    from quotagate.protocol.rewrite import cap_api_versions
+
+    offered = [SimpleNamespace(api_key=key, min_version=0, max_version=3) for key in (DESCRIBE, ALTER)]
+    assert [(e.api_key, e.max_version) for e in cap_api_versions(offered)] == [(DESCRIBE, 1), (ALTER, 1)]
