@@ -21,10 +21,11 @@ from quotagate.config import ConfigError, load_config
 
 
 async def _run(config_path: str) -> int:
+    from quotagate.config.quota_state import state_path
     from quotagate.proxy.server import Proxy
 
     config = load_config(config_path)
-    proxy = Proxy(config)
+    proxy = Proxy(config, state_path=state_path(config.admin.state_file, config_path))
     try:
         await proxy.start_admin_http()
         await proxy.start()

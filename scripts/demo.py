@@ -2,9 +2,10 @@
 """`make demo`: a local Kafka, quotagate in front of it, traffic that shows a quota working.
 
 Starts its own single-broker Kafka (cluster "demo", port 19092) so it never disturbs a Kafka started
-with `make kafka-up`, runs quotagate as a subprocess with a producer quota for one client-id, runs
-two producers side by side (one under the quota, one free), consumes everything back, prints the
-achieved rates and what the proxy saw, and stops everything it started.
+with `make kafka-up`, runs quotagate as a subprocess, sets a producer quota for one client-id with
+Kafka's own kafka-configs.sh pointed at the proxy, runs two producers side by side (one under the
+quota, one free), consumes everything back, prints the achieved rates and what the proxy saw, and
+stops everything it started.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "scripts"))
 
-from kafka_rig import fresh_cluster  # noqa: E402
+from kafka_rig import fresh_cluster, run_tool  # noqa: E402
 
 KAFKA_PORT = 19092
 PROXY_PORT = 19392
@@ -35,9 +36,11 @@ SECONDS = 10.0
 def start_proxy(workdir: Path) -> subprocess.Popen[bytes]:
     config = workdir / "quotagate.toml"
     config.write_text(
-        # One window of burst, so the achieved rate shows the quota rather than the burst.
+        # One window of burst, so the achieved rate shows the quota rather than the burst. No quota in
+        # the file: kafka-configs.sh sets it. Without SASL every client is ANONYMOUS, so listing it lets
+        # anyone alter quotas: fine for a local demo, never for a shared cluster.
         f'quota_window_num = 1\n[proxy]\nbootstrap_servers = ["127.0.0.1:{KAFKA_PORT}"]\nport = {PROXY_PORT}\n'
-        f'[metrics]\nport = {METRICS_PORT}\n[[quotas]]\nclient_id = "limited"\nproducer_byte_rate = {QUOTA}\n'
+        f'[metrics]\nport = {METRICS_PORT}\n[admin]\nalter_principals = ["ANONYMOUS"]\n'
         # v2 usage aggregates (Parquet), for the pipeline run that ends the demo
         f'[usage]\nenabled = true\ndirectory = "{workdir / "usage"}"\n'
     )
@@ -148,6 +151,13 @@ def main() -> int:
         admin.create_topics([NewTopic(TOPIC, 3, 1)])
         admin.close()
 
+        command = ["--bootstrap-server", bootstrap, "--entity-type", "clients", "--entity-name", "limited"]
+        print(f"== kafka-configs.sh {' '.join(command)} --alter --add-config producer_byte_rate={QUOTA}")
+        print(
+            "  ", run_tool("configs", *command, "--alter", "--add-config", f"producer_byte_rate={QUOTA}").stdout.strip()
+        )
+        print("  ", run_tool("configs", *command, "--describe").stdout.strip(), "(the proxy's quota, not the broker's)")
+
         print(
             f"== two producers side by side for {SECONDS:.0f} s; client-id 'limited' has producer_byte_rate = {QUOTA:,}"
         )
@@ -181,9 +191,9 @@ def main() -> int:
         from quotagate.protocol.apis import api_name
 
         counts = proxy_requests_by_api()
-        print("== requests the proxy forwarded, by API:")
+        print("== requests the proxy saw, by API (it answered the quota ones itself):")
         for api_key, count in sorted(counts.items(), key=lambda kv: -kv[1]):
-            print(f"   {api_name(int(api_key)):>16}: {count:,.0f}")
+            print(f"   {api_name(int(api_key)):>20}: {count:,.0f}")
         ok = received == sent and abs(rates["limited"] / QUOTA - 1) < 0.15 and rates["free"] > 2 * QUOTA
         proxy.terminate()  # SIGTERM: the proxy flushes its usage records and closes their files
         proxy.wait(10)

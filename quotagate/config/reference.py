@@ -179,7 +179,13 @@ def effective_toml(config: Config, given: Mapping[str, Any] | None = None) -> st
 def toml_data(value: Any) -> Any:
     """A config value as the plain data its TOML is written from."""
     if isinstance(value, QuotaTable):
-        return [_quota_entry(entity.user, entity.client_id, values) for entity, values in value.items()]
+        return [
+            {
+                **_quota_entry(entity.user, entity.client_id, values),
+                **({"shadow": True} if entity in value.shadow else {}),
+            }
+            for entity, values in value.items()
+        ]
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         return int(value)  # 1048576, not 1048576.0; parse_config reads both
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], int):

@@ -205,6 +205,38 @@ class UsageConfig:
         return round(self.interval_seconds * 1000)
 
 
+@dataclass(frozen=True)
+class AdminConfig:
+    """Kafka's quota admin APIs (kafka-configs.sh, Admin.describeClientQuotas/alterClientQuotas)."""
+
+    quota_api: str = field(
+        default="proxy",
+        metadata={
+            "doc": '"proxy": the proxy answers DescribeClientQuotas and AlterClientQuotas from its own quotas '
+            '(this file plus the state file); "forward": they pass to the cluster unchanged and set the '
+            "brokers' own quotas."
+        },
+    )
+    alter_principals: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "doc": 'Who may alter the proxy\'s quotas: SASL user names ("admin" or "User:admin"). Anyone else '
+            "gets CLUSTER_AUTHORIZATION_FAILED; describing is open to all. Without SASL every client is "
+            '"ANONYMOUS": listing it lets anyone who can reach the proxy alter quotas. Empty: nobody may.',
+            "type": "array of strings",
+        },
+    )
+    state_file: str = field(
+        default="",
+        metadata={
+            "doc": "Where quotas set through the API are kept (JSON, written atomically). Per entity and key, "
+            "a value set through the API wins over this file's; a key the API removed stays removed while "
+            "this file sets it; /quotas shows which source each quota came from.",
+            "default": "the config file's path + .quotas.json",
+        },
+    )
+
+
 # The keys of one [[quotas]] entry: name -> (TOML type, meaning). parse_config accepts exactly these.
 QUOTA_ENTRY_KEYS: dict[str, tuple[str, str]] = {
     "user": ("string", 'The user (SASL principal name; `ANONYMOUS` without SASL), or `"<default>"` for any user.'),
@@ -215,6 +247,12 @@ QUOTA_ENTRY_KEYS: dict[str, tuple[str, str]] = {
     QuotaKey.CONTROLLER_MUTATION_RATE: (
         "number",
         "Partitions created or deleted per second (CreateTopics, CreatePartitions, DeleteTopics; KIP-599).",
+    ),
+    "shadow": (
+        "boolean",
+        "Try this entry's quotas without applying them: clients are charged and the throttle they would get is "
+        "reported (/metrics quotagate_shadow_*, usage records' shadow_throttle_ms), but never applied. Default false; "
+        "set false (or remove) to make them binding: the debt run up meanwhile is kept.",
     ),
 }
 
@@ -254,6 +292,12 @@ class Config:
         default_factory=UsageConfig,
         metadata={"doc": "Usage records (one per request) for the analysis pipeline; off unless enabled."},
     )
+    admin: AdminConfig = field(
+        default_factory=AdminConfig,
+        metadata={
+            "doc": "Kafka's quota admin APIs, answered by the proxy (kafka-configs.sh --bootstrap-server <proxy>)."
+        },
+    )
 
 
 def load_config(path: str | Path) -> Config:
@@ -269,7 +313,7 @@ def parse_config(text: str) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("file", f"not valid TOML: {exc}") from exc
-    _reject_unknown("", data, {"proxy", "metrics", "quotas", "topic_thresholds", "usage", *_WINDOW_KEYS})
+    _reject_unknown("", data, {"proxy", "metrics", "quotas", "topic_thresholds", "usage", "admin", *_WINDOW_KEYS})
     proxy = _section(data, "proxy", required=True)
     metrics = _section(data, "metrics", required=False)
     return Config(
@@ -286,7 +330,19 @@ def parse_config(text: str) -> Config:
         ),
         topic_thresholds=_parse_topic_thresholds(data.get("topic_thresholds")),
         usage=_parse_usage(_section(data, "usage", required=False)),
+        admin=_parse_admin(_section(data, "admin", required=False)),
     )
+
+
+def _parse_admin(table: dict[str, Any]) -> AdminConfig:
+    _reject_unknown("admin.", table, {f.name for f in fields(AdminConfig)})
+    quota_api = _string(table, "admin.quota_api", "proxy")
+    if quota_api not in ("proxy", "forward"):
+        raise ConfigError("admin.quota_api", f'must be "proxy" or "forward", got {quota_api!r}')
+    principals = table.get("alter_principals", [])
+    if not isinstance(principals, list) or not all(isinstance(p, str) and p for p in principals):
+        raise ConfigError("admin.alter_principals", 'must be a list of user names, e.g. ["admin"]')
+    return AdminConfig(quota_api, tuple(principals), _string(table, "admin.state_file", ""))
 
 
 def _parse_usage(table: dict[str, Any]) -> UsageConfig:
@@ -354,11 +410,12 @@ def _parse_quotas(entries: Any) -> QuotaTable:
         raise ConfigError("quotas", "must be an array of tables ([[quotas]])")
     table: dict[QuotaEntity, dict[QuotaKey, float]] = {}
     where: dict[QuotaEntity, int] = {}
+    shadow: set[QuotaEntity] = set()
     for index, entry in enumerate(entries):
         prefix = f"quotas[{index}]"
         if not isinstance(entry, dict):
             raise ConfigError(prefix, "must be a table ([[quotas]])")
-        _reject_unknown(prefix + ".", entry, _ENTITY_KEYS | _QUOTA_KEYS)
+        _reject_unknown(prefix + ".", entry, _ENTITY_KEYS | _QUOTA_KEYS | {"shadow"})
         user = _entity_name(entry, prefix, "user")
         client_id = _entity_name(entry, prefix, "client_id")
         if user is None and client_id is None:
@@ -373,7 +430,12 @@ def _parse_quotas(entries: Any) -> QuotaTable:
         if not values:
             raise ConfigError(prefix, f"sets no quota (one of: {', '.join(sorted(_QUOTA_KEYS))})")
         table[entity] = values
-    return QuotaTable(table)
+        shadow_flag = entry.get("shadow", False)
+        if not isinstance(shadow_flag, bool):
+            raise ConfigError(f"{prefix}.shadow", f"must be true or false, got {shadow_flag!r}")
+        if shadow_flag:
+            shadow.add(entity)
+    return QuotaTable(table, frozenset(shadow))
 
 
 def _entity_name(entry: dict[str, Any], prefix: str, key: str) -> str | None:

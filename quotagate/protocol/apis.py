@@ -81,6 +81,8 @@ def response_header_is_flexible(api_key: int, version: int) -> bool:
 #   at v15, which only costs clients the leader-change shortcut of KIP-951 (they refresh metadata
 #   instead). Produce responses are small, so those are walked and rewritten instead of capped.
 # - DescribeQuorum v2+ lists controller endpoints; v1 has none.
+# - DescribeClientQuotas and AlterClientQuotas are answered by the proxy itself (quota_api = "proxy"):
+#   capped at the versions it can decode and encode.
 # - Produce v13 names topics by id instead of name; per-topic thresholds and usage records need the
 #   names, and v12 still carries everything else (transactions v2 need v12), so Produce is capped.
 FETCH_MAX_VERSION = 15
@@ -101,6 +103,8 @@ MAX_VERSIONS: dict[int, int] = {
     ApiKey.FETCH: FETCH_MAX_VERSION,
     ApiKey.PRODUCE: PRODUCE_MAX_VERSION,
     ApiKey.DESCRIBE_QUORUM: DESCRIBE_QUORUM_MAX_VERSION,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: REQUEST_CLASSES[ApiKey.DESCRIBE_CLIENT_QUOTAS].max_version,
+    ApiKey.ALTER_CLIENT_QUOTAS: REQUEST_CLASSES[ApiKey.ALTER_CLIENT_QUOTAS].max_version,
 }
 
 # APIs whose responses carry broker addresses in a form the proxy does not rewrite (share groups,

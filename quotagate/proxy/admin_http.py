@@ -11,7 +11,8 @@ and closes the connection.
 - /healthz: 200 while the process runs.
 - /readyz: 200 when the listeners are up and a broker answered the last metadata refresh; else
   503 with the reasons, as JSON.
-- /quotas: JSON view of quota state: the configured quotas, and for every tracked entity the
+- /quotas: JSON view of quota state: the quotas in force, each key with its source ("file": the
+  TOML file, "api": set with kafka-configs.sh / AlterClientQuotas), and for every tracked entity the
   quota matched per key (level, entity, value), its tokens and its current throttle.
 """
 
@@ -96,8 +97,15 @@ class AdminHttpServer:
         proxy = self.proxy
         engine = proxy.engine
         now = proxy.loop.time()
+        admin = proxy.quota_admin
         configured = [
-            {"user": entity.user, "client_id": entity.client_id, **{key.value: value for key, value in values.items()}}
+            {
+                "user": entity.user,
+                "client_id": entity.client_id,
+                **{key.value: value for key, value in values.items()},
+                "source": {key.value: admin.source(entity, key) for key in values},
+                "shadow": entity in engine.table.shadow,
+            }
             for entity, values in engine.table.items()
         ]
         entities = []
@@ -113,6 +121,7 @@ class AdminHttpServer:
                     "quota": resolution.value,
                     "tokens": round(engine.tokens(resolution, now), 3),
                     "throttle_ms": engine.throttle_ms(user, client_id, key, now),
+                    "shadow": resolution.shadow,
                 }
             entities.append({"user": user, "client_id": client_id, "quotas": quotas})
         return {"configured": configured, "entities": entities, "delay_queue_size": len(proxy.delay_queue)}

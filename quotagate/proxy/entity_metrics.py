@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.mutations import MUTATION_APIS
 from quotagate.quotas import QuotaEngine, QuotaKey
+from quotagate.quotas.engine import tokens_per_second
 
 OTHER = "other"
 IDLE_SECONDS = 3600.0
@@ -64,6 +65,9 @@ class EntityStats:
     throttled_fetch: int = 0
     throttled_request: int = 0
     throttled_controller_mutation: int = 0
+    # Shadow quotas (tried, never applied): responses that would have been throttled, and by how much.
+    shadow_throttled: int = 0
+    shadow_throttle_seconds: float = 0.0
     last_seen: float = 0.0
 
     @property
@@ -90,6 +94,16 @@ _COUNTERS = (
         "quotagate_controller_mutation_throttle_time_seconds",
         "Throttle time of topic mutation responses",
         "mutation_throttle_seconds",
+    ),
+    (
+        "quotagate_shadow_throttle_time_seconds",
+        "Throttle time shadow quotas would have given responses (never applied)",
+        "shadow_throttle_seconds",
+    ),
+    (
+        "quotagate_shadow_throttled_responses",
+        "Responses shadow quotas would have throttled (never applied)",
+        "shadow_throttled",
     ),
 )
 
@@ -152,6 +166,12 @@ class EntityMetrics(Collector):
             else:
                 stats.request_throttle_seconds += seconds
                 stats.throttled_request += 1
+
+    def record_shadow(self, user: str, client_id: str, would_throttle_ms: int, now: float) -> None:
+        if would_throttle_ms > 0:
+            stats = self.entity(user, client_id, now)
+            stats.shadow_throttled += 1
+            stats.shadow_throttle_seconds += would_throttle_ms / 1000
 
     def record_exempt(self, latency_ms: float) -> None:
         self.exempt_request_seconds += latency_ms / 1000
@@ -216,6 +236,11 @@ class EntityMetrics(Collector):
         labels = ["user", "client_id", "quota"]
         tokens = GaugeMetricFamily("quotagate_quota_tokens", "Tokens left in the entity's bucket", labels=labels)
         limits = GaugeMetricFamily("quotagate_quota_limit", "The quota that applies to the entity", labels=labels)
+        debt = GaugeMetricFamily(
+            "quotagate_shadow_debt_seconds",
+            "How long a shadow quota would hold the entity now (its debt in time; never applied)",
+            labels=labels,
+        )
         for (user, client_id), _ in exported:
             for key in QuotaKey:
                 resolution = engine.resolve(user, client_id, key)
@@ -223,5 +248,10 @@ class EntityMetrics(Collector):
                     continue
                 tokens.add_metric([user, client_id, key.value], engine.tokens(resolution, now))
                 limits.add_metric([user, client_id, key.value], resolution.value)
+                if resolution.shadow:
+                    tokens_left = engine.tokens(resolution, now)
+                    rate = tokens_per_second(key, resolution.value)
+                    debt.add_metric([user, client_id, key.value], max(-tokens_left, 0.0) / rate)
         yield tokens
         yield limits
+        yield debt

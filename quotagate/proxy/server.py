@@ -15,9 +15,12 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from quotagate.config import Config
+from quotagate.config.quota_state import load_state
 from quotagate.config.reload import ConfigWatcher
 from quotagate.protocol.discovery import (
     decode_discovery,
@@ -33,10 +36,11 @@ from quotagate.proxy.connection_limits import REFUSED, ConnectionLimits, LimitSe
 from quotagate.proxy.delay_queue import DelayQueue
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.proxy.session import SessionServices
 from quotagate.proxy.topics import TopicCatalog
 from quotagate.proxy.usage import UsageRecorder, make_sink, writer_id
-from quotagate.quotas import QuotaEngine, QuotaKey
+from quotagate.quotas import QuotaEngine, QuotaKey, QuotaTable
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 
 log = logging.getLogger("quotagate.proxy")
@@ -69,13 +73,22 @@ def _awaits_answers(client: ClientConnection) -> bool:
 
 
 class Proxy:
-    def __init__(self, config: Config, metrics: ProxyMetrics | None = None) -> None:
+    def __init__(self, config: Config, metrics: ProxyMetrics | None = None, state_path: Path | None = None) -> None:
+        """`state_path`: the file keeping quotas set through AlterClientQuotas (None: memory only)."""
         self.config = config
         self.metrics = metrics or ProxyMetrics()
         self.loop = asyncio.get_running_loop()
+        # The file's quotas combined with those set through Kafka's admin APIs (kafka-configs.sh).
+        self.quota_admin = QuotaAdmin(
+            config.quotas,
+            load_state(state_path) if state_path is not None else {},
+            config.admin.alter_principals,
+            state_path,
+            self._quotas_altered,
+        )
         # One engine and one delay queue for every listener: an entity's connections to all the
         # brokers draw on the same buckets, so quotas hold for the cluster.
-        self.engine = QuotaEngine(config.quotas, config.windows)
+        self.engine = QuotaEngine(self.quota_admin.quotas, config.windows)
         self.delay_queue = DelayQueue(self.loop)
         self.entity_metrics = EntityMetrics(lambda: self.engine, self.loop.time, config.metrics.max_entities)
         self.metrics.registry.register(self.entity_metrics)
@@ -255,6 +268,7 @@ class Proxy:
             self.usage,
             self.wall_ms,
             self.config.proxy.max_frame_size,
+            self.quota_admin if self.config.admin.quota_api == "proxy" else None,
         )
 
     async def stop(self) -> None:
@@ -296,15 +310,26 @@ class Proxy:
         task.add_done_callback(self._tasks.discard)
 
     def apply_config(self, config: Config) -> None:
-        """Applies a reloaded configuration: quotas live, listener and metrics settings at restart."""
+        """Applies a reloaded configuration: quotas and [admin] live, listener and metrics settings at restart."""
         if config.proxy != self.config.proxy or config.metrics != self.config.metrics:
             log.warning("[proxy] and [metrics] changes take effect at the next restart; quotas apply now")
         now = self.loop.time()
-        self.engine.update(config.quotas, config.windows, now)
+        self.engine.update(self.quota_admin.file_changed(config.quotas), config.windows, now)
         self.topic_guard.update(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE), now)
-        self.config = Config(
-            self.config.proxy, self.config.metrics, config.quotas, config.windows, config.topic_thresholds
+        self.quota_admin.set_alter_principals(config.admin.alter_principals)
+        if config.admin.state_file != self.config.admin.state_file:
+            log.warning("[admin] state_file changes take effect at the next restart")
+        self.config = replace(
+            self.config,
+            quotas=config.quotas,
+            windows=config.windows,
+            topic_thresholds=config.topic_thresholds,
+            admin=replace(config.admin, state_file=self.config.admin.state_file),  # quota_api: new connections
         )
+
+    def _quotas_altered(self, quotas: QuotaTable, now: float) -> None:
+        """AlterClientQuotas changed the quotas in force: applied live, as a file reload is."""
+        self.engine.update(quotas, self.engine.windows, now)
 
     def watch_config(self, path: str) -> ConfigWatcher:
         """Reloads `path` when it changes (and when the returned watcher's reload() is called)."""

@@ -58,10 +58,11 @@ from quotagate.protocol.sasl import authenticate_user, handshake_mechanism
 from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time, throttle_time_offset
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.proxy.quota_admin import CLIENT_QUOTA_APIS, QuotaAdmin
 from quotagate.proxy.topics import TopicCatalog
 from quotagate.proxy.usage import UsageRecord, UsageRecorder
 from quotagate.quotas import ANONYMOUS, QuotaEngine, QuotaKey
-from quotagate.quotas.charging import charge_request, charge_response, request_time_ms
+from quotagate.quotas.charging import charge_request, charge_response, request_time_ms, shadow_throttle_ms
 from quotagate.quotas.engine import EntityBuckets
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 
@@ -98,6 +99,8 @@ class SessionServices:
     usage: UsageRecorder | None
     wall_ms: Callable[[float], int]  # the caller's clock -> epoch milliseconds, for usage records
     max_frame_size: int
+    # Answers DescribeClientQuotas/AlterClientQuotas from the proxy's quotas; None: they are forwarded.
+    quota_admin: QuotaAdmin | None = None
 
 
 @dataclass(slots=True)
@@ -234,6 +237,7 @@ class Session:
             order: tuple[str, ...] = ()
             refusal_wait = 0
             mutation: MutationInFlight | None = None
+            local: bytes | None = None  # a response the proxy makes itself, sent in this request's turn
             if api_key == _PRODUCE:
                 forwarded, refused, order, refusal_wait, throttle = self._admit_produce(
                     frame, body, version, client_id, now
@@ -252,6 +256,9 @@ class Session:
                     if stop_after is not None:
                         break
                     continue
+            elif api_key in CLIENT_QUOTA_APIS and services.quota_admin is not None:
+                forwarded = None  # the proxy's quotas, not the brokers', are described and altered
+                local = services.quota_admin.answer(frame, header, self.user, now)
             elif api_key in MUTATION_APIS and engine.enforces(QuotaKey.CONTROLLER_MUTATION_RATE):
                 forwarded, mutation = self._admit_mutation(frame, body, api_key, version, client_id, now)
             elif api_key == _FETCH:
@@ -264,15 +271,14 @@ class Session:
                 sasl_user = authenticate_user(self.sasl_mechanism, frame, body, version)
             if self.authenticating and api_key not in _AUTH_APIS and api_key != _API_VERSIONS:
                 self.authenticating = False
-            local = None
-            if forwarded is None and mutation is not None:  # nothing admitted: answered by the proxy
+            if local is None and forwarded is None and mutation is not None:  # nothing admitted: answered by the proxy
                 local = refusal_response(
                     mutation.request,
                     header.correlation_id,
                     mutation.refused,
                     engine.throttle_ms(self.user, client_id, QuotaKey.CONTROLLER_MUTATION_RATE, now),
                 )
-            elif forwarded is None:  # every topic refused: the proxy answers, in this request's turn
+            elif local is None and forwarded is None:  # every topic refused: the proxy answers, in turn
                 assert refused is not None
                 local = produce_refusal_response(
                     header.correlation_id,
@@ -493,11 +499,13 @@ class Session:
                     throttle, engine.throttle_ms(self.user, request.client_id, QuotaKey.CONTROLLER_MUTATION_RATE, now)
                 )
         response_size = frame_body_size(frame)
+        shadow_ms = 0
         if engine.limits_anyone:
-            throttle = max(
-                throttle,
-                charge_response(self._buckets(request.client_id, now), request.api_key, response_size, request_ms, now),
-            )
+            buckets = self._buckets(request.client_id, now)
+            throttle = max(throttle, charge_response(buckets, request.api_key, response_size, request_ms, now))
+            if buckets.shadow:  # a quota being tried: what it would have done, never applied
+                shadow_ms = shadow_throttle_ms(buckets, request.api_key, request_ms is not None, now)
+                services.entity_metrics.record_shadow(self.user, request.client_id, shadow_ms, now)
         services.entity_metrics.record_response(
             self.user,
             request.client_id,
@@ -509,7 +517,7 @@ class Session:
             now,
         )
         if services.usage is not None:
-            services.usage.add(self._usage_record(request, response_size, latency_ms, throttle, now))
+            services.usage.add(self._usage_record(request, response_size, latency_ms, throttle, shadow_ms, now))
         if throttle <= 0:
             return frame
         patched, _upstream_ms = patch_throttle_time(memoryview(frame), request.api_key, request.api_version, throttle)
@@ -549,7 +557,7 @@ class Session:
         return frame
 
     def _usage_record(
-        self, request: InFlight, response_size: int, latency_ms: float, throttle: int, now: float
+        self, request: InFlight, response_size: int, latency_ms: float, throttle: int, shadow_ms: int, now: float
     ) -> UsageRecord:
         mutation = request.mutation
         if request.local_response is not None:
@@ -572,6 +580,7 @@ class Session:
             latency_ms if request.local_response is None else -1.0,
             throttle,
             decision,
+            shadow_ms,
         )
 
     def _note_authentication(self, request: InFlight, frame: memoryview | bytes) -> None:

@@ -55,6 +55,7 @@ class UsageRecord(NamedTuple):
     upstream_latency_ms: float  # −1 when the proxy answered itself
     throttle_ms: int
     decision: str  # ok | throttled | refused | partially_refused
+    shadow_throttle_ms: int = 0  # the throttle shadow quotas would have added (never applied)
 
 
 # The counters of one aggregate, in the order AggregateCollector keeps them in its lists.
@@ -89,6 +90,7 @@ def request_row(record: UsageRecord, proxy_id: str, writer: str, seq: int) -> Ro
         "upstream_latency_ms": round(record.upstream_latency_ms, 3),
         "throttle_ms": record.throttle_ms,
         "decision": record.decision,
+        "shadow_throttle_ms": record.shadow_throttle_ms,
     }
 
 

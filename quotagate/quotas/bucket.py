@@ -54,6 +54,10 @@ class TokenBucket:
             return 0
         return round(-tokens / self.rate * 1000)
 
+    def would_throttle_ms(self, now: float) -> int:
+        """The throttle the balance calls for, applied or not (a shadow quota's is never applied)."""
+        return TokenBucket.throttle_ms(self, now)
+
     def reconfigure(self, rate: float, burst: float, now: float) -> None:
         """Applies a new quota from `now` on. Tokens earned so far count at the old rate and any
         debt is kept: a quota change never forgives what was already used."""
@@ -61,3 +65,17 @@ class TokenBucket:
         self.rate = rate
         self.burst = burst
         self.tokens = min(self.tokens, burst)
+
+
+@dataclass(slots=True)
+class ShadowTokenBucket(TokenBucket):
+    """A shadow quota's bucket: charged as any other, but it never asks for a throttle. What it would
+    have asked for is `would_throttle_ms` (its debt in time), reported in metrics and usage records."""
+
+    def charge(self, amount: float, now: float) -> int:
+        self.record(amount, now)
+        return 0
+
+    def throttle_ms(self, now: float) -> int:
+        self.refill(now)
+        return 0

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from quotagate.protocol.apis import ApiKey
+from quotagate.quotas.bucket import ShadowTokenBucket
 from quotagate.quotas.engine import EntityBuckets
 
 # As plain ints: an IntEnum member look-up costs ~0.1 µs, and these run for every exchange.
@@ -37,6 +38,17 @@ def charge_request(buckets: EntityBuckets, api_key: int, request_size: int, now:
     if api_key == _PRODUCE and buckets.produce is not None:
         return buckets.produce.charge(request_size, now)
     return 0
+
+
+def shadow_throttle_ms(buckets: EntityBuckets, api_key: int, charged_request_time: bool, now: float) -> int:
+    """The throttle a response would carry if the shadow quotas among `buckets` were binding."""
+    would = 0
+    bucket = buckets.produce if api_key == _PRODUCE else buckets.fetch if api_key == _FETCH else None
+    if isinstance(bucket, ShadowTokenBucket):
+        would = bucket.would_throttle_ms(now)
+    if charged_request_time and isinstance(buckets.request, ShadowTokenBucket):
+        would = max(would, min(buckets.request.would_throttle_ms(now), buckets.request_cap_ms))
+    return would
 
 
 def charge_response(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from quotagate.quotas.bucket import TokenBucket
+from quotagate.quotas.bucket import ShadowTokenBucket, TokenBucket
 from quotagate.quotas.entities import QuotaKey, QuotaTable, Resolution
 
 MS_PER_SECOND_PER_PERCENT = 10.0
@@ -68,6 +68,7 @@ class EntityBuckets:
     fetch: TokenBucket | None
     request: TokenBucket | None
     request_cap_ms: int
+    shadow: bool = False  # one of them is a shadow quota's: the session reports what it would do
 
 
 def tokens_per_second(key: QuotaKey, value: float) -> float:
@@ -106,13 +107,13 @@ class QuotaEngine:
             resolution = self.table.resolve(user, client_id, key)
             return None if resolution is None else self._bucket(resolution, now)
 
-        return EntityBuckets(
-            self.generation,
+        produce, fetch, request = (
             bucket(QuotaKey.PRODUCER_BYTE_RATE),
             bucket(QuotaKey.CONSUMER_BYTE_RATE),
             bucket(QuotaKey.REQUEST_PERCENTAGE),
-            self.windows.request_throttle_cap_ms,
         )
+        shadow = any(isinstance(b, ShadowTokenBucket) for b in (produce, fetch, request))
+        return EntityBuckets(self.generation, produce, fetch, request, self.windows.request_throttle_cap_ms, shadow)
 
     def admit(self, user: str, client_id: str, key: QuotaKey, costs: list[int], strict: bool, now: float) -> list[bool]:
         """Admits a request's items (topics) in order and charges each admitted one its cost.
@@ -127,7 +128,7 @@ class QuotaEngine:
         admitted = []
         for cost in costs:
             bucket.refill(now)
-            if strict and bucket.tokens < 0:
+            if strict and bucket.tokens < 0 and not resolution.shadow:
                 admitted.append(False)
                 continue
             bucket.tokens -= cost
@@ -182,6 +183,9 @@ class QuotaEngine:
                 continue
             rate = tokens_per_second(resolution.key, resolution.value)
             bucket.reconfigure(rate, self._burst(resolution), now)
+            if resolution.shadow != isinstance(bucket, ShadowTokenBucket):  # made binding, or shadow again
+                kind = ShadowTokenBucket if resolution.shadow else TokenBucket
+                self.buckets[bucket_id] = kind(bucket.rate, bucket.burst, bucket.tokens, bucket.updated)
 
     def expire_idle(self, now: float, idle_seconds: float = IDLE_BUCKET_SECONDS) -> int:
         """Drops buckets unused for idle_seconds that are full again; returns how many."""
@@ -204,5 +208,6 @@ class QuotaEngine:
         bucket = self.buckets.get(resolution.bucket_id)
         if bucket is None:
             rate = tokens_per_second(resolution.key, resolution.value)
-            bucket = self.buckets[resolution.bucket_id] = TokenBucket.full(rate, self._burst(resolution), now)
+            kind = ShadowTokenBucket if resolution.shadow else TokenBucket
+            bucket = self.buckets[resolution.bucket_id] = kind.full(rate, self._burst(resolution), now)
         return bucket

@@ -72,6 +72,7 @@ class Resolution:
     entity: QuotaEntity  # the configured entity that matched
     value: float  # the quota, in the key's unit
     bucket_id: tuple[str, str, str | None, str | None]  # (key, scope, user, client-id)
+    shadow: bool = False  # charged and reported, never applied (`shadow = true` in the file)
 
 
 def candidate_entities(user: str, client_id: str) -> Iterator[tuple[int, QuotaEntity]]:
@@ -89,10 +90,16 @@ def candidate_entities(user: str, client_id: str) -> Iterator[tuple[int, QuotaEn
 class QuotaTable:
     """Configured quotas: entity -> {key: value}. Immutable once built; resolutions are cached."""
 
-    def __init__(self, quotas: Mapping[QuotaEntity, Mapping[QuotaKey, float]] | None = None) -> None:
+    def __init__(
+        self,
+        quotas: Mapping[QuotaEntity, Mapping[QuotaKey, float]] | None = None,
+        shadow: frozenset[QuotaEntity] = frozenset(),
+    ) -> None:
         self._quotas: dict[QuotaEntity, dict[QuotaKey, float]] = {
             entity: dict(values) for entity, values in (quotas or {}).items() if values
         }
+        # Entities whose quotas are only tried: charged and reported, never throttling anyone.
+        self.shadow = frozenset(entity for entity in shadow if entity in self._quotas)
         self.keys_in_use: frozenset[QuotaKey] = frozenset(k for values in self._quotas.values() for k in values)
         self._cache: dict[tuple[str, str], dict[QuotaKey, Resolution | None]] = {}
 
@@ -100,7 +107,7 @@ class QuotaTable:
         return bool(self._quotas)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, QuotaTable) and self._quotas == other._quotas
+        return isinstance(other, QuotaTable) and self._quotas == other._quotas and self.shadow == other.shadow
 
     def __hash__(self) -> int:
         return id(self)
@@ -124,7 +131,8 @@ class QuotaTable:
                 scope = _SCOPE_BY_LEVEL[level]
                 bucket_user = user if scope != SCOPE_CLIENT else None
                 bucket_client = client_id if scope != SCOPE_USER else None
-                resolution = Resolution(key, level, entity, values[key], (key, scope, bucket_user, bucket_client))
+                bucket_id = (key, scope, bucket_user, bucket_client)
+                resolution = Resolution(key, level, entity, values[key], bucket_id, entity in self.shadow)
                 break
         cached[key] = resolution
         return resolution

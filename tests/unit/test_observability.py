@@ -113,6 +113,7 @@ async def test_usage_records_land_in_hourly_partitions_as_versioned_json(tmp_pat
         "upstream_latency_ms": 1.5,
         "throttle_ms": 0,
         "decision": "ok",
+        "shadow_throttle_ms": 0,
     }
 
 

@@ -1,0 +1,191 @@
+"""The proxy's quotas managed with Kafka's own tools (issue 13): kafka-configs.sh and the Java Admin
+API pointed at the proxy set the proxy's quotas, not the brokers'; they bind on real traffic,
+persist across a restart, are refused to principals not listed, and invalid ones are refused as the
+broker refuses them.
+
+The proxy sits in front of the test Kafka's SASL/PLAIN listener, so each tool runs as a user.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from kafka_rig import java_classpath
+
+from tests.integration.helpers import create_topic, unique_topic
+from tests.integration.test_quotas import Acked, confluent_producer_loop, rate_between
+from tests.kafka_fixtures import KAFKA_SASL_BOOTSTRAP, SASL_USERS
+
+QUOTA = 200_000  # bytes/s
+
+
+def sasl_properties(tmp_path: Path, user: str) -> Path:
+    path = tmp_path / f"{user}.properties"
+    path.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="{user}" password="{SASL_USERS[user]}";\n'
+    )
+    return path
+
+
+def admin_proxy(proxy_factory, tmp_path: Path):  # type: ignore[no-untyped-def]
+    state = tmp_path / "admin-quotas.json"
+    return proxy_factory(
+        KAFKA_SASL_BOOTSTRAP,
+        f'quota_window_num = 1\n\n[admin]\nalter_principals = ["User:admin"]\nstate_file = "{state}"\n',
+    )
+
+
+def configs(kafka_tool, bootstrap: str, user_file: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
+    return kafka_tool(
+        "configs", "--bootstrap-server", bootstrap, "--command-config", str(user_file), *args, check=check
+    )
+
+
+def quotas_view(proxy) -> dict:  # type: ignore[no-untyped-def]
+    with urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/quotas", timeout=10) as response:
+        return json.loads(response.read())
+
+
+def test_kafka_configs_sets_the_proxys_quota_which_binds_on_traffic_and_leaves_the_broker_alone(
+    proxy_factory, kafka, kafka_tool, tmp_path
+) -> None:
+    proxy = admin_proxy(proxy_factory, tmp_path)
+    admin = sasl_properties(tmp_path, "admin")
+    alice = "--entity-type", "users", "--entity-name", "alice"
+    configs(kafka_tool, proxy.bootstrap, admin, "--alter", "--add-config", f"producer_byte_rate={QUOTA}", *alice)
+    configs(
+        kafka_tool, proxy.bootstrap, admin, "--alter", "--add-config", "consumer_byte_rate=4096",
+        *alice, "--entity-type", "clients", "--entity-name", "app",
+    )  # fmt: skip
+    configs(kafka_tool, proxy.bootstrap, admin, "--alter", "--add-config", "request_percentage=50",
+            "--entity-type", "users", "--entity-default")  # fmt: skip
+    described = configs(kafka_tool, proxy.bootstrap, admin, "--describe", "--entity-type", "users").stdout
+    print(described)
+    assert f"producer_byte_rate={QUOTA}" in described.replace(".0", "")
+    assert "request_percentage=50" in described.replace(".0", "")
+    pair = configs(kafka_tool, proxy.bootstrap, admin, "--describe", *alice, "--entity-type", "clients",
+                   "--entity-name", "app").stdout  # fmt: skip
+    assert "consumer_byte_rate=4096" in pair.replace(".0", ""), pair
+    # The broker's own quotas are untouched.
+    direct = configs(kafka_tool, KAFKA_SASL_BOOTSTRAP, admin, "--describe", "--entity-type", "users").stdout
+    assert "producer_byte_rate" not in direct and "request_percentage" not in direct, direct
+    view = quotas_view(proxy)
+    alice_entry = next(e for e in view["configured"] if e["user"] == "alice" and e["client_id"] is None)
+    assert alice_entry["producer_byte_rate"] == QUOTA and alice_entry["source"] == {"producer_byte_rate": "api"}
+
+    # --delete-config removes one key and keeps the rest.
+    configs(kafka_tool, proxy.bootstrap, admin, "--alter", "--delete-config", "request_percentage",
+            "--entity-type", "users", "--entity-default")  # fmt: skip
+    after = configs(kafka_tool, proxy.bootstrap, admin, "--describe", "--entity-type", "users").stdout
+    assert "request_percentage" not in after and "producer_byte_rate" in after, after
+
+    # The quota binds on alice's traffic.
+    topic = unique_topic("admin-q")
+    create_topic(kafka.bootstrap, topic, partitions=2)
+    acked = Acked()
+    started = time.monotonic()
+    sasl = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "alice",
+        "sasl.password": SASL_USERS["alice"],
+    }
+    confluent_producer_loop(proxy.bootstrap, topic, "alice-producer", 14.0, acked, sasl)
+    rate = rate_between(acked.events, started + 3, started + 14)
+    print(f"alice under a quota set by kafka-configs.sh: {rate / QUOTA:.3f}x")
+    assert rate == pytest.approx(QUOTA, rel=0.10), f"{rate:.0f} B/s"
+
+
+def test_invalid_quotas_and_unlisted_principals_are_refused_and_quotas_survive_a_restart(
+    proxy_factory, kafka, kafka_tool, tmp_path
+) -> None:
+    proxy = admin_proxy(proxy_factory, tmp_path)
+    admin = sasl_properties(tmp_path, "admin")
+    bob = "--entity-type", "users", "--entity-name", "bob"
+    for value, message in (("0", "must be greater than 0"), ("-5", "must be greater than 0"),
+                           ("1.5", "must be a Long value")):  # fmt: skip
+        refused = configs(kafka_tool, proxy.bootstrap, admin, "--alter", "--add-config",
+                          f"producer_byte_rate={value}", *bob, check=False)  # fmt: skip
+        output = refused.stdout + refused.stderr
+        assert refused.returncode != 0 and "InvalidRequestException" in output and message in output, output
+    unknown = configs(kafka_tool, proxy.bootstrap, admin, "--alter", "--add-config", "bogus_rate=1", *bob, check=False)
+    assert unknown.returncode != 0  # kafka-configs.sh refuses unknown keys itself; the proxy too (unit tests)
+
+    carol = sasl_properties(tmp_path, "carol")
+    denied = configs(kafka_tool, proxy.bootstrap, carol, "--alter", "--add-config", "producer_byte_rate=1000", *bob,
+                     check=False)  # fmt: skip
+    assert denied.returncode != 0 and "ClusterAuthorizationException" in denied.stdout + denied.stderr
+    configs(kafka_tool, proxy.bootstrap, admin, "--alter", "--add-config", "producer_byte_rate=1000", *bob)
+
+    proxy.stop()
+    again = admin_proxy(proxy_factory, tmp_path)
+    described = configs(kafka_tool, again.bootstrap, carol, "--describe", *bob).stdout
+    assert "producer_byte_rate=1000" in described.replace(".0", ""), described
+
+
+@pytest.mark.java
+def test_java_admin_api_alters_and_describes_with_filters(proxy_factory, kafka, tmp_path) -> None:
+    proxy = admin_proxy(proxy_factory, tmp_path)
+    source = Path(__file__).resolve().parents[1] / "java" / "ClientQuotasAdmin.java"
+
+    def run(user: str) -> str:
+        result = subprocess.run(
+            ["java", "-Xmx256m", "-cp", java_classpath(), str(source), proxy.bootstrap, user, SASL_USERS[user]],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    denied = run("bob")
+    assert "alter failed: ClusterAuthorizationException" in denied, denied
+    out = run("admin")
+    print(out)
+    lines = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+    assert "altered" in out
+    assert lines["exact user=alice"] == "{{user=alice}={producer_byte_rate=300000.0}}"
+    assert lines["strict user=alice"] == "{{user=alice}={producer_byte_rate=300000.0}}"
+    assert lines["default clients"] == "{{client-id=null}={request_percentage=25.0}}"
+    assert lines["any user"] == "{{user=alice}={producer_byte_rate=300000.0}}"
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample of /metrics (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_shadow_quota_throttles_nothing_and_reports_what_it_would_have_done(proxy_factory, kafka) -> None:
+    proxy = proxy_factory(
+        kafka.bootstrap,
+        f'quota_window_num = 1\n\n[[quotas]]\nclient_id = "tried"\nproducer_byte_rate = {QUOTA}\nshadow = true\n',
+    )
+    topic = unique_topic("shadow")
+    create_topic(kafka.bootstrap, topic, partitions=2)
+    acked = Acked()
+    started = time.monotonic()
+    confluent_producer_loop(proxy.bootstrap, topic, "tried", 10.0, acked)
+    with urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/metrics", timeout=10) as response:
+        scraped_at = time.monotonic()
+        text = response.read().decode()
+    rate = rate_between(acked.events, started + 2, started + 10)
+    charged = metric(text, "quotagate_produce_bytes_total", client_id="tried")
+    debt = metric(text, "quotagate_shadow_debt_seconds", client_id="tried", quota="producer_byte_rate")
+    # Never throttled: bursting over the quota all along, the bucket never refilled after the first
+    # charge, so its debt is what was charged beyond the burst, less what the elapsed time earned.
+    expected = (charged - QUOTA) / QUOTA - (scraped_at - started)
+    print(f"shadow: producer at {rate / QUOTA:.1f}x the quota; debt {debt:.1f} s, expected {expected:.1f} s")
+    assert rate > 2 * QUOTA, f"{rate:.0f} B/s: a shadow quota must not hold the producer back"
+    assert metric(text, "quotagate_produce_throttle_time_seconds_total", client_id="tried") == 0
+    assert metric(text, "quotagate_shadow_throttled_responses_total", client_id="tried") > 0
+    assert debt == pytest.approx(expected, rel=0.10)

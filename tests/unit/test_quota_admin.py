@@ -1,0 +1,323 @@
+"""DescribeClientQuotas and AlterClientQuotas answered by the session from the proxy's own quotas:
+bytes in, the response out, nothing sent to the broker; the quotas in force change live."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
+)
+
+from quotagate.config.quota_state import load_state, save_state, state_path
+from quotagate.protocol.headers import response_body_offset
+from quotagate.proxy.quota_admin import QuotaAdmin
+from quotagate.proxy.session import Session
+from quotagate.quotas import DEFAULT, QuotaEntity, QuotaKey, QuotaTable
+from quotagate.quotas.admin import effective
+from tests.unit.test_session import services_for
+
+FILE_QUOTAS = """
+[[quotas]]
+user = "alice"
+producer_byte_rate = 1000
+
+[[quotas]]
+user = "<default>"
+client_id = "<default>"
+consumer_byte_rate = 5000
+"""
+ALTER, DESCRIBE = 49, 48
+
+
+def admin_session(
+    principals: tuple[str, ...] = ("admin",), user: str = "admin", state: Path | None = None
+) -> tuple[Session, QuotaAdmin]:
+    services = services_for(FILE_QUOTAS)
+    engine = services.engine
+    admin = QuotaAdmin(
+        engine.table, {}, principals, state, lambda quotas, now: engine.update(quotas, engine.windows, now)
+    )
+    session = Session(replace(services, quota_admin=admin))
+    session.user = user
+    session.broker_connected(0.0)
+    return session, admin
+
+
+def alter_request(
+    entries: list[tuple[list[tuple[str, str | None]], list[tuple[str, float, bool]]]],
+    *,
+    validate_only: bool = False,
+    version: int = 1,
+) -> bytes:
+    cls = AlterClientQuotasRequest
+    request = cls(
+        version=version,
+        entries=[
+            cls.EntryData(
+                version=version,
+                entity=[cls.EntryData.EntityData(version=version, entity_type=t, entity_name=n) for t, n in entity],
+                ops=[cls.EntryData.OpData(version=version, key=k, value=v, remove=r) for k, v, r in ops],
+            )
+            for entity, ops in entries
+        ],
+        validate_only=validate_only,
+    )
+    request.with_header(correlation_id=7, client_id="kafka-configs")
+    return bytes(request.encode(header=True, framed=True))
+
+
+def describe_request(components: list[tuple[str, int, str | None]], strict: bool = False, version: int = 1) -> bytes:
+    cls = DescribeClientQuotasRequest
+    request = cls(
+        version=version,
+        components=[cls.ComponentData(version=version, entity_type=t, match_type=m, match=n) for t, m, n in components],
+        strict=strict,
+    )
+    request.with_header(correlation_id=8, client_id="kafka-configs")
+    return bytes(request.encode(header=True, framed=True))
+
+
+def answer(session: Session, request: bytes, api_key: int, version: int = 1):  # type: ignore[no-untyped-def]
+    session.client_data(request, 1.0)
+    assert session.to_broker == [], "a quota admin request must not reach the broker"
+    frame = memoryview(b"".join(session.to_client))
+    session.to_client.clear()
+    cls = AlterClientQuotasResponse if api_key == ALTER else DescribeClientQuotasResponse
+    return cls.decode(frame[response_body_offset(frame, api_key, version) :], version=version)
+
+
+def described(response) -> dict[tuple[tuple[str, str | None], ...], dict[str, float]]:  # type: ignore[no-untyped-def]
+    assert response.error_code == 0, response.error_message
+    return {
+        tuple((e.entity_type, e.entity_name) for e in entry.entity): {v.key: v.value for v in entry.values}
+        for entry in response.entries
+    }
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_alter_sets_a_user_quota_that_binds_at_once_and_describe_shows_it(version: int) -> None:
+    session, admin = admin_session()
+    response = answer(
+        session,
+        alter_request([([("user", "bob")], [("producer_byte_rate", 2048.0, False)])], version=version),
+        ALTER,
+        version,
+    )
+    assert [(e.error_code, e.error_message) for e in response.entries] == [(0, None)]
+    resolution = session.services.engine.resolve("bob", "any-app", QuotaKey.PRODUCER_BYTE_RATE)
+    assert resolution is not None and resolution.value == 2048.0
+    everything = described(answer(session, describe_request([], version=version), DESCRIBE, version))
+    assert everything == {
+        (("user", "alice"),): {"producer_byte_rate": 1000.0},
+        (("user", None), ("client-id", None)): {"consumer_byte_rate": 5000.0},
+        (("user", "bob"),): {"producer_byte_rate": 2048.0},
+    }
+    assert admin.source(QuotaEntity("bob"), QuotaKey.PRODUCER_BYTE_RATE) == "api"
+    assert admin.source(QuotaEntity("alice"), QuotaKey.PRODUCER_BYTE_RATE) == "file"
+
+
+def test_describe_filters_exact_default_any_and_strict() -> None:
+    session, _ = admin_session()
+    answer(
+        session,
+        alter_request([([("user", "alice"), ("client-id", "app")], [("request_percentage", 50.0, False)])]),
+        ALTER,
+    )
+    exact = described(answer(session, describe_request([("user", 0, "alice")]), DESCRIBE))
+    assert set(exact) == {(("user", "alice"),), (("user", "alice"), ("client-id", "app"))}
+    strict = described(answer(session, describe_request([("user", 0, "alice")], strict=True), DESCRIBE))
+    assert set(strict) == {(("user", "alice"),)}
+    default = described(answer(session, describe_request([("user", 1, None)]), DESCRIBE))
+    assert set(default) == {(("user", None), ("client-id", None))}
+    any_client = described(answer(session, describe_request([("client-id", 2, None)]), DESCRIBE))
+    assert set(any_client) == {(("user", None), ("client-id", None)), (("user", "alice"), ("client-id", "app"))}
+
+
+@pytest.mark.parametrize(
+    ("components", "code"),
+    [
+        ([("user", 0, None)], 42),  # exact without a name
+        ([("user", 1, "x")], 42),  # default with a name
+        ([("user", 0, "a"), ("user", 0, "b")], 42),  # a type twice
+        ([("ip", 2, None), ("user", 2, None)], 42),  # ip mixed with user
+        ([("group", 2, None)], 35),  # an unknown entity type
+    ],
+)
+def test_describe_refuses_bad_filters_as_the_broker_does(components: list, code: int) -> None:
+    session, _ = admin_session()
+    response = answer(session, describe_request(components), DESCRIBE)
+    assert response.error_code == code
+    assert response.entries is None
+
+
+@pytest.mark.parametrize(
+    ("entity", "ops", "message"),
+    [
+        ([("user", "bob")], [("producer_byte_rate", 0.0, False)], "must be greater than 0"),
+        ([("user", "bob")], [("producer_byte_rate", -5.0, False)], "must be greater than 0"),
+        ([("user", "bob")], [("producer_byte_rate", 1.5, False)], "must be a Long value"),
+        ([("user", "bob")], [("bogus_rate", 1.0, False)], "Invalid configuration key bogus_rate"),
+        ([], [("producer_byte_rate", 1.0, False)], "Invalid empty client quota entity"),
+        ([("user", "")], [("producer_byte_rate", 1.0, False)], "Empty user not supported"),
+        ([("group", "g")], [("producer_byte_rate", 1.0, False)], "Unhandled client quota entity type: group"),
+        (
+            [("user", "bob")],
+            [("producer_byte_rate", 1.0, False), ("producer_byte_rate", 2.0, False)],
+            "Duplicate quota key producer_byte_rate",
+        ),
+    ],
+)
+def test_alter_refuses_invalid_entities_and_values_with_invalid_request(entity, ops, message) -> None:  # type: ignore[no-untyped-def]
+    session, admin = admin_session()
+    response = answer(session, alter_request([(entity, ops)]), ALTER)
+    assert response.entries[0].error_code == 42
+    assert message in response.entries[0].error_message
+    assert admin.api_quotas == {}
+
+
+def test_only_the_listed_principals_may_alter_and_validate_only_changes_nothing() -> None:
+    session, admin = admin_session(principals=("User:admin",), user="ANONYMOUS")
+    response = answer(session, alter_request([([("user", "bob")], [("producer_byte_rate", 10.0, False)])]), ALTER)
+    assert response.entries[0].error_code == 31  # CLUSTER_AUTHORIZATION_FAILED
+    assert admin.api_quotas == {}
+    session.user = "admin"
+    response = answer(
+        session, alter_request([([("user", "bob")], [("producer_byte_rate", 10.0, False)])], validate_only=True), ALTER
+    )
+    assert response.entries[0].error_code == 0
+    assert admin.api_quotas == {}
+    assert session.services.engine.resolve("bob", "x", QuotaKey.PRODUCER_BYTE_RATE) is None
+
+
+def test_removing_a_file_quota_through_the_api_hides_it_until_set_again() -> None:
+    session, _ = admin_session()
+    answer(session, alter_request([([("user", "alice")], [("producer_byte_rate", 0.0, True)])]), ALTER)
+    assert session.services.engine.resolve("alice", "x", QuotaKey.PRODUCER_BYTE_RATE) is None
+    answer(session, alter_request([([("user", "alice")], [("producer_byte_rate", 300.0, False)])]), ALTER)
+    resolution = session.services.engine.resolve("alice", "x", QuotaKey.PRODUCER_BYTE_RATE)
+    assert resolution is not None and resolution.value == 300.0
+
+
+def test_alter_keeps_the_bucket_debt() -> None:
+    session, _ = admin_session()
+    engine = session.services.engine
+    assert engine.charge("alice", "x", QuotaKey.PRODUCER_BYTE_RATE, 20_000, 1.0) > 0  # burst 11000: in debt
+    answer(session, alter_request([([("user", "alice")], [("producer_byte_rate", 2000.0, False)])]), ALTER)
+    resolution = engine.resolve("alice", "x", QuotaKey.PRODUCER_BYTE_RATE)
+    assert resolution is not None and engine.tokens(resolution, 1.0) < 0
+
+
+def test_state_file_round_trips_and_is_replaced_atomically(tmp_path: Path) -> None:
+    path = state_path("", tmp_path / "quotagate.toml")
+    assert path == tmp_path / "quotagate.toml.quotas.json"
+    assert load_state(path) == {}
+    session, _ = admin_session(state=path)
+    answer(
+        session, alter_request([([("user", None), ("client-id", "app")], [("consumer_byte_rate", 64.0, False)])]), ALTER
+    )
+    answer(session, alter_request([([("user", "alice")], [("producer_byte_rate", 0.0, True)])]), ALTER)
+    state = load_state(path)
+    assert state == {
+        QuotaEntity(DEFAULT, "app"): {QuotaKey.CONSUMER_BYTE_RATE: 64.0},
+        QuotaEntity("alice"): {QuotaKey.PRODUCER_BYTE_RATE: None},
+    }
+    assert json.loads(path.read_text())["version"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
+    save_state(path, {})
+    assert load_state(path) == {}
+
+
+def test_effective_quotas_lay_the_api_over_the_file() -> None:
+    file = QuotaTable({QuotaEntity("a"): {QuotaKey.PRODUCER_BYTE_RATE: 1.0, QuotaKey.CONSUMER_BYTE_RATE: 2.0}})
+    api = {QuotaEntity("a"): {QuotaKey.PRODUCER_BYTE_RATE: 5.0, QuotaKey.CONSUMER_BYTE_RATE: None}}
+    assert dict(effective(file, api).items()) == {QuotaEntity("a"): {QuotaKey.PRODUCER_BYTE_RATE: 5.0}}
+
+
+SHADOW_QUOTAS = """
+quota_window_num = 1
+[proxy]
+bootstrap_servers = ["127.0.0.1:1"]
+port = 1
+
+[[quotas]]
+user = "alice"
+producer_byte_rate = 1000
+shadow = true
+"""
+
+
+def test_a_shadow_quota_charges_but_never_throttles_and_says_what_it_would_have_done() -> None:
+    from quotagate.config import parse_config
+    from quotagate.quotas import QuotaEngine
+
+    config = parse_config(SHADOW_QUOTAS)
+    engine = QuotaEngine(config.quotas, config.windows)
+    buckets = engine.entity_buckets("alice", "app", 0.0)
+    assert buckets.shadow
+    from quotagate.quotas.charging import charge_request, shadow_throttle_ms
+
+    # Burst 1000 (one window): 3000 bytes leave 2000 of debt, 2 s of throttle, none applied.
+    assert charge_request(buckets, 0, 3000, 0.0) == 0
+    assert engine.throttle_ms("alice", "app", QuotaKey.PRODUCER_BYTE_RATE, 0.0) == 0
+    assert shadow_throttle_ms(buckets, 0, False, 0.0) == 2000
+    # Made binding by a reload: the debt is kept and now throttles.
+    binding = parse_config(SHADOW_QUOTAS.replace("shadow = true\n", ""))
+    engine.update(binding.quotas, binding.windows, 0.5)
+    assert engine.throttle_ms("alice", "app", QuotaKey.PRODUCER_BYTE_RATE, 0.5) == 1500
+
+
+def test_a_shadow_mutation_quota_admits_every_topic_in_strict_mode() -> None:
+    from quotagate.quotas import QuotaEngine
+
+    table = QuotaTable(
+        {QuotaEntity("alice"): {QuotaKey.CONTROLLER_MUTATION_RATE: 1.0}}, frozenset({QuotaEntity("alice")})
+    )
+    engine = QuotaEngine(table)
+    key = QuotaKey.CONTROLLER_MUTATION_RATE
+    assert engine.admit("alice", "x", key, [50, 50, 50], True, 0.0) == [True, True, True]
+    assert engine.throttle_ms("alice", "x", key, 0.0) == 0
+
+
+def test_file_shadow_flag_must_be_a_boolean() -> None:
+    from quotagate.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError, match=r"quotas\[0\]\.shadow"):
+        parse_config(SHADOW_QUOTAS.replace("shadow = true", 'shadow = "yes"'))
+
+
+def test_a_shadow_produce_quota_mutes_nothing_and_its_usage_record_says_what_it_would_have_done() -> None:
+    from tests.unit.test_session import produce, produce_answer
+
+    services = services_for('[[quotas]]\nclient_id = "app"\nproducer_byte_rate = 1000\nshadow = true\n')
+    records: list = []
+
+    class Usage:
+        def add(self, record: object) -> None:
+            records.append(record)
+
+    session = Session(replace(services, usage=Usage()))  # type: ignore[arg-type]
+    session.broker_connected(0.0)
+    # Burst 11 kB; a 20 kB produce leaves ~9 kB of debt: ~9 s it would have been throttled.
+    session.client_data(produce(1, {"t": b"r" * 20_000}), now=10.0)
+    assert session.muted_until == 0.0
+    session.broker_data(produce_answer(1, ["t"]), now=10.0)
+    (record,) = records
+    assert record.throttle_ms == 0 and 8500 < record.shadow_throttle_ms < 9500, record
+    stats = services.entity_metrics.stats[("ANONYMOUS", "app")]
+    assert stats.shadow_throttled == 1 and stats.produce_throttle_seconds == 0
+
+
+def test_api_versions_advertises_the_quota_apis_at_the_versions_the_proxy_answers() -> None:
+    from types import SimpleNamespace
+
+    from quotagate.protocol.rewrite import cap_api_versions
+
+    offered = [SimpleNamespace(api_key=key, min_version=0, max_version=3) for key in (DESCRIBE, ALTER)]
+    assert [(e.api_key, e.max_version) for e in cap_api_versions(offered)] == [(DESCRIBE, 1), (ALTER, 1)]
