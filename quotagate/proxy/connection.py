@@ -95,6 +95,9 @@ class ClientConnection(asyncio.Protocol):
             self.reading.pause("quota")  # type: ignore[union-attr]  # set before any read
         elif session.held:
             self.reading.pause("quota")  # type: ignore[union-attr]
+        elif self.reading is not None and not self.muted:
+            # What was held for a SaslAuthenticate answer went with the broker's bytes: read again.
+            self.reading.resume("quota")
 
     @property
     def muted(self) -> bool:
