@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, cast
 from quotagate.protocol.framing import FrameError
 from quotagate.proxy.flow_control import ReadGate
 from quotagate.proxy.session import Session
+from quotagate.security.principal_mapping import NoMatchingRule
+from quotagate.security.tls import certificate_principal
 
 if TYPE_CHECKING:
     from quotagate.proxy.server import Proxy
@@ -38,7 +40,7 @@ class ClientConnection(asyncio.Protocol):
         self.proxy = proxy
         self.listener = listener
         self.upstreams = upstreams
-        self.session = Session(proxy.session_services())
+        self.session: Session = None  # type: ignore[assignment]  # made in connection_made, with the principal
         self.clock = proxy.loop.time
         self.transport: asyncio.Transport | None = None
         self.reading: ReadGate | None = None
@@ -57,6 +59,15 @@ class ClientConnection(asyncio.Protocol):
         self.reading = ReadGate(transport)
         self.reading.pause("upstream-connecting")
         self.proxy.connection_opened(self)
+        try:  # with TLS, the handshake is over: a verified client certificate names the user
+            principal = certificate_principal(transport.get_extra_info("ssl_object"), self.proxy.tls.mapper)
+        except NoMatchingRule as exc:
+            log.warning(
+                "%s: closing client %s: its certificate maps to no principal: %s", self.listener, self.peer, exc
+            )
+            transport.abort()
+            return
+        self.session = Session(self.proxy.session_services(), principal)
         asyncio.get_running_loop().create_task(self._connect_upstream())
 
     def data_received(self, data: bytes) -> None:
@@ -133,7 +144,8 @@ class ClientConnection(asyncio.Protocol):
                 return
             try:
                 _, upstream = await asyncio.wait_for(
-                    loop.create_connection(lambda: UpstreamConnection(self), host, port), timeout
+                    loop.create_connection(lambda: UpstreamConnection(self), host, port, ssl=self.proxy.tls.upstream),
+                    timeout,
                 )
             except (OSError, TimeoutError) as exc:
                 self.proxy.metrics.upstream_connect_failures_total.inc()

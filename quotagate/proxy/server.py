@@ -11,6 +11,7 @@ client's connection, and the client retries as it would against the broker itsel
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
 import time
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from quotagate.config import Config
-from quotagate.config.reload import ConfigWatcher
+from quotagate.config.reload import DEFAULT_POLL_SECONDS, ConfigWatcher
 from quotagate.protocol.discovery import decode_discovery, encode_discovery_request
 from quotagate.protocol.framing import FrameError
 from quotagate.protocol.rewrite import response_rewriters
@@ -32,6 +33,7 @@ from quotagate.proxy.topics import TopicCatalog
 from quotagate.proxy.usage import UsageRecorder, make_sink
 from quotagate.quotas import QuotaEngine, QuotaKey
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
+from quotagate.security.tls import TlsContexts
 
 log = logging.getLogger("quotagate.proxy")
 
@@ -71,6 +73,8 @@ class Proxy:
         self.listener_ports: dict[int, int] = {}  # node id -> proxy port serving it
         self.topics = TopicCatalog()
         self.rewriters = response_rewriters()
+        # TLS to the clients and to the brokers (None on a side that is plaintext).
+        self.tls = TlsContexts(config.proxy_tls, config.upstream_tls)
         self.clients: set[ClientConnection] = set()
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -115,6 +119,8 @@ class Proxy:
         if not await self.refresh_metadata():
             log.warning("no bootstrap server answered yet; brokers will be discovered when one does")
         self._spawn(self._refresh_periodically())
+        if self.tls.listener is not None or self.tls.upstream is not None:
+            self._spawn(self._watch_certificates())
         usage = self.config.usage
         if usage.enabled:
             servers = [f"{host}:{port}" for host, port in self.config.proxy.bootstrap_servers]
@@ -139,7 +145,9 @@ class Proxy:
 
     async def _serve(self, sock: socket.socket, name: str, upstreams: Callable[[], list[tuple[str, int]]]) -> None:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: ClientConnection(self, name, upstreams()), sock=sock)
+        server = await loop.create_server(
+            lambda: ClientConnection(self, name, upstreams()), sock=sock, ssl=self.tls.listener
+        )
         self._servers.append(server)
 
     async def wait_stopped(self) -> None:
@@ -161,6 +169,7 @@ class Proxy:
             self.usage,
             self.wall_ms,
             self.config.proxy.max_frame_size,
+            self.config.proxy.oauthbearer_principal_claim,
         )
 
     async def stop(self) -> None:
@@ -184,15 +193,18 @@ class Proxy:
         task.add_done_callback(self._tasks.discard)
 
     def apply_config(self, config: Config) -> None:
-        """Applies a reloaded configuration: quotas live, listener and metrics settings at restart."""
-        if config.proxy != self.config.proxy or config.metrics != self.config.metrics:
-            log.warning("[proxy] and [metrics] changes take effect at the next restart; quotas apply now")
+        """Applies a reloaded configuration: quotas live, listener and metrics settings at restart.
+        Certificate files are read again (a SIGHUP lands here too)."""
+        restart_only = ("proxy", "metrics", "proxy_tls", "upstream_tls")
+        if any(getattr(config, name) != getattr(self.config, name) for name in restart_only):
+            log.warning("[proxy], [metrics] and TLS settings take effect at the next restart; quotas apply now")
         now = self.loop.time()
         self.engine.update(config.quotas, config.windows, now)
         self.topic_guard.update(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE), now)
-        self.config = Config(
-            self.config.proxy, self.config.metrics, config.quotas, config.windows, config.topic_thresholds
+        self.config = dataclasses.replace(
+            self.config, quotas=config.quotas, windows=config.windows, topic_thresholds=config.topic_thresholds
         )
+        self.tls.reload()
 
     def watch_config(self, path: str) -> ConfigWatcher:
         """Reloads `path` when it changes (and when the returned watcher's reload() is called)."""
@@ -246,7 +258,7 @@ class Proxy:
         self, host: str, port: int
     ) -> tuple[list[tuple[int, str, int]], list[tuple[str, Any, int]]]:
         timeout = self.config.proxy.connect_timeout_seconds
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=self.tls.upstream), timeout)
         try:
             self._discovery_correlation_id += 1
             correlation_id = self._discovery_correlation_id
@@ -256,6 +268,13 @@ class Proxy:
             return decode_discovery(size + body, correlation_id)
         finally:
             writer.close()
+
+    async def _watch_certificates(self) -> None:
+        """Reads the certificate files again when one changes (a renewal written in place or renamed over)."""
+        while True:
+            await asyncio.sleep(DEFAULT_POLL_SECONDS)
+            if self.tls.changed():
+                self.tls.reload()
 
     async def _refresh_periodically(self) -> None:
         while True:
