@@ -40,7 +40,7 @@ class ClientConnection(asyncio.Protocol):
         self.proxy = proxy
         self.listener = listener
         self.upstreams = upstreams
-        self.session: Session = None  # type: ignore[assignment]  # made in connection_made, with the principal
+        self.session = Session(proxy.session_services())
         self.clock = proxy.loop.time
         self.transport: asyncio.Transport | None = None
         self.reading: ReadGate | None = None
@@ -67,7 +67,8 @@ class ClientConnection(asyncio.Protocol):
             )
             transport.abort()
             return
-        self.session = Session(self.proxy.session_services(), principal)
+        if principal is not None:
+            self.session = Session(self.proxy.session_services(), principal)
         asyncio.get_running_loop().create_task(self._connect_upstream())
 
     def data_received(self, data: bytes) -> None:
