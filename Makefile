@@ -79,8 +79,15 @@ bench: venv kafka-jars
 	bash scripts/ensure_debian_tools.sh haproxy haproxy
 	$(PY) bench/run.py
 	$(PY) bench/hot_path.py
+	$(PY) bench/tls.py
 
 # The same workloads, shorter and with fewer rounds: under 3 minutes with the Kafka start.
+# TLS on both sides against plaintext on both sides: produce MB/s and the proxy's CPU per GB (~4 min;
+# also the end of make bench). bench/results/tls-latest.json.
+.PHONY: bench-tls
+bench-tls: venv kafka-jars
+	$(PY) bench/tls.py
+
 # The proxy's Python cost per exchange, in-process, without sockets (~15 s; also the end of make bench).
 .PHONY: bench-hot-path
 bench-hot-path: venv

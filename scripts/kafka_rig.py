@@ -13,6 +13,9 @@ Library::
     cluster.sasl_bootstrap       # "127.0.0.1:9492"
     cluster.stop_node(2); cluster.start_node(2)
     cluster.stop()
+    # SASL_SSL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER unsecured) and SSL (client auth required)
+    # listeners on a 1-node cluster, from PEM files (see secure_listener_overrides):
+    cluster = start_cluster("tls", base_port=9594, overrides=secure_listener_overrides(...))
 
 CLI::
 
@@ -791,6 +794,51 @@ def _plain_jaas_config(users: Mapping[str, str]) -> str:
 
     options = " ".join(f"user_{user}={quoted(password)}" for user, password in users.items())
     return f"org.apache.kafka.common.security.plain.PlainLoginModule required {options};"
+
+
+def secure_listener_overrides(
+    node: Node,
+    sasl_ssl_port: int,
+    ssl_port: int,
+    keystore_pem: Path,
+    truststore_pem: Path,
+    plain_users: Mapping[str, str],
+    oauthbearer_reauth_ms: int | None = None,
+) -> dict[str, str]:
+    """Broker properties (for `overrides`) adding a SASL_SSL and an SSL client listener to `node`.
+
+    SASL_SSL accepts PLAIN (`plain_users`), SCRAM-SHA-256/512 (users made with the configs tool,
+    as an operator would: `configs --alter --add-config 'SCRAM-SHA-256=[password=...]'`) and
+    OAUTHBEARER with Kafka's unsecured validator (unsigned JWS tokens, the user in `sub`); SSL
+    requires a client certificate chaining to `truststore_pem`. `keystore_pem` holds the broker's
+    unencrypted PKCS#8 key and its certificate chain. With `oauthbearer_reauth_ms`, OAUTHBEARER
+    connections must re-authenticate that often (KIP-368). Brokers still talk to each other and
+    to the rig on PLAINTEXT."""
+    listeners = (
+        f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port},"
+        f"SASL_SSL://{HOST}:{sasl_ssl_port},SSL://{HOST}:{ssl_port}"
+    )
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    props = {
+        "listeners": listeners,
+        "advertised.listeners": listeners,
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(keystore_pem),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(truststore_pem),
+        "listener.name.ssl.ssl.client.auth": "required",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": _plain_jaas_config(plain_users),
+        "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": scram,
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": scram,
+        "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config": (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+        ),
+    }
+    if oauthbearer_reauth_ms is not None:
+        props["listener.name.sasl_ssl.oauthbearer.connections.max.reauth.ms"] = str(oauthbearer_reauth_ms)
+    return props
 
 
 def _escape_property(value: str) -> str:

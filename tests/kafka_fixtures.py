@@ -28,7 +28,14 @@ _SCRIPTS = str(Path(__file__).resolve().parents[1] / "scripts")
 if _SCRIPTS not in sys.path:
     sys.path.append(_SCRIPTS)
 
-from kafka_rig import DEFAULT_SASL_USERS, Cluster, KafkaRigError, fresh_cluster, run_tool  # noqa: E402
+from kafka_rig import (  # noqa: E402
+    DEFAULT_SASL_USERS,
+    Cluster,
+    KafkaRigError,
+    fresh_cluster,
+    run_tool,
+    secure_listener_overrides,
+)
 
 __all__ = [
     "KAFKA_BOOTSTRAP",
@@ -38,10 +45,12 @@ __all__ = [
     "SASL_USERS",
     "Cluster",
     "KafkaRigError",
+    "fresh_cluster",
     "kafka",
     "kafka_cluster",
     "kafka_tool",
     "run_tool",
+    "secure_listener_overrides",
 ]
 
 # QUOTAGATE_TEST_PORT_OFFSET shifts every port below (default 0), so two checkouts can run their

@@ -45,12 +45,17 @@ class SectionDoc:
     shape: str  # "table", ARRAY_OF_TABLES or TOP_LEVEL
     meaning: str
     keys: tuple[KeyDoc, ...]
+    name: str = ""  # the table's dotted TOML name (`proxy.tls`), when it is not the attribute
+
+    @property
+    def toml_name(self) -> str:
+        return self.name or self.attribute
 
     @property
     def header(self) -> str:
         if self.shape == TOP_LEVEL:
             return ""
-        return f"[[{self.attribute}]]" if self.shape == ARRAY_OF_TABLES else f"[{self.attribute}]"
+        return f"[[{self.toml_name}]]" if self.shape == ARRAY_OF_TABLES else f"[{self.toml_name}]"
 
 
 def config_sections() -> list[SectionDoc]:
@@ -69,9 +74,10 @@ def config_sections() -> list[SectionDoc]:
             section_type = _without_none(hints[section.name])
             if not is_dataclass(section_type):
                 raise SchemaError(f'{section.name}: not a dataclass: list its keys in its metadata "keys"')
-            prefix = "" if shape == TOP_LEVEL else section.name + "."
+            name = section.metadata.get("toml_name", section.name)
+            prefix = "" if shape == TOP_LEVEL else name + "."
             keys = tuple(_key_doc(prefix, key, get_type_hints(section_type)[key.name]) for key in fields(section_type))
-        sections.append(SectionDoc(section.name, shape, meaning, keys))
+        sections.append(SectionDoc(section.name, shape, meaning, keys, section.metadata.get("toml_name", "")))
     return sorted(sections, key=lambda section: _FILE_ORDER[section.shape])
 
 
@@ -165,7 +171,10 @@ def effective_toml(config: Config, given: Mapping[str, Any] | None = None) -> st
         if value is None:
             lines += ["", f"# {section.header}: not set"]
             continue
-        set_here = given if section.shape == TOP_LEVEL else given.get(section.attribute, {})
+        set_here: Mapping[str, Any] = given
+        if section.shape != TOP_LEVEL:
+            for part in section.toml_name.split("."):
+                set_here = set_here.get(part, {})
         if section.header:
             lines += ["", section.header]
         for key in section.keys:

@@ -21,6 +21,7 @@ from typing import Any
 from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.entities import INTEGER_KEYS
 from quotagate.quotas.topic_thresholds import TopicThresholds
+from quotagate.security.principal_mapping import PrincipalMapper
 
 DEFAULT_PORT = 9192
 DEFAULT_METRICS_PORT = 9190
@@ -124,9 +125,68 @@ class ProxyConfig:
     readiness_timeout_seconds: float = field(
         default=2.0, metadata={"doc": "/readyz: how long a broker has to answer the readiness probe."}
     )
+    oauthbearer_principal_claim: str = field(
+        default="sub",
+        metadata={
+            "doc": "The claim of an OAUTHBEARER token that names the user, as the broker's "
+            "sasl.oauthbearer.sub.claim.name (set both alike)."
+        },
+    )
 
     def broker_port(self, node_id: int) -> int:
         return self.broker_port_base + node_id
+
+
+CLIENT_AUTH_MODES = ("none", "requested", "required")
+
+
+@dataclass(frozen=True)
+class ListenerTlsConfig:
+    """TLS on the proxy's listeners (clients connect with security.protocol SSL or SASL_SSL)."""
+
+    cert: str = field(metadata={"doc": "PEM file of the proxy's certificate chain, shown to clients. Required."})
+    key: str = field(metadata={"doc": "PEM file of its private key (unencrypted). Required."})
+    ca: str = field(
+        default="",
+        metadata={"doc": "PEM file of the CAs client certificates must chain to; required unless client_auth is none."},
+    )
+    client_auth: str = field(
+        default="none",
+        metadata={
+            "doc": "Client certificates, as the broker's ssl.client.auth: none, requested (verified if given) "
+            "or required. A verified certificate's subject, mapped by principal_mapping_rules, is the user "
+            "until SASL names another."
+        },
+    )
+    principal_mapping_rules: str = field(
+        default="DEFAULT",
+        metadata={
+            "doc": "The broker's ssl.principal.mapping.rules: RULE:pattern/replacement/[LU] and DEFAULT (the "
+            "RFC 2253 subject), comma-separated, the first that matches wins; a certificate no rule matches "
+            "is refused."
+        },
+    )
+
+
+@dataclass(frozen=True)
+class UpstreamTlsConfig:
+    """TLS from the proxy to the brokers (their SSL or SASL_SSL listeners)."""
+
+    ca: str = field(
+        default="", metadata={"doc": "PEM file of the CAs broker certificates chain to.", "default": "the system's CAs"}
+    )
+    cert: str = field(
+        default="",
+        metadata={"doc": "PEM file of the proxy's client certificate chain, for brokers with ssl.client.auth."},
+    )
+    key: str = field(default="", metadata={"doc": "PEM file of that certificate's private key (unencrypted)."})
+    check_hostname: bool = field(
+        default=True,
+        metadata={
+            "doc": "Check that a broker's certificate names the host the proxy connects to "
+            "(ssl.endpoint.identification.algorithm = https)."
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -263,6 +323,22 @@ class Config:
 
     proxy: ProxyConfig = field(metadata={"doc": "The listeners and the Kafka cluster behind them. Required."})
     metrics: MetricsConfig = field(metadata={"doc": "The HTTP server for Prometheus and health checks."})
+    proxy_tls: ListenerTlsConfig | None = field(
+        default=None,
+        metadata={
+            "doc": "TLS to the clients, on every listener. Off unless given. Certificate files are read again "
+            "when they change and on SIGHUP: new connections get the new certificates.",
+            "toml_name": "proxy.tls",
+        },
+    )
+    upstream_tls: UpstreamTlsConfig | None = field(
+        default=None,
+        metadata={
+            "doc": "TLS to the brokers, for every connection the proxy opens to them. Off unless given; its "
+            "files are read again as [proxy.tls]'s are.",
+            "toml_name": "upstream.tls",
+        },
+    )
     quotas: QuotaTable = field(
         default_factory=QuotaTable,
         metadata={
@@ -313,12 +389,19 @@ def parse_config(text: str) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("file", f"not valid TOML: {exc}") from exc
-    _reject_unknown("", data, {"proxy", "metrics", "quotas", "topic_thresholds", "usage", "admin", *_WINDOW_KEYS})
-    proxy = _section(data, "proxy", required=True)
+    _reject_unknown(
+        "", data, {"proxy", "upstream", "metrics", "quotas", "topic_thresholds", "usage", "admin", *_WINDOW_KEYS}
+    )
+    proxy = dict(_section(data, "proxy", required=True))
+    proxy_tls = proxy.pop("tls", None)
+    upstream = _section(data, "upstream", required=False)
+    _reject_unknown("upstream.", upstream, {"tls"})
     metrics = _section(data, "metrics", required=False)
     return Config(
         proxy=_parse_proxy(proxy),
         metrics=_parse_metrics(metrics),
+        proxy_tls=_parse_listener_tls(proxy_tls),
+        upstream_tls=_parse_upstream_tls(upstream.get("tls")),
         quotas=_parse_quotas(data.get("quotas", [])),
         windows=QuotaWindows(
             **{
@@ -343,6 +426,64 @@ def _parse_admin(table: dict[str, Any]) -> AdminConfig:
     if not isinstance(principals, list) or not all(isinstance(p, str) and p for p in principals):
         raise ConfigError("admin.alter_principals", 'must be a list of user names, e.g. ["admin"]')
     return AdminConfig(quota_api, tuple(principals), _string(table, "admin.state_file", ""))
+
+
+def _tls_table(table: Any, key: str, known: type) -> dict[str, Any] | None:
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise ConfigError(key, f"must be a table ([{key}])")
+    _reject_unknown(key + ".", table, {f.name for f in fields(known)})
+    return table
+
+
+def _pem_file(table: dict[str, Any], key: str, required: bool = False) -> str:
+    path = _string(table, key, "")
+    if not path:
+        if required:
+            raise ConfigError(key, "is required: a PEM file")
+        return ""
+    if not Path(path).is_file():
+        raise ConfigError(key, f"{path}: no such file")
+    return path
+
+
+def _parse_listener_tls(table: Any) -> ListenerTlsConfig | None:
+    tls = _tls_table(table, "proxy.tls", ListenerTlsConfig)
+    if tls is None:
+        return None
+    client_auth = _string(tls, "proxy.tls.client_auth", "none")
+    if client_auth not in CLIENT_AUTH_MODES:
+        raise ConfigError(
+            "proxy.tls.client_auth", f"must be one of {', '.join(CLIENT_AUTH_MODES)}, got {client_auth!r}"
+        )
+    ca = _pem_file(tls, "proxy.tls.ca", required=client_auth != "none")
+    rules = _string(tls, "proxy.tls.principal_mapping_rules", "DEFAULT")
+    try:
+        PrincipalMapper(rules)
+    except ValueError as exc:
+        raise ConfigError("proxy.tls.principal_mapping_rules", str(exc)) from exc
+    return ListenerTlsConfig(
+        cert=_pem_file(tls, "proxy.tls.cert", required=True),
+        key=_pem_file(tls, "proxy.tls.key", required=True),
+        ca=ca,
+        client_auth=client_auth,
+        principal_mapping_rules=rules,
+    )
+
+
+def _parse_upstream_tls(table: Any) -> UpstreamTlsConfig | None:
+    tls = _tls_table(table, "upstream.tls", UpstreamTlsConfig)
+    if tls is None:
+        return None
+    check_hostname = tls.get("check_hostname", True)
+    if not isinstance(check_hostname, bool):
+        raise ConfigError("upstream.tls.check_hostname", f"must be true or false, got {check_hostname!r}")
+    cert = _pem_file(tls, "upstream.tls.cert")
+    key = _pem_file(tls, "upstream.tls.key", required=bool(cert))
+    if key and not cert:
+        raise ConfigError("upstream.tls.cert", "is required when upstream.tls.key is given")
+    return UpstreamTlsConfig(ca=_pem_file(tls, "upstream.tls.ca"), cert=cert, key=key, check_hostname=check_hostname)
 
 
 def _parse_usage(table: dict[str, Any]) -> UsageConfig:
@@ -507,6 +648,7 @@ def _parse_proxy(table: dict[str, Any]) -> ProxyConfig:
         shutdown_timeout_seconds=_positive(table, "proxy.shutdown_timeout_seconds", 30.0),
         readiness_probe_seconds=_positive(table, "proxy.readiness_probe_seconds", 2.0),
         readiness_timeout_seconds=_positive(table, "proxy.readiness_timeout_seconds", 2.0),
+        oauthbearer_principal_claim=_string(table, "proxy.oauthbearer_principal_claim", "sub") or "sub",
     )
 
 

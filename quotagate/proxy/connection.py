@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, cast
 from quotagate.protocol.framing import FrameError
 from quotagate.proxy.flow_control import ReadGate
 from quotagate.proxy.session import Session
+from quotagate.security.principal_mapping import NoMatchingRule
+from quotagate.security.tls import certificate_principal
 
 if TYPE_CHECKING:
     from quotagate.proxy.server import Proxy
@@ -57,8 +59,19 @@ class ClientConnection(asyncio.Protocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.reading = ReadGate(transport)
         self.reading.pause("upstream-connecting")
-        if self.proxy.connection_opened(self):  # False: closed by a connection limit
-            asyncio.get_running_loop().create_task(self._connect_upstream())
+        if not self.proxy.connection_opened(self):  # False: closed by a connection limit
+            return
+        try:  # with TLS, the handshake is over: a verified client certificate names the user
+            principal = certificate_principal(transport.get_extra_info("ssl_object"), self.proxy.tls.mapper)
+        except NoMatchingRule as exc:
+            log.warning(
+                "%s: closing client %s: its certificate maps to no principal: %s", self.listener, self.peer, exc
+            )
+            transport.abort()
+            return
+        if principal is not None:
+            self.session = Session(self.proxy.session_services(), principal)
+        asyncio.get_running_loop().create_task(self._connect_upstream())
 
     def data_received(self, data: bytes) -> None:
         now = self.last_activity = self.clock()
@@ -97,6 +110,9 @@ class ClientConnection(asyncio.Protocol):
             self.reading.pause("quota")  # type: ignore[union-attr]  # set before any read
         elif session.held:
             self.reading.pause("quota")  # type: ignore[union-attr]
+        elif self.reading is not None and not self.muted:
+            # What was held for a SaslAuthenticate answer went with the broker's bytes: read again.
+            self.reading.resume("quota")
 
     @property
     def muted(self) -> bool:
@@ -132,7 +148,8 @@ class ClientConnection(asyncio.Protocol):
                 return
             try:
                 _, upstream = await asyncio.wait_for(
-                    loop.create_connection(lambda: UpstreamConnection(self), host, port), timeout
+                    loop.create_connection(lambda: UpstreamConnection(self), host, port, ssl=self.proxy.tls.upstream),
+                    timeout,
                 )
             except (OSError, TimeoutError) as exc:
                 self.proxy.metrics.upstream_connect_failures_total.inc()

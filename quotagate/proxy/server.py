@@ -21,7 +21,7 @@ from typing import Any
 
 from quotagate.config import Config
 from quotagate.config.quota_state import load_state
-from quotagate.config.reload import ConfigWatcher
+from quotagate.config.reload import DEFAULT_POLL_SECONDS, ConfigWatcher
 from quotagate.protocol.discovery import (
     decode_discovery,
     encode_discovery_request,
@@ -42,6 +42,7 @@ from quotagate.proxy.topics import TopicCatalog
 from quotagate.proxy.usage import UsageRecorder, make_sink, writer_id
 from quotagate.quotas import QuotaEngine, QuotaKey, QuotaTable
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
+from quotagate.security.tls import TlsContexts
 
 log = logging.getLogger("quotagate.proxy")
 
@@ -108,6 +109,8 @@ class Proxy:
         self.listener_ports: dict[int, int] = {}  # node id -> proxy port serving it
         self.topics = TopicCatalog()
         self.rewriters = response_rewriters()
+        # TLS to the clients and to the brokers (None on a side that is plaintext).
+        self.tls = TlsContexts(config.proxy_tls, config.upstream_tls)
         self.clients: set[ClientConnection] = set()
         self._servers: list[asyncio.Server] = []
         # listener name -> (its server, its port, where its clients go)
@@ -172,6 +175,8 @@ class Proxy:
         self._spawn(self._expire_idle_state_periodically())
         self._spawn(self._close_idle_periodically())
         self._spawn(self._probe_periodically())
+        if self.tls.listener is not None or self.tls.upstream is not None:
+            self._spawn(self._watch_certificates())
         usage = self.config.usage
         if usage.enabled:
             servers = [f"{host}:{port}" for host, port in self.config.proxy.bootstrap_servers]
@@ -203,6 +208,7 @@ class Proxy:
             lambda: ClientConnection(self, name, upstreams()),
             sock=sock,
             backlog=self.config.proxy.socket_listen_backlog_size,
+            ssl=self.tls.listener,
         )
         self._servers.append(server)
         self._listeners[name] = (server, sock.getsockname()[1], upstreams)
@@ -269,6 +275,7 @@ class Proxy:
             self.wall_ms,
             self.config.proxy.max_frame_size,
             self.quota_admin if self.config.admin.quota_api == "proxy" else None,
+            self.config.proxy.oauthbearer_principal_claim,
         )
 
     async def stop(self) -> None:
@@ -310,9 +317,11 @@ class Proxy:
         task.add_done_callback(self._tasks.discard)
 
     def apply_config(self, config: Config) -> None:
-        """Applies a reloaded configuration: quotas and [admin] live, listener and metrics settings at restart."""
-        if config.proxy != self.config.proxy or config.metrics != self.config.metrics:
-            log.warning("[proxy] and [metrics] changes take effect at the next restart; quotas apply now")
+        """Applies a reloaded configuration: quotas and [admin] live, listener and metrics settings at restart.
+        Certificate files are read again (a SIGHUP lands here too)."""
+        restart_only = ("proxy", "metrics", "proxy_tls", "upstream_tls")
+        if any(getattr(config, name) != getattr(self.config, name) for name in restart_only):
+            log.warning("[proxy], [metrics] and TLS settings take effect at the next restart; quotas apply now")
         now = self.loop.time()
         self.engine.update(self.quota_admin.file_changed(config.quotas), config.windows, now)
         self.topic_guard.update(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE), now)
@@ -326,6 +335,7 @@ class Proxy:
             topic_thresholds=config.topic_thresholds,
             admin=replace(config.admin, state_file=self.config.admin.state_file),  # quota_api: new connections
         )
+        self.tls.reload()
 
     def _quotas_altered(self, quotas: QuotaTable, now: float) -> None:
         """AlterClientQuotas changed the quotas in force: applied live, as a file reload is."""
@@ -423,7 +433,7 @@ class Proxy:
         self, host: str, port: int
     ) -> tuple[list[tuple[int, str, int]], list[tuple[str, Any, int]]]:
         timeout = self.config.proxy.connect_timeout_seconds
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=self.tls.upstream), timeout)
         try:
             self._discovery_correlation_id += 1
             correlation_id = self._discovery_correlation_id
@@ -478,6 +488,13 @@ class Proxy:
         while True:
             await asyncio.sleep(self.config.proxy.readiness_probe_seconds)
             await self.probe_brokers()
+
+    async def _watch_certificates(self) -> None:
+        """Reads the certificate files again when one changes (a renewal written in place or renamed over)."""
+        while True:
+            await asyncio.sleep(DEFAULT_POLL_SECONDS)
+            if self.tls.changed():
+                self.tls.reload()
 
     async def _refresh_periodically(self) -> None:
         while True:

@@ -20,6 +20,10 @@ A produce request, start to end:
   (`charge_response`), throttle_time_ms patched, metrics and the usage record written, and the
   client muted again if the response carries a throttle.
 
+Authentication: a SaslAuthenticate goes to the broker and what the client sent after it is held until
+the broker answers; the user it claimed is adopted only if that answer ends the exchange with a
+success, so the held requests are charged to the user the broker accepted, never to one it refused.
+
 Kafka answers one connection's requests in order, so a FIFO of requests in flight says which API
 each response answers. Responses the session makes itself wait in that FIFO for their turn, behind
 any response still being streamed. Large responses that need nothing but their head (a Fetch) are
@@ -54,7 +58,12 @@ from quotagate.protocol.produce import (
     produce_response_with_refusals,
 )
 from quotagate.protocol.rewrite import ClusterView, Rewriter
-from quotagate.protocol.sasl import authenticate_user, handshake_mechanism
+from quotagate.protocol.sasl import (
+    DEFAULT_PRINCIPAL_CLAIM,
+    authenticate_user,
+    authentication_outcome,
+    handshake_mechanism,
+)
 from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time, throttle_time_offset
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
@@ -101,6 +110,8 @@ class SessionServices:
     max_frame_size: int
     # Answers DescribeClientQuotas/AlterClientQuotas from the proxy's quotas; None: they are forwarded.
     quota_admin: QuotaAdmin | None = None
+    # The OAUTHBEARER token claim that names the user (the broker's sasl.oauthbearer.sub.claim.name).
+    principal_claim: str = DEFAULT_PRINCIPAL_CLAIM
 
 
 @dataclass(slots=True)
@@ -122,7 +133,6 @@ class InFlight(NamedTuple):
     sent_at: float  # when forwarded
     fetch_max_wait_ms: int
     exempt: bool  # never charged request time
-    sasl_user: str | None  # the user a SaslAuthenticate request claims to be
     # A response the proxy makes itself (the request was not forwarded); sent in its turn.
     local_response: bytes | None = None
     # Topics the proxy refused from a forwarded produce, merged back into the broker's answer.
@@ -136,13 +146,20 @@ class InFlight(NamedTuple):
 class Session:
     """The proxy's decisions for one client connection; the caller moves the bytes."""
 
-    def __init__(self, services: SessionServices) -> None:
+    def __init__(self, services: SessionServices, principal: str | None = None) -> None:
+        """`principal`: the user the connection is before any SASL exchange (the mapped subject of a
+        verified client certificate), ANONYMOUS if None."""
         self.services = services
         self.to_broker: list[bytes | memoryview] = []
         self.to_client: list[bytes | memoryview] = []
         self.muted_until = 0.0
-        self.user = ANONYMOUS
+        self.user = principal or ANONYMOUS
         self.sasl_mechanism: str | None = None
+        # The user the current SASL exchange claims: adopted only when the broker says it succeeded.
+        self.claimed_user: str | None = None
+        # A SaslAuthenticate is in flight: what the client sent after it waits for the broker's
+        # answer, to be charged to the user that answer establishes (never to the one before).
+        self.awaiting_authentication = False
         # Until the first request that is not ApiVersions or SASL, the client is authenticating:
         # Kafka does not charge that exchange to request-time quotas.
         self.authenticating = True
@@ -161,7 +178,7 @@ class Session:
         """Bytes from the client. Raises FrameError if they are not Kafka requests."""
         self.services.metrics.bytes_in += len(data)
         frames = self.client_frames.feed(data)
-        if self.held or not self.connected or self.muted_until > now:
+        if self.held or not self.connected or self.muted_until > now or self.awaiting_authentication:
             # A read may land after a mute (or before the broker is connected): hold it, in order.
             self.held.extend(frames)
             return
@@ -190,6 +207,8 @@ class Session:
                 if kind is LAST:  # what the proxy answered itself goes after it, in turn
                     self._local_responses(now)
         self.services.metrics.bytes_out += sum(map(len, out[start:] if start else out))
+        if self.held and not self.awaiting_authentication:
+            self._release_held(now)  # what waited for a SaslAuthenticate answer
 
     def broker_connected(self, now: float) -> None:
         self.connected = True
@@ -211,7 +230,7 @@ class Session:
 
     # requests ------------------------------------------------------------------------------------
     def _release_held(self, now: float) -> None:
-        if self.held and self.connected and self.muted_until <= now:
+        if self.held and self.connected and self.muted_until <= now and not self.awaiting_authentication:
             frames = list(self.held)
             self.held.clear()
             self._requests(frames, now)
@@ -231,7 +250,6 @@ class Session:
             client_id = header.client_id or ""
             metrics.count_request(api_key)
             max_wait = 0
-            sasl_user = None
             forwarded: memoryview | bytes | None = frame
             refused: dict[str, tuple[int, ...]] | None = None
             order: tuple[str, ...] = ()
@@ -267,8 +285,13 @@ class Session:
                 if version == 0:
                     raise FrameError("SaslHandshake v0 (raw SASL tokens) is unsupported; clients since 1.0 use v1")
                 self.sasl_mechanism = handshake_mechanism(frame, body, version)
+                self.claimed_user = None  # a new exchange (KIP-368 re-authentication too)
             elif api_key == _SASL_AUTHENTICATE:
-                sasl_user = authenticate_user(self.sasl_mechanism, frame, body, version)
+                claimed = authenticate_user(self.sasl_mechanism, frame, body, version, services.principal_claim)
+                if claimed is not None:
+                    self.claimed_user = claimed
+                self.awaiting_authentication = True
+                stop_after = index  # what follows waits for the broker's answer
             if self.authenticating and api_key not in _AUTH_APIS and api_key != _API_VERSIONS:
                 self.authenticating = False
             if local is None and forwarded is None and mutation is not None:  # nothing admitted: answered by the proxy
@@ -297,7 +320,6 @@ class Session:
                     now,
                     max_wait,
                     api_key in _REQUEST_TIME_EXEMPT or (api_key == _API_VERSIONS and self.authenticating),
-                    sasl_user,
                     local,
                     refused if forwarded is not None else None,
                     order,
@@ -584,12 +606,25 @@ class Session:
         )
 
     def _note_authentication(self, request: InFlight, frame: memoryview | bytes) -> None:
+        """Adopts the claimed user once the broker says the exchange is over and succeeded; a refusal
+        leaves the principal as it was (the broker closes the connection after it)."""
         view = memoryview(frame)
         body = response_body_offset(view, request.api_key, request.api_version)
-        if len(view) >= body + 2 and view[body] == 0 and view[body + 1] == 0:  # error_code == NONE
-            if request.sasl_user is not None:
-                self.user = request.sasl_user
-                self.entity_buckets = None
+        outcome = authentication_outcome(self.sasl_mechanism, view, body, request.api_version)
+        if outcome is False:
+            # The broker closes the connection after a refusal and reads nothing more (Kafka's
+            # SaslServerAuthenticator): neither does the proxy, so nothing is charged to anyone.
+            self.held.clear()
+            self.claimed_user = None
+            return
+        self.awaiting_authentication = False
+        if outcome is None:
+            return  # more rounds to come
+        claimed, self.claimed_user = self.claimed_user, None
+        if outcome and claimed is not None and claimed != self.user:
+            # A (re-)authentication as someone else moves the connection to their buckets.
+            self.user = claimed
+            self.entity_buckets = None
 
     # muting --------------------------------------------------------------------------------------
     def _mute(self, throttle_ms: int, now: float) -> None:

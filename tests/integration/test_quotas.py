@@ -47,9 +47,11 @@ class Acked:
             self.events.append((time.monotonic(), size))
 
 
-def kafka_python_producer_loop(bootstrap: str, topic: str, client_id: str, seconds: float, acked: Acked) -> None:
+def kafka_python_producer_loop(
+    bootstrap: str, topic: str, client_id: str, seconds: float, acked: Acked, extra: dict | None = None
+) -> None:
     """kafka-python ignores throttle_time_ms: only the proxy's mute can hold it back."""
-    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, acks=1, linger_ms=5)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, acks=1, linger_ms=5, **(extra or {}))
     value = os.urandom(RECORD)
     sent = 0
     deadline = time.monotonic() + seconds

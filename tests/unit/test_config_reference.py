@@ -60,11 +60,11 @@ def _known_keys(text: str, unknown_key: str) -> set[str]:
 def test_reference_lists_exactly_the_keys_parse_config_accepts() -> None:
     sections = config_sections()
     top_level = {key.name for s in sections if s.shape == TOP_LEVEL for key in s.keys}
-    section_names = {s.attribute for s in sections if s.shape != TOP_LEVEL}
+    section_names = {s.toml_name.split(".")[0] for s in sections if s.shape != TOP_LEVEL}
     assert _known_keys("zz_unknown = 1\n" + MINIMAL, "zz_unknown") == top_level | section_names
     for section in sections:
         documented = {key.name for key in section.keys}
-        name = section.attribute
+        name = section.toml_name
         if section.shape == TOP_LEVEL:
             continue
         if section.shape == ARRAY_OF_TABLES:

@@ -1,0 +1,1 @@
+"""Who a client is, from its TLS certificate; the TLS contexts of both sides of the proxy."""

@@ -1,0 +1,289 @@
+"""Identity from authentication through the proxy, on a real broker with SASL_SSL and SSL listeners.
+
+One broker (cluster "tls1") with a SASL_SSL listener (PLAIN, SCRAM-SHA-256/512 with users made by
+the broker's own configs tool, OAUTHBEARER with the unsecured validator and re-authentication every
+8 s) and an SSL listener that requires client certificates; every certificate is made here with
+trustme. The proxy terminates TLS on both sides. Rates are measured as in test_quotas.py.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import trustme
+from confluent_kafka import KafkaException, Producer
+from cryptography.hazmat.primitives import serialization
+
+from tests.integration.helpers import create_topic, unique_topic
+from tests.integration.test_quotas import (
+    QUOTA,
+    RECORD,
+    WINDOWS,
+    Acked,
+    confluent_producer_loop,
+    kafka_python_producer_loop,
+    quota_config,
+    rate_between,
+    run_threads,
+)
+from tests.kafka_fixtures import (
+    PORT_OFFSET,
+    SASL_USERS,
+    Cluster,
+    fresh_cluster,
+    run_tool,
+    secure_listener_overrides,
+)
+
+# Clear of the other test clusters' ports (29092-29492), below 40000 with any offset up to 10000.
+SASL_SSL_PORT = 29592 + PORT_OFFSET
+SSL_PORT = 29593 + PORT_OFFSET
+PLAINTEXT_PORT = 29594 + PORT_OFFSET
+CONTROLLER_PORT = 29595 + PORT_OFFSET
+OAUTHBEARER_REAUTH_MS = 8000
+ALICE_RULES = "RULE:^CN=(.*?),OU=ServiceUsers,.*$/$1/L, DEFAULT"
+
+
+@dataclass
+class Pki:
+    ca: Path  # the CA every side trusts
+    broker: Path  # broker key + chain (PKCS#8, as Kafka's PEM keystore wants)
+    proxy_cert: Path  # the proxy's server certificate chain and key (SAN 127.0.0.1)
+    proxy_key: Path
+    proxy_client_cert: Path  # the proxy's client certificate, for the broker's SSL listener
+    proxy_client_key: Path
+    alice_cert: Path  # CN=alice,OU=ServiceUsers: a client certificate mapped to "alice"
+    alice_key: Path
+
+
+def _pkcs8(leaf: trustme.LeafCert) -> bytes:
+    key = serialization.load_pem_private_key(leaf.private_key_pem.bytes(), password=None)
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _write(directory: Path, name: str, leaf: trustme.LeafCert) -> tuple[Path, Path]:
+    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
+    cert.write_bytes(b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
+    key.write_bytes(_pkcs8(leaf))
+    return cert, key
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    directory = tmp_path_factory.mktemp("pki")
+    ca = trustme.CA()
+    ca_path = directory / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_path))
+    broker = ca.issue_cert("127.0.0.1", "localhost", common_name="broker")
+    broker_path = directory / "broker.pem"
+    broker_path.write_bytes(_pkcs8(broker) + b"".join(blob.bytes() for blob in broker.cert_chain_pems))
+    proxy_cert, proxy_key = _write(directory, "proxy", ca.issue_cert("127.0.0.1", common_name="quotagate"))
+    client_cert, client_key = _write(
+        directory,
+        "proxy-client",
+        ca.issue_cert("quotagate.test", common_name="quotagate", organization_unit_name="Proxies"),
+    )
+    alice_cert, alice_key = _write(
+        directory, "alice", ca.issue_cert("alice.test", common_name="Alice", organization_unit_name="ServiceUsers")
+    )
+    return Pki(ca_path, broker_path, proxy_cert, proxy_key, client_cert, client_key, alice_cert, alice_key)
+
+
+@pytest.fixture(scope="module")
+def secure_kafka(pki: Pki) -> Iterator[Cluster]:
+    probe = Cluster.create("tls1", 1, PLAINTEXT_PORT, controller_base_port=CONTROLLER_PORT)
+    overrides = secure_listener_overrides(
+        probe.nodes[0], SASL_SSL_PORT, SSL_PORT, pki.broker, pki.ca, SASL_USERS, OAUTHBEARER_REAUTH_MS
+    )
+    cluster = fresh_cluster("tls1", 1, PLAINTEXT_PORT, controller_base_port=CONTROLLER_PORT, overrides=overrides)
+    try:
+        for user in ("alice", "bob"):
+            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):  # one credential per request
+                run_tool(
+                    "configs", "--bootstrap-server", cluster.bootstrap, "--alter", "--entity-type", "users",
+                    "--entity-name", user, "--add-config", f"{mechanism}=[password={SASL_USERS[user]}]",
+                )  # fmt: skip
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def tls_proxy_toml(pki: Pki, client_auth: str = "none", upstream_client_cert: bool = False) -> str:
+    listener = f'[proxy.tls]\ncert = "{pki.proxy_cert}"\nkey = "{pki.proxy_key}"\n'
+    if client_auth != "none":
+        listener += f'ca = "{pki.ca}"\nclient_auth = "{client_auth}"\nprincipal_mapping_rules = "{ALICE_RULES}"\n'
+    upstream = f'[upstream.tls]\nca = "{pki.ca}"\n'
+    if upstream_client_cert:
+        upstream += f'cert = "{pki.proxy_client_cert}"\nkey = "{pki.proxy_client_key}"\n'
+    return listener + "\n" + upstream
+
+
+def sasl_ssl(pki: Pki, mechanism: str, user: str, password: str | None = None) -> dict[str, str]:
+    """librdkafka's settings for a SASL_SSL client of the proxy."""
+    return {
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(pki.ca),
+        "sasl.mechanism": mechanism,
+        "sasl.username": user,
+        "sasl.password": password if password is not None else SASL_USERS[user],
+    }
+
+
+def scrape(metrics_port: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+
+
+def entity_users(metrics_port: int) -> set[str]:
+    """The users the proxy's per-entity metrics name (each one was charged something)."""
+    return set(re.findall(r'^quotagate_\w+\{[^}]*user="([^"]*)"', scrape(metrics_port), re.MULTILINE))
+
+
+def throttled_responses(metrics_port: int, user: str) -> float:
+    """Responses to `user` that carried a throttle, by the proxy's count."""
+    pattern = rf'^quotagate_throttled_responses_total\{{[^}}]*user="{re.escape(user)}"[^}}]*\}} (\S+)$'
+    return sum(float(value) for value in re.findall(pattern, scrape(metrics_port), re.MULTILINE))
+
+
+@pytest.mark.java
+def test_sasl_ssl_alice_is_held_to_her_quota_with_three_clients_and_bob_is_free(
+    secure_kafka: Cluster, pki: Pki, proxy_factory, kafka_tool, tmp_path: Path
+) -> None:
+    """alice per client-id (SCRAM-SHA-256 with librdkafka, SCRAM-SHA-512 with kafka-python,
+    OAUTHBEARER with the Java producer, which re-authenticates every 8 s); bob (PLAIN) has none."""
+    bootstrap = f"127.0.0.1:{SASL_SSL_PORT}"
+    proxy = proxy_factory(
+        bootstrap,
+        WINDOWS
+        + tls_proxy_toml(pki)
+        + quota_config(f'user = "alice"\nclient_id = "<default>"\nproducer_byte_rate = {QUOTA}'),
+    )
+    topic = unique_topic("tls")
+    create_topic(secure_kafka.bootstrap, topic, partitions=3)
+    seconds = 24.0
+    confluent_alice, python_alice, bob = Acked(), Acked(), Acked()
+    java_result: dict[str, str] = {}
+    kafka_python_scram = {
+        "security_protocol": "SASL_SSL",
+        "ssl_cafile": str(pki.ca),
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "alice",
+        "sasl_plain_password": SASL_USERS["alice"],
+    }
+
+    # A file, not --command-property: the JAAS line holds "=" signs ProducerPerformance would split on.
+    java_config = tmp_path / "alice-java.properties"
+    java_config.write_text(
+        f"bootstrap.servers={proxy.bootstrap}\nclient.id=alice-java\nacks=1\nsecurity.protocol=SASL_SSL\n"
+        f"ssl.truststore.type=PEM\nssl.truststore.location={pki.ca}\nsasl.mechanism=OAUTHBEARER\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+        'unsecuredLoginStringClaim_sub="alice";\n'
+    )
+
+    def java() -> None:
+        java_result["out"] = kafka_tool(
+            "producer-perf",
+            "--topic", topic, "--num-records", str(int(QUOTA * seconds / RECORD)), "--record-size", str(RECORD),
+            "--throughput", "-1", "--print-metrics", "--command-config", str(java_config),
+            timeout=150,
+        ).stdout  # fmt: skip
+
+    started = time.monotonic()
+    run_threads(
+        java,
+        lambda: confluent_producer_loop(
+            proxy.bootstrap, topic, "alice-librdkafka", seconds, confluent_alice,
+            sasl_ssl(pki, "SCRAM-SHA-256", "alice"),
+        ),
+        lambda: kafka_python_producer_loop(
+            proxy.bootstrap, topic, "alice-kafka-python", seconds, python_alice, kafka_python_scram
+        ),
+        lambda: confluent_producer_loop(proxy.bootstrap, topic, "bob", seconds, bob, sasl_ssl(pki, "PLAIN", "bob")),
+    )  # fmt: skip
+    out = java_result["out"]
+    reports = [float(rate) for _, rate in re.findall(r"(\d+) records sent, ([\d.]+) records/sec", out)]
+    assert len(reports) >= 2, out
+    steady = reports[1:-1] or reports[-1:]
+    rates = {
+        "java (OAUTHBEARER)": sum(steady) / len(steady) * RECORD,
+        "librdkafka (SCRAM-SHA-256)": rate_between(confluent_alice.events, started + 3, started + seconds),
+        "kafka-python (SCRAM-SHA-512)": rate_between(python_alice.events, started + 3, started + seconds),
+    }
+    bob_rate = rate_between(bob.events, started + 3, started + seconds)
+    print({name: round(rate / QUOTA, 3) for name, rate in rates.items()}, f"bob {bob_rate / QUOTA:.1f}x")
+    for name, rate in rates.items():
+        assert rate == pytest.approx(QUOTA, rel=0.12), f"alice's {name} producer achieved {rate:.0f} B/s"
+    # Free: never throttled, and past alice's quota (how far past depends on the machine's load:
+    # 11x on a quiet machine, 2x with a load average of 16 on its 2 cores).
+    assert entity_users(proxy.metrics_port) >= {"alice", "bob"}
+    assert throttled_responses(proxy.metrics_port, "bob") == 0, "bob was throttled"
+    assert throttled_responses(proxy.metrics_port, "alice") > 0, "alice was never throttled"
+    assert bob_rate > QUOTA, f"bob, who has no quota, only achieved {bob_rate:.0f} B/s"
+    throttle = re.search(r"producer-metrics:produce-throttle-time-avg:\{client-id=alice-java\}\s*:\s*([\d.]+)", out)
+    assert throttle and float(throttle.group(1)) > 0, "the Java producer must have seen throttle_time_ms"
+
+
+def test_a_wrong_password_is_refused_by_the_broker_and_nothing_is_charged_as_that_user(
+    secure_kafka: Cluster, pki: Pki, proxy_factory
+) -> None:
+    proxy = proxy_factory(
+        f"127.0.0.1:{SASL_SSL_PORT}",
+        WINDOWS + tls_proxy_toml(pki) + quota_config(f'user = "alice"\nproducer_byte_rate = {QUOTA}'),
+    )
+    topic = unique_topic("wrongpw")
+    create_topic(secure_kafka.bootstrap, topic, partitions=1)
+    errors: list[str] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": proxy.bootstrap,
+            "client.id": "mallory",
+            "message.timeout.ms": 4000,
+            "error_cb": lambda error: errors.append(str(error)),
+            **sasl_ssl(pki, "SCRAM-SHA-256", "alice", password="not-alice-secret"),
+        }
+    )
+    for _ in range(20):
+        try:
+            producer.produce(topic, value=b"x" * RECORD)
+        except (BufferError, KafkaException):
+            break
+    producer.flush(6)
+    assert any("Authentication failed" in error or "SASL" in error for error in errors), errors
+    assert "alice" not in entity_users(proxy.metrics_port), "a refused login was charged to the user it claimed"
+
+
+def test_an_mtls_client_is_the_user_its_certificate_maps_to_and_is_held_to_that_users_quota(
+    secure_kafka: Cluster, pki: Pki, proxy_factory
+) -> None:
+    """kafka-python with alice's certificate (CN=Alice,OU=ServiceUsers -> "alice" by the rules) through
+    a proxy that requires client certificates, to the broker's SSL listener (the proxy's own
+    certificate there). kafka-python ignores throttle_time_ms: only the proxy's mute holds it."""
+    proxy = proxy_factory(
+        f"127.0.0.1:{SSL_PORT}",
+        WINDOWS
+        + tls_proxy_toml(pki, client_auth="required", upstream_client_cert=True)
+        + quota_config(f'user = "alice"\nproducer_byte_rate = {QUOTA}'),
+    )
+    topic = unique_topic("mtls")
+    create_topic(secure_kafka.bootstrap, topic, partitions=1)
+    seconds = 16.0
+    acked = Acked()
+    mtls = {
+        "security_protocol": "SSL",
+        "ssl_cafile": str(pki.ca),
+        "ssl_certfile": str(pki.alice_cert),
+        "ssl_keyfile": str(pki.alice_key),
+    }
+    started = time.monotonic()
+    kafka_python_producer_loop(proxy.bootstrap, topic, "cert-client", seconds, acked, mtls)
+    rate = rate_between(acked.events, started + 3, started + seconds)
+    print(f"mTLS alice {rate / QUOTA:.3f}x")
+    assert rate == pytest.approx(QUOTA, rel=0.10), f"alice by certificate achieved {rate:.0f} B/s"
+    assert "alice" in entity_users(proxy.metrics_port)

@@ -1,0 +1,182 @@
+"""Who a session charges: the user the broker accepted, after it said so; never a refused claim.
+
+Tables of bytes in -> bytes out, as in test_session.py: a client that writes SaslHandshake,
+SaslAuthenticate and a produce in one write has the produce held until the broker's answer, then
+charged to the user that answer established (issue 12 item 1); PLAIN, SCRAM's two rounds and
+OAUTHBEARER (and its JSON error challenge) each end the exchange where the broker does.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from struct import pack
+
+import pytest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest
+
+from quotagate.protocol.sasl import exchange_complete, jws_claim, user_from_auth_bytes
+from quotagate.proxy.session import Session
+from quotagate.quotas import ANONYMOUS
+from tests.unit.test_session import correlation_ids, produce, produce_answer, session_with, taken
+
+ALICE_QUOTA = '[[quotas]]\nuser = "alice"\nproducer_byte_rate = 1000\n'
+
+
+def handshake(correlation_id: int, mechanism: str) -> bytes:
+    request = SaslHandshakeRequest(version=1, mechanism=mechanism)
+    request.with_header(correlation_id=correlation_id, client_id="app")
+    return bytes(request.encode(header=True, framed=True))
+
+
+def authenticate(correlation_id: int, auth_bytes: bytes) -> bytes:
+    request = SaslAuthenticateRequest(version=1, auth_bytes=auth_bytes)
+    request.with_header(correlation_id=correlation_id, client_id="app")
+    return bytes(request.encode(header=True, framed=True))
+
+
+def answer(correlation_id: int, error_code: int = 0, auth_bytes: bytes = b"", api_version: int = 1) -> bytes:
+    """A broker's SaslHandshake (v1) or SaslAuthenticate (v1) answer; both start with error_code."""
+    if api_version == -1:  # SaslHandshake v1: error_code, mechanisms
+        body = pack(">hi", error_code, 1) + pack(">h", 5) + b"PLAIN"
+    else:
+        message = None if error_code == 0 else "Authentication failed"
+        body = bytes(
+            SaslAuthenticateResponse(
+                version=1, error_code=error_code, error_message=message, auth_bytes=auth_bytes, session_lifetime_ms=0
+            ).encode()
+        )
+    payload = pack(">i", correlation_id) + body
+    return pack(">i", len(payload)) + payload
+
+
+def handshake_answer(correlation_id: int) -> bytes:
+    return answer(correlation_id, api_version=-1)
+
+
+def unsecured_jws(claims: dict[str, object]) -> str:
+    def part(value: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    return f"{part({'alg': 'none'})}.{part(claims)}."
+
+
+def oauth_first(token: str) -> bytes:
+    return f"n,,\x01auth=Bearer {token}\x01\x01".encode()
+
+
+def test_a_produce_written_with_the_authentication_waits_for_its_answer_and_is_charged_to_that_user() -> None:
+    session, _ = session_with(ALICE_QUOTA)
+    session.client_data(handshake(1, "PLAIN"), now=0.0)
+    session.broker_data(handshake_answer(1), now=0.0)
+    taken(session.to_broker), taken(session.to_client)
+    # One write: the authentication and a 20 kB produce (alice's burst is 11 kB).
+    session.client_data(authenticate(2, b"\0alice\0alice-secret") + produce(3, {"t": b"r" * 20_000}), now=1.0)
+    assert correlation_ids(taken(session.to_broker), 8) == [2], "the produce must wait for the answer"
+    assert session.holding and session.user == ANONYMOUS
+    session.broker_data(answer(2), now=1.0)
+    assert session.user == "alice"
+    assert correlation_ids(taken(session.to_broker), 8) == [3]
+    assert session.muted_until > 1.0, "alice's produce put her in debt: the connection is muted"
+    charged = {user for (user, _client_id), _stats in session.services.entity_metrics.ranked()[0]}
+    assert "alice" in charged
+
+
+def test_a_refused_authentication_charges_nothing_to_the_user_it_claimed() -> None:
+    session, _ = session_with(ALICE_QUOTA)
+    session.client_data(handshake(1, "PLAIN"), now=0.0)
+    session.broker_data(handshake_answer(1), now=0.0)
+    taken(session.to_broker)
+    session.client_data(authenticate(2, b"\0alice\0wrong") + produce(3, {"t": b"r" * 20_000}), now=1.0)
+    assert correlation_ids(taken(session.to_broker), 8) == [2]
+    session.broker_data(answer(2, error_code=58), now=1.0)  # SASL_AUTHENTICATION_FAILED; the broker closes
+    assert session.user == ANONYMOUS
+    assert not session.to_broker, "the produce after a refused authentication is never forwarded"
+    session.client_data(produce(4, {"t": b"r"}), now=2.0)
+    assert not session.to_broker, "nor anything the client writes after it"
+    assert session.muted_until == 0.0
+    charged = {user for (user, _client_id), _stats in session.services.entity_metrics.ranked()[0]}
+    assert "alice" not in charged
+
+
+def test_scram_is_adopted_at_the_server_final_message_not_at_the_first_round() -> None:
+    session, _ = session_with(ALICE_QUOTA)
+    session.client_data(handshake(1, "SCRAM-SHA-256"), now=0.0)
+    session.broker_data(handshake_answer(1), now=0.0)
+    session.client_data(authenticate(2, b"n,,n=alice,r=nonce"), now=0.0)
+    session.broker_data(answer(2, auth_bytes=b"r=nonce123,s=c2FsdA==,i=4096"), now=0.0)
+    assert session.user == ANONYMOUS, "a server-first message says nothing about the proof yet"
+    session.client_data(authenticate(3, b"c=biws,r=nonce123,p=proof"), now=0.0)
+    session.broker_data(answer(3, auth_bytes=b"v=signature"), now=0.0)
+    assert session.user == "alice"
+
+
+def test_a_rejected_oauthbearer_token_is_not_adopted_at_its_error_challenge() -> None:
+    session, _ = session_with()
+    session.client_data(handshake(1, "OAUTHBEARER"), now=0.0)
+    session.broker_data(handshake_answer(1), now=0.0)
+    session.client_data(authenticate(2, oauth_first(unsecured_jws({"sub": "alice"}))), now=0.0)
+    session.broker_data(answer(2, auth_bytes=b'{"status":"invalid_token"}'), now=0.0)
+    assert session.user == ANONYMOUS
+    session.client_data(authenticate(3, b"\x01"), now=0.0)
+    session.broker_data(answer(3, error_code=58), now=0.0)
+    assert session.user == ANONYMOUS
+
+
+def test_an_accepted_oauthbearer_token_names_the_user_by_its_principal_claim() -> None:
+    session, _ = session_with()
+    session.client_data(handshake(1, "OAUTHBEARER"), now=0.0)
+    session.broker_data(handshake_answer(1), now=0.0)
+    session.client_data(authenticate(2, oauth_first(unsecured_jws({"sub": "alice", "exp": 9e9}))), now=0.0)
+    session.broker_data(answer(2), now=0.0)
+    assert session.user == "alice"
+
+
+def test_reauthentication_as_another_user_moves_the_connection_to_their_buckets() -> None:
+    session, _ = session_with(ALICE_QUOTA)
+    for correlation_id, user in ((1, "bob"), (3, "alice")):
+        session.client_data(handshake(correlation_id, "PLAIN"), now=0.0)
+        session.broker_data(handshake_answer(correlation_id), now=0.0)
+        session.client_data(authenticate(correlation_id + 1, f"\0{user}\0pw".encode()), now=0.0)
+        session.broker_data(answer(correlation_id + 1), now=0.0)
+        assert session.user == user
+    taken(session.to_broker), taken(session.to_client)
+    session.client_data(produce(5, {"t": b"r" * 20_000}), now=1.0)
+    assert session.muted_until > 1.0, "after re-authenticating as alice, alice's quota holds"
+    session.broker_data(produce_answer(5, ["t"]), now=1.0)
+
+
+def test_a_certificate_principal_is_the_user_until_sasl_says_otherwise() -> None:
+    session = Session(session_with(ALICE_QUOTA)[0].services, principal="alice")
+    session.broker_connected(0.0)
+    session.client_data(produce(1, {"t": b"r" * 20_000}), now=1.0)
+    assert session.user == "alice" and session.muted_until > 1.0
+
+
+@pytest.mark.parametrize(
+    ("claims", "claim", "user"),
+    [
+        ({"sub": "alice"}, "sub", "alice"),
+        ({"sub": "svc-123", "preferred_username": "alice"}, "preferred_username", "alice"),
+        ({"sub": 42}, "sub", None),
+        ({}, "sub", None),
+    ],
+)
+def test_the_oauthbearer_user_is_the_configured_claim(claims: dict[str, object], claim: str, user: str | None) -> None:
+    assert user_from_auth_bytes("OAUTHBEARER", oauth_first(unsecured_jws(claims)), claim) == user
+    assert jws_claim("not-a-jws", claim) is None
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "server_bytes", "complete"),
+    [
+        ("PLAIN", b"", True),
+        ("SCRAM-SHA-512", b"r=abc,s=c2FsdA==,i=4096", False),
+        ("SCRAM-SHA-512", b"v=abc", True),
+        ("OAUTHBEARER", b"", True),
+        ("OAUTHBEARER", b'{"status":"invalid_token"}', False),
+        ("GSSAPI", b"", False),
+    ],
+)
+def test_an_exchange_ends_where_the_broker_ends_it(mechanism: str, server_bytes: bytes, complete: bool) -> None:
+    assert exchange_complete(mechanism, server_bytes) is complete
