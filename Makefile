@@ -42,7 +42,7 @@ kafka-cluster-down: venv
 demo: venv kafka-jars
 	$(PY) scripts/demo.py
 
-test: venv kafka-jars prometheus-tools compose-tools
+test: venv kafka-jars prometheus-tools compose-tools redis-tools
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -rs --durations=15
 
@@ -97,6 +97,11 @@ $(COMPOSE_CHECK): scripts/compose_check/main.go scripts/compose_check/go.mod scr
 
 .PHONY: compose-tools
 compose-tools: $(COMPOSE_VENV)/.installed $(COMPOSE_CHECK)
+
+# redis-server (Debian's package; the service is not left running) for the shared-quota tests and bench.
+.PHONY: redis-tools
+redis-tools:
+	bash scripts/ensure_debian_tools.sh redis-server redis-server
 
 # promtool and prometheus (Debian's prometheus package; the service is not left running) for the ops/ tests.
 .PHONY: prometheus-tools

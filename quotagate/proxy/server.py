@@ -11,6 +11,7 @@ client's connection, and the client retries as it would against the broker itsel
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
 import time
@@ -23,6 +24,7 @@ from quotagate.protocol.discovery import decode_discovery, encode_discovery_requ
 from quotagate.protocol.framing import FrameError
 from quotagate.protocol.rewrite import response_rewriters
 from quotagate.proxy.admin_http import AdminHttpServer
+from quotagate.proxy.cluster import SharedQuotas
 from quotagate.proxy.connection import ClientConnection
 from quotagate.proxy.delay_queue import DelayQueue
 from quotagate.proxy.entity_metrics import EntityMetrics
@@ -31,6 +33,7 @@ from quotagate.proxy.session import SessionServices
 from quotagate.proxy.topics import TopicCatalog
 from quotagate.proxy.usage import UsageRecorder, make_sink
 from quotagate.quotas import QuotaEngine, QuotaKey
+from quotagate.quotas.engine import local_bucket
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 
 log = logging.getLogger("quotagate.proxy")
@@ -38,21 +41,31 @@ log = logging.getLogger("quotagate.proxy")
 BOOTSTRAP = "bootstrap"
 
 
-def bind_listening_socket(host: str, port: int) -> socket.socket:
+def bind_listening_socket(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+    """reuse_port: several worker processes listen on the port and the kernel spreads connections."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=1024)
+    sock = socket.create_server((host, port), family=family, backlog=1024, reuse_port=reuse_port)
     sock.setblocking(False)
     return sock
 
 
 class Proxy:
-    def __init__(self, config: Config, metrics: ProxyMetrics | None = None) -> None:
+    def __init__(self, config: Config, metrics: ProxyMetrics | None = None, worker: int = 0) -> None:
         self.config = config
+        self.worker = worker  # 0..workers-1: which of this host's worker processes this is
         self.metrics = metrics or ProxyMetrics()
         self.loop = asyncio.get_running_loop()
+        # Several processes (workers, replicas) share the quotas: the buckets are leased from Redis,
+        # or hold 1/N of each quota without it. One process alone keeps plain local buckets.
+        self.shared_quotas = (
+            SharedQuotas(config.cluster, config.processes, self.metrics, self.loop.time)
+            if config.shares_quotas
+            else None
+        )
+        bucket_factory = self.shared_quotas.bucket if self.shared_quotas else local_bucket
         # One engine and one delay queue for every listener: an entity's connections to all the
         # brokers draw on the same buckets, so quotas hold for the cluster.
-        self.engine = QuotaEngine(config.quotas, config.windows)
+        self.engine = QuotaEngine(config.quotas, config.windows, bucket_factory)
         self.delay_queue = DelayQueue(self.loop)
         self.entity_metrics = EntityMetrics(lambda: self.engine, self.loop.time, config.metrics.max_entities)
         self.metrics.registry.register(self.entity_metrics)
@@ -65,7 +78,7 @@ class Proxy:
         # Wall-clock epoch ms for usage records, from the loop clock without a syscall per record.
         self._wall_offset = time.time() - self.loop.time()
         self.topic_guard = TopicThresholdGuard(
-            config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE)
+            config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE), bucket_factory
         )
         self.brokers: dict[int, tuple[str, int]] = {}  # node id -> the broker's own address
         self.listener_ports: dict[int, int] = {}  # node id -> proxy port serving it
@@ -98,7 +111,7 @@ class Proxy:
             log.error("broker %d would be served on port %d: lower proxy.broker_port_base", node_id, port)
             return
         try:
-            sock = bind_listening_socket(self.config.proxy.listen_host, port)
+            sock = bind_listening_socket(self.config.proxy.listen_host, port, self.config.proxy.workers > 1)
         except OSError as exc:
             log.error("cannot listen for broker %d on port %d: %s", node_id, port, exc)
             return
@@ -109,12 +122,14 @@ class Proxy:
     # lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
         proxy = self.config.proxy
-        sock = bind_listening_socket(proxy.listen_host, proxy.port)
+        sock = bind_listening_socket(proxy.listen_host, proxy.port, proxy.workers > 1)
         log.info("bootstrap listener on %s:%d -> %s", proxy.listen_host, proxy.port, proxy.bootstrap_servers)
         await self._serve(sock, BOOTSTRAP, lambda: list(proxy.bootstrap_servers))
         if not await self.refresh_metadata():
             log.warning("no bootstrap server answered yet; brokers will be discovered when one does")
         self._spawn(self._refresh_periodically())
+        if self.shared_quotas is not None:
+            self._spawn(self.shared_quotas.run())
         usage = self.config.usage
         if usage.enabled:
             servers = [f"{host}:{port}" for host, port in self.config.proxy.bootstrap_servers]
@@ -125,9 +140,10 @@ class Proxy:
     async def start_admin_http(self) -> None:
         """Serves /metrics, /healthz, /readyz and /quotas on the metrics port."""
         metrics = self.config.metrics
+        port = metrics.port + self.worker  # one endpoint per worker (see docs/scaling.md)
         self.admin_http = AdminHttpServer(self)
-        await self.admin_http.start(metrics.host, metrics.port)
-        log.info("metrics on http://%s:%d/metrics (also /healthz, /readyz, /quotas)", metrics.host, metrics.port)
+        await self.admin_http.start(metrics.host, port)
+        log.info("metrics on http://%s:%d/metrics (also /healthz, /readyz, /quotas)", metrics.host, port)
 
     def readiness_problems(self) -> list[str]:
         problems = []
@@ -174,6 +190,8 @@ class Proxy:
             await asyncio.gather(*self._tasks, return_exceptions=True)  # lets the usage task flush
         for server in self._servers:
             await server.wait_closed()
+        if self.shared_quotas is not None:
+            await self.shared_quotas.close()  # gives the unused leases back
         if self.admin_http is not None:
             await self.admin_http.stop()
         self._stopped.set()
@@ -185,13 +203,14 @@ class Proxy:
 
     def apply_config(self, config: Config) -> None:
         """Applies a reloaded configuration: quotas live, listener and metrics settings at restart."""
-        if config.proxy != self.config.proxy or config.metrics != self.config.metrics:
-            log.warning("[proxy] and [metrics] changes take effect at the next restart; quotas apply now")
+        restart_only = (config.proxy, config.metrics, config.cluster)
+        if restart_only != (self.config.proxy, self.config.metrics, self.config.cluster):
+            log.warning("[proxy], [metrics] and [cluster] changes take effect at the next restart; quotas apply now")
         now = self.loop.time()
         self.engine.update(config.quotas, config.windows, now)
         self.topic_guard.update(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE), now)
-        self.config = Config(
-            self.config.proxy, self.config.metrics, config.quotas, config.windows, config.topic_thresholds
+        self.config = dataclasses.replace(
+            self.config, quotas=config.quotas, windows=config.windows, topic_thresholds=config.topic_thresholds
         )
 
     def watch_config(self, path: str) -> ConfigWatcher:

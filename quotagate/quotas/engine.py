@@ -14,10 +14,24 @@ throttles are capped at one window so heartbeats are never held long (KIP-124).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from quotagate.quotas.bucket import TokenBucket
 from quotagate.quotas.entities import QuotaKey, QuotaTable, Resolution
+from quotagate.quotas.lease import LeasedBucket
+
+BucketId = tuple[str | None, ...]
+# Makes the bucket for (bucket id, rate, burst, now): a TokenBucket alone, a LeasedBucket when
+# processes share the quotas (quotagate.proxy.cluster). Both answer charge/refill/record/
+# throttle_ms/give_back/reconfigure and expose tokens, rate, burst and updated.
+Bucket = TokenBucket | LeasedBucket
+BucketFactory = Callable[[BucketId, float, float, float], Bucket]
+
+
+def local_bucket(_bucket_id: BucketId, rate: float, burst: float, now: float) -> Bucket:
+    return TokenBucket.full(rate, burst, now)
+
 
 MS_PER_SECOND_PER_PERCENT = 10.0
 # A bucket idle this long is full again and holds nothing worth keeping (Kafka expires idle quota
@@ -64,9 +78,9 @@ class EntityBuckets:
     reload or an expiry may change which bucket an entity draws on)."""
 
     generation: int
-    produce: TokenBucket | None
-    fetch: TokenBucket | None
-    request: TokenBucket | None
+    produce: Bucket | None
+    fetch: Bucket | None
+    request: Bucket | None
     request_cap_ms: int
 
 
@@ -75,11 +89,17 @@ def tokens_per_second(key: QuotaKey, value: float) -> float:
 
 
 class QuotaEngine:
-    def __init__(self, table: QuotaTable | None = None, windows: QuotaWindows | None = None) -> None:
+    def __init__(
+        self,
+        table: QuotaTable | None = None,
+        windows: QuotaWindows | None = None,
+        bucket_factory: BucketFactory = local_bucket,
+    ) -> None:
+        self.bucket_factory = bucket_factory
         self.table = table or QuotaTable()
         self.windows = windows or QuotaWindows()
         self.limits_anyone = bool(self.table)  # read per exchange: an attribute, not a __bool__ call
-        self.buckets: dict[tuple[str, str, str | None, str | None], TokenBucket] = {}
+        self.buckets: dict[tuple[str, str, str | None, str | None], Bucket] = {}
         self.generation = 0  # bumped whenever an entity's bucket may change (see EntityBuckets)
 
     def resolve(self, user: str, client_id: str, key: QuotaKey) -> Resolution | None:
@@ -102,7 +122,7 @@ class QuotaEngine:
     def entity_buckets(self, user: str, client_id: str, now: float) -> EntityBuckets:
         """The buckets (user, client_id) draws on for the client quotas, valid for this generation."""
 
-        def bucket(key: QuotaKey) -> TokenBucket | None:
+        def bucket(key: QuotaKey) -> Bucket | None:
             resolution = self.table.resolve(user, client_id, key)
             return None if resolution is None else self._bucket(resolution, now)
 
@@ -130,7 +150,7 @@ class QuotaEngine:
             if strict and bucket.tokens < 0:
                 admitted.append(False)
                 continue
-            bucket.tokens -= cost
+            bucket.record(cost, now)
             admitted.append(True)
         return admitted
 
@@ -139,8 +159,7 @@ class QuotaEngine:
         resolution = self.table.resolve(user, client_id, key)
         bucket = None if resolution is None else self.buckets.get(resolution.bucket_id)
         if bucket is not None:
-            bucket.refill(now)
-            bucket.tokens = min(bucket.burst, bucket.tokens + amount)
+            bucket.give_back(amount, now)
 
     def throttle_ms(self, user: str, client_id: str, key: QuotaKey, now: float) -> int:
         """The client's current throttle for `key`, without charging anything."""
@@ -201,9 +220,11 @@ class QuotaEngine:
     def _burst(self, resolution: Resolution) -> float:
         return tokens_per_second(resolution.key, resolution.value) * self.windows.burst_seconds(resolution.key)
 
-    def _bucket(self, resolution: Resolution, now: float) -> TokenBucket:
+    def _bucket(self, resolution: Resolution, now: float) -> Bucket:
         bucket = self.buckets.get(resolution.bucket_id)
         if bucket is None:
             rate = tokens_per_second(resolution.key, resolution.value)
-            bucket = self.buckets[resolution.bucket_id] = TokenBucket.full(rate, self._burst(resolution), now)
+            bucket = self.buckets[resolution.bucket_id] = self.bucket_factory(
+                resolution.bucket_id, rate, self._burst(resolution), now
+            )
         return bucket
