@@ -85,8 +85,13 @@ class SharedQuotas:
         return 1.0 / self.processes
 
     def bucket(self, bucket_id: BucketId, rate: float, burst: float, now: float) -> Bucket:
-        """The engine's bucket factory: new buckets start local and join at the next tick."""
-        bucket = self.buckets[bucket_id] = LeasedBucket.local(rate, burst, self.share, now)
+        """The engine's bucket factory: a new bucket spends its credit until its first lease, or its
+        1/N share while Redis is unreachable."""
+        if self.connected:
+            bucket = LeasedBucket.shared(rate, burst, self.share, self.config.lease_seconds, now)
+        else:
+            bucket = LeasedBucket.local(rate, burst, self.share, now)
+        self.buckets[bucket_id] = bucket
         return bucket
 
     def _key(self, bucket_id: BucketId) -> str:
@@ -167,7 +172,7 @@ class SharedQuotas:
         self.metrics.cluster_redis_calls_total.inc(len(due))
         now = self.clock()  # type: ignore[operator]
         for (_bucket_id, bucket), request, (grant, tokens) in zip(due, requests, answers, strict=True):
-            bucket.apply_grant(request, float(grant), float(tokens), now)
+            bucket.apply_grant(request, float(grant), float(tokens), now, lease_seconds)
 
     def _call(self, pipe: Pipeline, bucket_id: BucketId, bucket: LeasedBucket, request: LeaseRequest) -> None:
         pipe.evalsha(

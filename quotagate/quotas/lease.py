@@ -6,11 +6,14 @@ quotagate.proxy.cluster and never runs on the request path.
 The shared budget is one token bucket (in Redis) per entity. A process holds a *lease*: tokens
 taken out of that bucket in advance, spent locally with no round trip. Two modes:
 
-- leased: `ceiling` is what is left of the lease (negative once overdrawn); `tokens` is the lease
-  left minus the shared debt seen at the last grant. The debt is paid off at the entity's full
-  rate (every process sees the same debt shrink at the same speed, so throttle times agree), but
-  the local balance never rises above what is left of the lease: the tokens the shared bucket
-  earns belong to it, not to this process.
+- leased: `ceiling` is what is left of the lease plus a small credit (`credit_seconds` of the
+  rate); `tokens` is that minus the shared debt seen at the last grant. The debt is paid off at
+  the entity's full rate (every process sees the same debt shrink at the same speed, so throttle
+  times agree), but the local balance never rises above the ceiling: the tokens the shared
+  bucket earns belong to it, not to this process. The credit lets an entity that holds no lease
+  (new, or idle) be served at once; what it spends is charged to the shared bucket at the next
+  tick, so at most one credit (or, in strict mode, one item) per process gets past a shared
+  bucket that is already empty.
 - local: no lease (Redis unreachable, or not yet asked): a plain token bucket with `share` of the
   rate and burst, 1/N for N live processes, so N processes together stay within the quota.
 
@@ -44,18 +47,30 @@ class LeasedBucket:
     burst: float  # the entity's burst (the shared bucket's size)
     share: float  # this process's part of rate and burst while local (1/N)
     tokens: float
-    ceiling: float  # leased: lease left; local: the local burst
+    ceiling: float  # leased: lease left + credit; local: the local burst
     updated: float  # time of the last refill
     leased: bool = False
     held: float = 0.0  # the last grant (0 while local)
     spent: float = 0.0  # spent since the last grant (or since going local)
     recent_rate: float = 0.0  # tokens per second spent lately (sizes the leases)
     synced: float = 0.0  # time of the last grant or of going local
+    credit_seconds: float = 0.0  # leased: what may be spent beyond the lease before a throttle, in seconds of rate
+    shared_debt: float = 0.0  # the shared bucket's debt at the last grant
 
     @classmethod
     def local(cls, rate: float, burst: float, share: float, now: float) -> LeasedBucket:
-        """A new bucket: local, with its share full, until the first grant arrives."""
+        """A new bucket while the shared bucket is unreachable: its share of the quota, full."""
         return cls(rate, burst, share, burst * share, burst * share, now, synced=now)
+
+    @classmethod
+    def shared(cls, rate: float, burst: float, share: float, credit_seconds: float, now: float) -> LeasedBucket:
+        """A new bucket while the shared bucket is reachable: no lease yet, only the credit."""
+        credit = rate * credit_seconds
+        return cls(rate, burst, share, credit, credit, now, True, synced=now, credit_seconds=credit_seconds)
+
+    @property
+    def credit(self) -> float:
+        return self.rate * self.credit_seconds
 
     # the TokenBucket interface the engine, the charging and the topic guard use --------------------
     @property
@@ -90,9 +105,13 @@ class LeasedBucket:
 
     def reconfigure(self, rate: float, burst: float, now: float) -> None:
         self.refill(now)
+        old_credit = self.credit
         self.rate = rate
         self.burst = burst
-        if not self.leased:
+        if self.leased:
+            self.ceiling += self.credit - old_credit
+            self.tokens = min(self.tokens, self.ceiling)
+        else:
             self.ceiling = burst * self.share
             self.tokens = min(self.tokens, self.ceiling)
 
@@ -105,9 +124,9 @@ class LeasedBucket:
             return False  # idle and holding nothing
         if now - self.synced >= lease_seconds:
             return True  # renew a busy lease, or give back an idle one
-        # More than half of a lease used already (with no lease, the shared bucket had nothing to
-        # give: asking again before the period ends would only cost Redis calls).
-        return self.held > 0 and self.ceiling < self.held / 2
+        if self.shared_debt > 0:
+            return False  # in debt: asking again before the period ends would only cost Redis calls
+        return self.ceiling - self.credit < self.held / 2  # more than half of the lease used already
 
     def lease_request(self, now: float, lease_seconds: float) -> LeaseRequest:
         """What to report and ask for at a sync now."""
@@ -130,15 +149,19 @@ class LeasedBucket:
         depletion = max(0.0, min(self.spent, self.burst * self.share - self.tokens))
         return LeaseRequest(0.0, depletion, want, self.spent)
 
-    def apply_grant(self, request: LeaseRequest, grant: float, shared_tokens: float, now: float) -> None:
+    def apply_grant(
+        self, request: LeaseRequest, grant: float, shared_tokens: float, now: float, credit_seconds: float
+    ) -> None:
         """Takes the shared bucket's answer: `grant` tokens, and its balance after the grant
         (negative: the shared debt, which this process's throttles then include)."""
         in_flight = self.spent - request.spent_mark  # spent while the sync was on its way
         self.leased = True
+        self.credit_seconds = credit_seconds
         self.held = grant
         self.spent = in_flight
-        self.ceiling = grant - in_flight
-        self.tokens = self.ceiling - max(0.0, -shared_tokens)
+        self.ceiling = grant - in_flight + self.credit
+        self.shared_debt = max(0.0, -shared_tokens)
+        self.tokens = self.ceiling - self.shared_debt
         self.updated = self.synced = now
 
     def go_local(self, share: float, now: float) -> None:
