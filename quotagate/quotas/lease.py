@@ -120,8 +120,9 @@ class LeasedBucket:
         """Whether this bucket has something to tell or ask the shared bucket now."""
         if not self.leased:
             return True  # join (first use, or Redis is back)
-        if self.held == 0 and self.spent == 0:
-            return False  # idle and holding nothing
+        self.refill(now)
+        if self.held == 0 and self.spent == 0 and self.tokens >= 0:
+            return False  # idle, holding nothing and out of debt
         if now - self.synced >= lease_seconds:
             return True  # renew a busy lease, or give back an idle one
         if self.shared_debt > 0:
