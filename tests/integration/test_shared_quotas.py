@@ -24,13 +24,14 @@ from tests.integration.test_quotas import (
 )
 
 
-def shared_proxies(proxy_factory, kafka, redis_server, extra_toml: str, count: int = 3) -> list:
+def shared_proxies(proxy_factory, kafka, redis_server, extra_toml: str, count: int = 3, proxy_toml: str = "") -> list:
     cluster = f'\n[cluster]\nredis_url = "{redis_server.url}"\n'
-    return [proxy_factory(kafka.bootstrap, extra_toml + cluster) for _ in range(count)]
+    return [proxy_factory(kafka.bootstrap, extra_toml + cluster, proxy_toml) for _ in range(count)]
 
 
-def metric(proxy, name: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/metrics", timeout=5) as response:
+def metric(proxy, name: str, worker: int = 0) -> float:
+    url = f"http://127.0.0.1:{proxy.metrics_port + worker}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
         for line in response.read().decode().splitlines():
             if line.startswith(name + " "):
                 return float(line.split()[1])
@@ -147,3 +148,35 @@ def test_per_topic_thresholds_hold_across_three_proxies(proxy_factory, kafka, re
     print(f"hot accepted {accepted:.0f} B/s through three proxies (total threshold {total})")
     # Refused only when both the total and hot are over: hot alone gets the total, once, not 3x.
     assert accepted == pytest.approx(total, rel=0.15), f"{accepted:.0f} B/s accepted for hot through three proxies"
+
+
+def test_two_replicas_of_two_workers_share_one_quota(proxy_factory, kafka, redis_server) -> None:
+    proxies = shared_proxies(
+        proxy_factory,
+        kafka,
+        redis_server,
+        WINDOWS + quota_config(f'client_id = "workers"\nproducer_byte_rate = {QUOTA}'),
+        count=2,
+        proxy_toml="workers = 2\n",
+    )
+    topic = unique_topic("workers")
+    create_topic(proxies[0].bootstrap, topic, partitions=3)
+    acked = Acked()
+    seconds = 16.0
+    started = time.monotonic()
+    # Three clients per replica: the kernel spreads their connections over its two workers.
+    run_threads(
+        *(
+            lambda p=p: confluent_producer_loop(p.bootstrap, topic, "workers", seconds, acked)
+            for p in proxies
+            for _ in range(3)
+        )
+    )
+    rate = rate_between(acked.events, started + 3, started + seconds)
+    print(f"2 replicas x 2 workers: {rate / QUOTA:.3f}x the quota")
+    assert rate == pytest.approx(QUOTA, rel=0.10), f"four processes let {rate:.0f} B/s through"
+    for proxy in proxies:
+        for worker in (0, 1):  # each worker serves its own metrics, on metrics.port + worker
+            assert metric(proxy, "quotagate_cluster_processes", worker) == 4
+    served = [metric(p, "quotagate_cluster_redis_calls_total", w) for p in proxies for w in (0, 1)]
+    assert all(calls > 0 for calls in served), f"Redis calls per worker: {served}"
