@@ -68,6 +68,13 @@ bench: venv kafka-jars
 	bash scripts/ensure_debian_tools.sh haproxy haproxy
 	$(PY) bench/run.py
 	$(PY) bench/hot_path.py
+	$(MAKE) --no-print-directory bench-shared
+
+# Workers and shared quotas: 1 and 2 workers, local and through Redis; MB/s, requests/s and Redis
+# commands per 10 000 requests (bench/results/shared.json; about 4 minutes). See docs/scaling.md.
+.PHONY: bench-shared
+bench-shared: venv kafka-jars redis-tools
+	$(PY) bench/shared.py $(BENCH_SHARED_ARGS)
 
 # The same workloads, shorter and with fewer rounds: under 3 minutes with the Kafka start.
 # The proxy's Python cost per exchange, in-process, without sockets (~15 s; also the end of make bench).
