@@ -21,6 +21,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 
 import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
@@ -60,7 +61,9 @@ RETRY_SECONDS = 1.0  # how often an unreachable Redis is tried again
 class SharedQuotas:
     """Makes the engine's buckets (LeasedBucket) and keeps them in sync with Redis."""
 
-    def __init__(self, config: ClusterConfig, processes: int, metrics: ProxyMetrics, clock: object) -> None:
+    def __init__(
+        self, config: ClusterConfig, processes: int, metrics: ProxyMetrics, clock: Callable[[], float]
+    ) -> None:
         self.config = config
         self.clock = clock  # the loop's time(): the buckets' clock
         self.metrics = metrics
@@ -126,7 +129,7 @@ class SharedQuotas:
             return
         try:
             if self.connected:
-                now = self.clock()  # type: ignore[operator]
+                now = self.clock()
                 leased = [(bucket_id, b) for bucket_id, b in self.buckets.items() if b.leased and b.held > 0]
                 if leased:
                     pipe = self.redis.pipeline(transaction=False)
@@ -157,7 +160,7 @@ class SharedQuotas:
 
     async def _sync(self) -> None:
         assert self.redis is not None
-        now = self.clock()  # type: ignore[operator]
+        now = self.clock()
         lease_seconds = self.config.lease_seconds
         due = [(bucket_id, b) for bucket_id, b in self.buckets.items() if b.wants_sync(now, lease_seconds)]
         if not due:
@@ -170,7 +173,7 @@ class SharedQuotas:
             self._call(pipe, bucket_id, bucket, request)
         answers = await pipe.execute()
         self.metrics.cluster_redis_calls_total.inc(len(due))
-        now = self.clock()  # type: ignore[operator]
+        now = self.clock()
         for (_bucket_id, bucket), request, (grant, tokens) in zip(due, requests, answers, strict=True):
             bucket.apply_grant(request, float(grant), float(tokens), now, lease_seconds)
 
@@ -194,7 +197,7 @@ class SharedQuotas:
         if connected:
             log.warning("Redis %s reachable: quotas shared by %d processes", self.config.redis_url, self.processes)
             return
-        now = self.clock()  # type: ignore[operator]
+        now = self.clock()
         for bucket in self.buckets.values():
             bucket.go_local(self.share, now)
         log.warning(
