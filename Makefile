@@ -53,7 +53,7 @@ kafka-cluster-down: venv
 demo: venv kafka-jars
 	$(PY) scripts/demo.py
 
-test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools chromium
+test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools chromium redis-tools
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -rs --durations=15
 
@@ -80,6 +80,13 @@ bench: venv kafka-jars
 	$(PY) bench/run.py
 	$(PY) bench/hot_path.py
 	$(PY) bench/tls.py
+	$(MAKE) --no-print-directory bench-shared
+
+# Workers and shared quotas: 1 and 2 workers, local and through Redis; MB/s, requests/s and Redis
+# commands per 10 000 requests (bench/results/shared.json; about 4 minutes). See docs/scaling.md.
+.PHONY: bench-shared
+bench-shared: venv kafka-jars redis-tools
+	$(PY) bench/shared.py $(BENCH_SHARED_ARGS)
 
 # The same workloads, shorter and with fewer rounds: under 3 minutes with the Kafka start.
 # TLS on both sides against plaintext on both sides: produce MB/s and the proxy's CPU per GB (~4 min;
@@ -125,6 +132,11 @@ compose-tools: $(COMPOSE_VENV)/.installed $(COMPOSE_CHECK)
 .PHONY: chromium
 chromium:
 	bash scripts/ensure_debian_tools.sh chromium chromium
+
+# redis-server (Debian's package; the service is not left running) for the shared-quota tests and bench.
+.PHONY: redis-tools
+redis-tools:
+	bash scripts/ensure_debian_tools.sh redis-server redis-server
 
 # promtool and prometheus (Debian's prometheus package; the service is not left running) for the ops/ tests.
 .PHONY: prometheus-tools

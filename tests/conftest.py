@@ -4,4 +4,4 @@ from pathlib import Path
 # scripts/kafka_rig.py (stdlib-only, also a CLI) is importable as `kafka_rig` in every test.
 sys.path.append(str(Path(__file__).resolve().parents[1] / "scripts"))
 
-pytest_plugins = ["tests.kafka_fixtures", "tests.proxy_fixtures"]
+pytest_plugins = ["tests.kafka_fixtures", "tests.proxy_fixtures", "tests.redis_fixtures"]

@@ -70,9 +70,12 @@ class ProxyProcess:
                 self.process.wait()
 
 
-def start_proxy(bootstrap: str, workdir: Path, extra_toml: str = "", wait: float = 20.0) -> ProxyProcess:
-    # One block of 12: bootstrap port, broker node N (1..9) on first + 1 + N, metrics last.
-    first = free_port_block(12)
+def start_proxy(
+    bootstrap: str, workdir: Path, extra_toml: str = "", wait: float = 20.0, proxy_toml: str = ""
+) -> ProxyProcess:
+    # One block of 14: bootstrap port, broker node N (1..9) on first + 1 + N, metrics at first + 11
+    # (and + 12, + 13 for workers 1 and 2). proxy_toml: more keys of [proxy] (workers = 2).
+    first = free_port_block(14)
     port, broker_port_base, metrics_port = first, first + 1, first + 11
     servers = ", ".join(f'"{server}"' for server in bootstrap.split(","))
     config_path = workdir / f"quotagate-{port}.toml"
@@ -80,7 +83,8 @@ def start_proxy(bootstrap: str, workdir: Path, extra_toml: str = "", wait: float
     # allows before the first [section]; its [[quotas]] tables may stand anywhere.
     config_path.write_text(
         f"{extra_toml}\n[proxy]\nbootstrap_servers = [{servers}]\nport = {port}\n"
-        f"broker_port_base = {broker_port_base}\nmetadata_refresh_seconds = 5\n\n[metrics]\nport = {metrics_port}\n"
+        f"broker_port_base = {broker_port_base}\nmetadata_refresh_seconds = 5\n{proxy_toml}\n"
+        f"[metrics]\nport = {metrics_port}\n"
     )
     log_path = workdir / f"quotagate-{port}.log"
     with log_path.open("wb") as log:
@@ -107,8 +111,8 @@ def start_proxy(bootstrap: str, workdir: Path, extra_toml: str = "", wait: float
 def proxy_factory(tmp_path: Path) -> Iterator[Callable[..., ProxyProcess]]:
     started: list[ProxyProcess] = []
 
-    def factory(bootstrap: str, extra_toml: str = "") -> ProxyProcess:
-        proxy = start_proxy(bootstrap, tmp_path, extra_toml)
+    def factory(bootstrap: str, extra_toml: str = "", proxy_toml: str = "") -> ProxyProcess:
+        proxy = start_proxy(bootstrap, tmp_path, extra_toml, proxy_toml=proxy_toml)
         started.append(proxy)
         return proxy
 

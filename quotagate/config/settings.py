@@ -132,6 +132,14 @@ class ProxyConfig:
             "sasl.oauthbearer.sub.claim.name (set both alike)."
         },
     )
+    workers: int = field(
+        default=1,
+        metadata={
+            "doc": "Processes serving the same ports on this host (SO_REUSEPORT), one core each. Worker i serves "
+            "its metrics on metrics.port + i. With more than one, the quotas are shared through [cluster] "
+            "redis_url, or each worker enforces 1/workers of them without it.",
+        },
+    )
 
     def broker_port(self, node_id: int) -> int:
         return self.broker_port_base + node_id
@@ -204,6 +212,39 @@ class MetricsConfig:
             "doc": "Entities (user, client-id) exported with series of their own, the busiest first; the rest are "
             'summed into user="other" (about 15 series per entity).'
         },
+    )
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Quotas shared by several proxy processes (workers, replicas) through Redis."""
+
+    redis_url: str = field(
+        default="",
+        metadata={
+            "doc": 'Redis holding the shared quota buckets, e.g. "redis://10.0.0.5:6379/0". Empty: each '
+            "process enforces its share of the quotas alone (see processes)."
+        },
+    )
+    processes: int = field(
+        default=0,
+        metadata={
+            "doc": "Proxy processes sharing the quotas, all hosts together. Without Redis (or while it is "
+            "unreachable and before any process registered in it) each enforces 1/processes of every quota.",
+            "default": "proxy.workers",
+        },
+    )
+    lease_seconds: float = field(
+        default=0.1,
+        metadata={"doc": "A busy entity's lease lasts about this long at its recent rate before it is renewed."},
+    )
+    key_prefix: str = field(
+        default="quotagate:",
+        metadata={"doc": "Prefix of every Redis key; proxies sharing quotas must use the same one."},
+    )
+    redis_timeout_seconds: float = field(
+        default=0.5,
+        metadata={"doc": "A Redis call slower than this counts as Redis being unavailable."},
     )
 
 
@@ -374,6 +415,20 @@ class Config:
             "doc": "Kafka's quota admin APIs, answered by the proxy (kafka-configs.sh --bootstrap-server <proxy>)."
         },
     )
+    cluster: ClusterConfig = field(
+        default_factory=ClusterConfig,
+        metadata={"doc": "Quotas shared by several proxy processes and hosts through Redis; off unless set."},
+    )
+
+    @property
+    def shares_quotas(self) -> bool:
+        """Whether several processes enforce these quotas together (workers or a Redis)."""
+        return self.proxy.workers > 1 or bool(self.cluster.redis_url) or self.cluster.processes > 1
+
+    @property
+    def processes(self) -> int:
+        """How many processes share the quotas when Redis cannot tell."""
+        return self.cluster.processes or self.proxy.workers
 
 
 def load_config(path: str | Path) -> Config:
@@ -390,7 +445,9 @@ def parse_config(text: str) -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("file", f"not valid TOML: {exc}") from exc
     _reject_unknown(
-        "", data, {"proxy", "upstream", "metrics", "quotas", "topic_thresholds", "usage", "admin", *_WINDOW_KEYS}
+        "",
+        data,
+        {"proxy", "upstream", "metrics", "quotas", "topic_thresholds", "usage", "admin", "cluster", *_WINDOW_KEYS},
     )
     proxy = dict(_section(data, "proxy", required=True))
     proxy_tls = proxy.pop("tls", None)
@@ -414,6 +471,21 @@ def parse_config(text: str) -> Config:
         topic_thresholds=_parse_topic_thresholds(data.get("topic_thresholds")),
         usage=_parse_usage(_section(data, "usage", required=False)),
         admin=_parse_admin(_section(data, "admin", required=False)),
+        cluster=_parse_cluster(_section(data, "cluster", required=False)),
+    )
+
+
+def _parse_cluster(table: dict[str, Any]) -> ClusterConfig:
+    _reject_unknown("cluster.", table, {f.name for f in fields(ClusterConfig)})
+    redis_url = _string(table, "cluster.redis_url", "")
+    if redis_url and not redis_url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError("cluster.redis_url", f"must start with redis://, rediss:// or unix://, got {redis_url!r}")
+    return ClusterConfig(
+        redis_url=redis_url,
+        processes=_integer(table, "cluster.processes", 0, 0, 10_000),
+        lease_seconds=_positive(table, "cluster.lease_seconds", 0.1),
+        key_prefix=_string(table, "cluster.key_prefix", "quotagate:"),
+        redis_timeout_seconds=_positive(table, "cluster.redis_timeout_seconds", 0.5),
     )
 
 
@@ -649,6 +721,7 @@ def _parse_proxy(table: dict[str, Any]) -> ProxyConfig:
         readiness_probe_seconds=_positive(table, "proxy.readiness_probe_seconds", 2.0),
         readiness_timeout_seconds=_positive(table, "proxy.readiness_timeout_seconds", 2.0),
         oauthbearer_principal_claim=_string(table, "proxy.oauthbearer_principal_claim", "sub") or "sub",
+        workers=_integer(table, "proxy.workers", 1, 1, 256),
     )
 
 

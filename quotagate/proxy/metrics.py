@@ -78,6 +78,19 @@ class ProxyMetrics:
         self.muted_connections = Gauge(
             "quotagate_muted_connections", "Client connections muted for a quota now", registry=self.registry
         )
+        self.cluster_fallback = Gauge(
+            "quotagate_cluster_fallback",
+            "1 while Redis is unreachable and this process enforces 1/N of every quota alone",
+            registry=self.registry,
+        )
+        self.cluster_processes = Gauge(
+            "quotagate_cluster_processes",
+            "Processes sharing the quotas (N): live in the Redis registry, or as configured",
+            registry=self.registry,
+        )
+        self.cluster_redis_calls_total = Counter(
+            "quotagate_cluster_redis_calls", "Redis commands sent for the shared quotas", registry=self.registry
+        )
         self.upstream_up = Gauge(
             "quotagate_upstream_up",
             "1 if the proxy's last metadata refresh reached a broker, else 0",

@@ -31,6 +31,7 @@ from quotagate.protocol.discovery import (
 from quotagate.protocol.framing import FrameError
 from quotagate.protocol.rewrite import response_rewriters
 from quotagate.proxy.admin_http import AdminHttpServer
+from quotagate.proxy.cluster import SharedQuotas
 from quotagate.proxy.connection import ClientConnection
 from quotagate.proxy.connection_limits import REFUSED, ConnectionLimits, LimitSettings
 from quotagate.proxy.delay_queue import DelayQueue
@@ -41,6 +42,7 @@ from quotagate.proxy.session import SessionServices
 from quotagate.proxy.topics import TopicCatalog
 from quotagate.proxy.usage import UsageRecorder, make_sink, writer_id
 from quotagate.quotas import QuotaEngine, QuotaKey, QuotaTable
+from quotagate.quotas.engine import local_bucket
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 from quotagate.security.tls import TlsContexts
 
@@ -62,9 +64,10 @@ LISTENER_RETRY_MIN_SECONDS = 0.05
 LISTENER_RETRY_MAX_SECONDS = 1.0
 
 
-def bind_listening_socket(host: str, port: int, backlog: int) -> socket.socket:
+def bind_listening_socket(host: str, port: int, backlog: int, reuse_port: bool = False) -> socket.socket:
+    """reuse_port: several worker processes listen on the port and the kernel spreads connections."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=backlog)
+    sock = socket.create_server((host, port), family=family, backlog=backlog, reuse_port=reuse_port)
     sock.setblocking(False)
     return sock
 
@@ -74,11 +77,23 @@ def _awaits_answers(client: ClientConnection) -> bool:
 
 
 class Proxy:
-    def __init__(self, config: Config, metrics: ProxyMetrics | None = None, state_path: Path | None = None) -> None:
-        """`state_path`: the file keeping quotas set through AlterClientQuotas (None: memory only)."""
+    def __init__(
+        self, config: Config, metrics: ProxyMetrics | None = None, state_path: Path | None = None, worker: int = 0
+    ) -> None:
+        """`state_path`: the file keeping quotas set through AlterClientQuotas (None: memory only).
+        `worker`: this process's number among proxy.workers."""
         self.config = config
+        self.worker = worker  # 0..workers-1: which of this host's worker processes this is
         self.metrics = metrics or ProxyMetrics()
         self.loop = asyncio.get_running_loop()
+        # Several processes (workers, replicas) share the quotas: the buckets are leased from Redis,
+        # or hold 1/N of each quota without it. One process alone keeps plain local buckets.
+        self.shared_quotas = (
+            SharedQuotas(config.cluster, config.processes, self.metrics, self.loop.time)
+            if config.shares_quotas
+            else None
+        )
+        bucket_factory = self.shared_quotas.bucket if self.shared_quotas else local_bucket
         # The file's quotas combined with those set through Kafka's admin APIs (kafka-configs.sh).
         self.quota_admin = QuotaAdmin(
             config.quotas,
@@ -89,7 +104,7 @@ class Proxy:
         )
         # One engine and one delay queue for every listener: an entity's connections to all the
         # brokers draw on the same buckets, so quotas hold for the cluster.
-        self.engine = QuotaEngine(self.quota_admin.quotas, config.windows)
+        self.engine = QuotaEngine(self.quota_admin.quotas, config.windows, bucket_factory)
         self.delay_queue = DelayQueue(self.loop)
         self.entity_metrics = EntityMetrics(lambda: self.engine, self.loop.time, config.metrics.max_entities)
         self.metrics.registry.register(self.entity_metrics)
@@ -103,7 +118,7 @@ class Proxy:
         # Wall-clock epoch ms for usage records, from the loop clock without a syscall per record.
         self._wall_offset = time.time() - self.loop.time()
         self.topic_guard = TopicThresholdGuard(
-            config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE)
+            config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE), bucket_factory
         )
         self.brokers: dict[int, tuple[str, int]] = {}  # node id -> the broker's own address
         self.listener_ports: dict[int, int] = {}  # node id -> proxy port serving it
@@ -156,9 +171,8 @@ class Proxy:
     def _bind(self, listener: str, port: int) -> socket.socket | None:
         """A listening socket on listen_host:port for `listener`, or None (logged) if the port is taken."""
         try:
-            return bind_listening_socket(
-                self.config.proxy.listen_host, port, self.config.proxy.socket_listen_backlog_size
-            )
+            proxy = self.config.proxy
+            return bind_listening_socket(proxy.listen_host, port, proxy.socket_listen_backlog_size, proxy.workers > 1)
         except OSError as exc:
             log.error("%s: cannot listen on port %d: %s", listener, port, exc)
             return None
@@ -166,7 +180,7 @@ class Proxy:
     # lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
         proxy = self.config.proxy
-        sock = bind_listening_socket(proxy.listen_host, proxy.port, proxy.socket_listen_backlog_size)
+        sock = bind_listening_socket(proxy.listen_host, proxy.port, proxy.socket_listen_backlog_size, proxy.workers > 1)
         log.info("bootstrap listener on %s:%d -> %s", proxy.listen_host, proxy.port, proxy.bootstrap_servers)
         await self._serve(sock, BOOTSTRAP, lambda: list(proxy.bootstrap_servers))
         if not await self.refresh_metadata():
@@ -177,6 +191,8 @@ class Proxy:
         self._spawn(self._probe_periodically())
         if self.tls.listener is not None or self.tls.upstream is not None:
             self._spawn(self._watch_certificates())
+        if self.shared_quotas is not None:
+            self._spawn(self.shared_quotas.run())
         usage = self.config.usage
         if usage.enabled:
             servers = [f"{host}:{port}" for host, port in self.config.proxy.bootstrap_servers]
@@ -189,9 +205,10 @@ class Proxy:
     async def start_admin_http(self) -> None:
         """Serves /metrics, /healthz, /readyz and /quotas on the metrics port."""
         metrics = self.config.metrics
+        port = metrics.port + self.worker  # one endpoint per worker (see docs/scaling.md)
         self.admin_http = AdminHttpServer(self)
-        await self.admin_http.start(metrics.host, metrics.port)
-        log.info("metrics on http://%s:%d/metrics (also /healthz, /readyz, /quotas)", metrics.host, metrics.port)
+        await self.admin_http.start(metrics.host, port)
+        log.info("metrics on http://%s:%d/metrics (also /healthz, /readyz, /quotas)", metrics.host, port)
 
     def readiness_problems(self) -> list[str]:
         problems = []
@@ -307,6 +324,8 @@ class Proxy:
             await asyncio.gather(*self._tasks, return_exceptions=True)  # lets the usage task flush
         for server in self._servers:
             await server.wait_closed()
+        if self.shared_quotas is not None:
+            await self.shared_quotas.close()  # gives the unused leases back
         if self.admin_http is not None:
             await self.admin_http.stop()
         self._stopped.set()
@@ -317,11 +336,13 @@ class Proxy:
         task.add_done_callback(self._tasks.discard)
 
     def apply_config(self, config: Config) -> None:
-        """Applies a reloaded configuration: quotas and [admin] live, listener and metrics settings at restart.
-        Certificate files are read again (a SIGHUP lands here too)."""
-        restart_only = ("proxy", "metrics", "proxy_tls", "upstream_tls")
+        """Applies a reloaded configuration: quotas and [admin] live, listener, metrics, TLS and [cluster]
+        settings at restart. Certificate files are read again (a SIGHUP lands here too)."""
+        restart_only = ("proxy", "metrics", "proxy_tls", "upstream_tls", "cluster")
         if any(getattr(config, name) != getattr(self.config, name) for name in restart_only):
-            log.warning("[proxy], [metrics] and TLS settings take effect at the next restart; quotas apply now")
+            log.warning(
+                "[proxy], [metrics], [cluster] and TLS settings take effect at the next restart; quotas apply now"
+            )
         now = self.loop.time()
         self.engine.update(self.quota_admin.file_changed(config.quotas), config.windows, now)
         self.topic_guard.update(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE), now)

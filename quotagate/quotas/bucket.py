@@ -58,6 +58,11 @@ class TokenBucket:
         """The throttle the balance calls for, applied or not (a shadow quota's is never applied)."""
         return TokenBucket.throttle_ms(self, now)
 
+    def give_back(self, amount: float, now: float) -> None:
+        """Returns tokens charged for work that did not happen (never above the burst)."""
+        self.refill(now)
+        self.tokens = min(self.burst, self.tokens + amount)
+
     def reconfigure(self, rate: float, burst: float, now: float) -> None:
         """Applies a new quota from `now` on. Tokens earned so far count at the old rate and any
         debt is kept: a quota change never forgives what was already used."""

@@ -14,10 +14,24 @@ throttles are capped at one window so heartbeats are never held long (KIP-124).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from quotagate.quotas.bucket import ShadowTokenBucket, TokenBucket
 from quotagate.quotas.entities import QuotaKey, QuotaTable, Resolution
+from quotagate.quotas.lease import LeasedBucket
+
+BucketId = tuple[str | None, ...]
+# Makes the bucket for (bucket id, rate, burst, now): a TokenBucket alone, a LeasedBucket when
+# processes share the quotas (quotagate.proxy.cluster). Both answer charge/refill/record/
+# throttle_ms/give_back/reconfigure and expose tokens, rate, burst and updated.
+Bucket = TokenBucket | LeasedBucket
+BucketFactory = Callable[[BucketId, float, float, float], Bucket]
+
+
+def local_bucket(_bucket_id: BucketId, rate: float, burst: float, now: float) -> Bucket:
+    return TokenBucket.full(rate, burst, now)
+
 
 MS_PER_SECOND_PER_PERCENT = 10.0
 # A bucket idle this long is full again and holds nothing worth keeping (Kafka expires idle quota
@@ -64,9 +78,9 @@ class EntityBuckets:
     reload or an expiry may change which bucket an entity draws on)."""
 
     generation: int
-    produce: TokenBucket | None
-    fetch: TokenBucket | None
-    request: TokenBucket | None
+    produce: Bucket | None
+    fetch: Bucket | None
+    request: Bucket | None
     request_cap_ms: int
     shadow: bool = False  # one of them is a shadow quota's: the session reports what it would do
 
@@ -76,11 +90,17 @@ def tokens_per_second(key: QuotaKey, value: float) -> float:
 
 
 class QuotaEngine:
-    def __init__(self, table: QuotaTable | None = None, windows: QuotaWindows | None = None) -> None:
+    def __init__(
+        self,
+        table: QuotaTable | None = None,
+        windows: QuotaWindows | None = None,
+        bucket_factory: BucketFactory = local_bucket,
+    ) -> None:
+        self.bucket_factory = bucket_factory
         self.table = table or QuotaTable()
         self.windows = windows or QuotaWindows()
         self.limits_anyone = bool(self.table)  # read per exchange: an attribute, not a __bool__ call
-        self.buckets: dict[tuple[str, str, str | None, str | None], TokenBucket] = {}
+        self.buckets: dict[tuple[str, str, str | None, str | None], Bucket] = {}
         self.generation = 0  # bumped whenever an entity's bucket may change (see EntityBuckets)
 
     def resolve(self, user: str, client_id: str, key: QuotaKey) -> Resolution | None:
@@ -103,7 +123,7 @@ class QuotaEngine:
     def entity_buckets(self, user: str, client_id: str, now: float) -> EntityBuckets:
         """The buckets (user, client_id) draws on for the client quotas, valid for this generation."""
 
-        def bucket(key: QuotaKey) -> TokenBucket | None:
+        def bucket(key: QuotaKey) -> Bucket | None:
             resolution = self.table.resolve(user, client_id, key)
             return None if resolution is None else self._bucket(resolution, now)
 
@@ -131,7 +151,7 @@ class QuotaEngine:
             if strict and bucket.tokens < 0 and not resolution.shadow:
                 admitted.append(False)
                 continue
-            bucket.tokens -= cost
+            bucket.record(cost, now)
             admitted.append(True)
         return admitted
 
@@ -140,8 +160,7 @@ class QuotaEngine:
         resolution = self.table.resolve(user, client_id, key)
         bucket = None if resolution is None else self.buckets.get(resolution.bucket_id)
         if bucket is not None:
-            bucket.refill(now)
-            bucket.tokens = min(bucket.burst, bucket.tokens + amount)
+            bucket.give_back(amount, now)
 
     def throttle_ms(self, user: str, client_id: str, key: QuotaKey, now: float) -> int:
         """The client's current throttle for `key`, without charging anything."""
@@ -184,8 +203,15 @@ class QuotaEngine:
             rate = tokens_per_second(resolution.key, resolution.value)
             bucket.reconfigure(rate, self._burst(resolution), now)
             if resolution.shadow != isinstance(bucket, ShadowTokenBucket):  # made binding, or shadow again
-                kind = ShadowTokenBucket if resolution.shadow else TokenBucket
-                self.buckets[bucket_id] = kind(bucket.rate, bucket.burst, bucket.tokens, bucket.updated)
+                if resolution.shadow:
+                    self.buckets[bucket_id] = ShadowTokenBucket(
+                        bucket.rate, bucket.burst, bucket.tokens, bucket.updated
+                    )
+                    continue
+                binding = self.bucket_factory(bucket_id, bucket.rate, bucket.burst, now)
+                if isinstance(binding, TokenBucket):  # local: the debt run up while shadow is kept
+                    binding.tokens, binding.updated = bucket.tokens, bucket.updated
+                self.buckets[bucket_id] = binding
 
     def expire_idle(self, now: float, idle_seconds: float = IDLE_BUCKET_SECONDS) -> int:
         """Drops buckets unused for idle_seconds that are full again; returns how many."""
@@ -204,10 +230,13 @@ class QuotaEngine:
     def _burst(self, resolution: Resolution) -> float:
         return tokens_per_second(resolution.key, resolution.value) * self.windows.burst_seconds(resolution.key)
 
-    def _bucket(self, resolution: Resolution, now: float) -> TokenBucket:
+    def _bucket(self, resolution: Resolution, now: float) -> Bucket:
         bucket = self.buckets.get(resolution.bucket_id)
         if bucket is None:
             rate = tokens_per_second(resolution.key, resolution.value)
-            kind = ShadowTokenBucket if resolution.shadow else TokenBucket
-            bucket = self.buckets[resolution.bucket_id] = kind.full(rate, self._burst(resolution), now)
+            if resolution.shadow:  # a quota being tried: charged per process, never shared, never applied
+                bucket = ShadowTokenBucket.full(rate, self._burst(resolution), now)
+            else:
+                bucket = self.bucket_factory(resolution.bucket_id, rate, self._burst(resolution), now)
+            self.buckets[resolution.bucket_id] = bucket
         return bucket

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from quotagate.quotas.bucket import TokenBucket
+from quotagate.quotas.engine import Bucket, BucketFactory, local_bucket
 
 # A topic that has not produced for this long no longer takes a share of the remainder.
 ACTIVE_TOPIC_SECONDS = 60.0
@@ -38,11 +38,14 @@ class TopicThresholds:
 
 
 class TopicThresholdGuard:
-    def __init__(self, thresholds: TopicThresholds | None, burst_seconds: float) -> None:
+    def __init__(
+        self, thresholds: TopicThresholds | None, burst_seconds: float, bucket_factory: BucketFactory = local_bucket
+    ) -> None:
+        self.bucket_factory = bucket_factory
         self.thresholds = thresholds
         self.burst_seconds = burst_seconds
-        self._total: TokenBucket | None = None
-        self._topics: dict[str, TokenBucket] = {}
+        self._total: Bucket | None = None
+        self._topics: dict[str, Bucket] = {}
         self._last_seen: dict[str, float] = {}
 
     def __bool__(self) -> bool:
@@ -108,20 +111,20 @@ class TopicThresholdGuard:
                 del self._last_seen[topic]
                 self._topics.pop(topic, None)
 
-    def _bucket_for_total(self, now: float) -> TokenBucket:
+    def _bucket_for_total(self, now: float) -> Bucket:
         assert self.thresholds is not None
         rate = float(self.thresholds.total_bytes_in_per_sec)
         if self._total is None:
-            self._total = TokenBucket.full(rate, rate * self.burst_seconds, now)
+            self._total = self.bucket_factory(("topic_total",), rate, rate * self.burst_seconds, now)
         elif self._total.rate != rate:
             self._total.reconfigure(rate, rate * self.burst_seconds, now)
         return self._total
 
-    def _bucket_for_topic(self, topic: str, now: float) -> TokenBucket:
+    def _bucket_for_topic(self, topic: str, now: float) -> Bucket:
         rate = self.threshold(topic, now)
         bucket = self._topics.get(topic)
         if bucket is None:
-            bucket = self._topics[topic] = TokenBucket.full(rate, rate * self.burst_seconds, now)
+            bucket = self._topics[topic] = self.bucket_factory(("topic", topic), rate, rate * self.burst_seconds, now)
         elif bucket.rate != rate:
             bucket.reconfigure(rate, rate * self.burst_seconds, now)
         return bucket

@@ -56,6 +56,9 @@ PROXY_METRICS = {
     "quotagate_mutation_refusals_total",
     "quotagate_entities_exported",
     "quotagate_entities_folded",
+    "quotagate_cluster_fallback",
+    "quotagate_cluster_processes",
+    "quotagate_cluster_redis_calls_total",
 }
 HISTOGRAMS = {"quotagate_upstream_latency_seconds"}
 KNOWN_METRICS = (
@@ -84,6 +87,7 @@ REQUIRED_ALERTS = {
     "QuotagateUsageRecordsDropped",
     "QuotagateConfigReloadRejected",
     "QuotagateProtocolErrors",
+    "QuotagateSharedQuotasFallback",
 }
 
 

@@ -1,0 +1,89 @@
+"""Quota engines of three "processes" sharing one quota through a real Redis (quotagate.proxy.cluster).
+
+Three engines in one event loop, each with its own SharedQuotas, as three proxy processes would
+have; clients charge them as fast as their throttles let them, so the totals measure what the
+shared arithmetic admits. Bursts are one second of quota (quota_window_num = 1)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from quotagate.config.settings import ClusterConfig
+from quotagate.proxy.cluster import SharedQuotas
+from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
+
+RATE = 100_000.0  # bytes/s
+CHUNK = 1000
+WINDOWS = QuotaWindows(quota_window_num=1)
+TABLE = QuotaTable({QuotaEntity(client_id="shared"): {QuotaKey.PRODUCER_BYTE_RATE: RATE}})
+
+
+class Process:
+    def __init__(self, redis_url: str) -> None:
+        loop = asyncio.get_running_loop()
+        self.metrics = ProxyMetrics()
+        self.shared = SharedQuotas(ClusterConfig(redis_url=redis_url), 3, self.metrics, loop.time)
+        self.engine = QuotaEngine(TABLE, WINDOWS, self.shared.bucket)
+        self.task = loop.create_task(self.shared.run())
+        self.admitted = 0
+
+    async def client(self, until: float) -> None:
+        """Produces CHUNK bytes at a time, waiting out each throttle as a Kafka client does."""
+        loop = asyncio.get_running_loop()
+        while (now := loop.time()) < until:
+            throttle_ms = self.engine.charge("u", "shared", QuotaKey.PRODUCER_BYTE_RATE, CHUNK, now)
+            self.admitted += CHUNK
+            await asyncio.sleep(max(throttle_ms / 1000, 0.001))
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        await self.shared.close()
+
+
+async def run_clients(processes: list[Process], seconds: float) -> int:
+    before = sum(p.admitted for p in processes)
+    until = asyncio.get_running_loop().time() + seconds
+    await asyncio.gather(*(p.client(until) for p in processes))
+    return sum(p.admitted for p in processes) - before
+
+
+async def test_three_processes_admit_one_quota_between_them_through_redis(redis_server) -> None:
+    processes = [Process(redis_server.url) for _ in range(3)]
+    try:
+        seconds = 6.0
+        admitted = await run_clients(processes, seconds)
+        expected = RATE * seconds + RATE  # the rate, plus one burst
+        assert admitted == pytest.approx(expected, rel=0.10), f"admitted {admitted} B, the quota allows {expected:.0f}"
+        assert all(p.metrics.cluster_fallback._value.get() == 0 for p in processes)
+        assert all(p.metrics.cluster_processes._value.get() == 3 for p in processes)
+    finally:
+        for p in processes:
+            await p.stop()
+
+
+async def test_without_redis_each_process_holds_a_third_and_rejoins_when_redis_is_back(redis_server) -> None:
+    processes = [Process(redis_server.url) for _ in range(3)]
+    try:
+        await run_clients(processes, 2.0)  # spends the burst, every bucket leased
+        redis_server.stop()
+        seconds = 4.0
+        admitted = await run_clients(processes, seconds)
+        assert all(p.metrics.cluster_fallback._value.get() == 1 for p in processes)
+        # Each process alone: a third of the rate, a third of a burst, and what it held when Redis went.
+        bound = RATE * seconds + RATE
+        assert admitted <= bound * 1.10, f"admitted {admitted} B without Redis, the fallback bound is {bound:.0f}"
+        assert admitted >= RATE * seconds * 0.8, f"admitted {admitted} B without Redis: the shares were not used"
+
+        redis_server.start()
+        await asyncio.sleep(2.0)  # the processes notice (retrying every second) and rejoin
+        assert all(p.metrics.cluster_fallback._value.get() == 0 for p in processes)
+        await run_clients(processes, 1.0)  # a fresh Redis grants a fresh burst: spend it
+        admitted = await run_clients(processes, seconds)
+        assert admitted == pytest.approx(RATE * seconds, rel=0.10), f"admitted {admitted} B after rejoining"
+    finally:
+        for p in processes:
+            await p.stop()
