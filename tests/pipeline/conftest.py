@@ -13,6 +13,9 @@ pytest.importorskip("pyspark", reason="the pipeline extra is not installed")
 def spark() -> Iterator:
     from quotagate.pipeline.session import create_session
 
-    session = create_session("local[2]", "quotagate-tests", {"spark.ui.enabled": "false"}, with_kafka=True)
+    # Test tables are a few thousand rows: 2 shuffle partitions (one per core) instead of 8 tasks
+    # per stage, each a Python worker round trip for the pandas UDFs.
+    conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}
+    session = create_session("local[2]", "quotagate-tests", conf, with_kafka=True)
     yield session
     session.stop()
