@@ -69,6 +69,7 @@ AGGREGATE_COUNTERS = (
     "throttled_requests",
     "refusals",  # requests refused whole or in part
     "partitions_mutated",
+    "shadow_throttle_ms",  # what shadow quotas would have added, summed over requests (never applied)
 )
 
 
@@ -145,7 +146,7 @@ class AggregateCollector:
             if counters is None:
                 if len(self.aggregates) >= self.limit:
                     return False
-                counters = self.aggregates[key] = [0, 0, 0, 0.0, 0, 0, 0, 0, 0]
+                counters = self.aggregates[key] = [0, 0, 0, 0.0, 0, 0, 0, 0, 0, 0]
             counters[1] += bytes_in
             if first:
                 first = False
@@ -162,6 +163,7 @@ class AggregateCollector:
                 if record.decision[0] in "rp":  # refused, partially_refused
                     counters[7] += 1
                 counters[8] += record.partitions_mutated
+                counters[9] += record.shadow_throttle_ms
         self.requests += 1
         return True
 

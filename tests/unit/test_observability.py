@@ -144,6 +144,15 @@ def test_aggregates_sum_requests_per_interval_entity_api_and_produce_topic() -> 
     assert sorted(r["seq"] for r in rows.values()) == [10, 11, 12, 13]
 
 
+def test_aggregates_carry_what_shadow_quotas_would_have_throttled() -> None:
+    collector = AggregateCollector(limit=100, interval_ms=1000)
+    collector.add(UsageRecord(5_000, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok", 900))
+    collector.add(UsageRecord(5_400, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok", 1100))
+    _, _, make_rows = collector.take("p", "p-1-1", 0)
+    (row,) = make_rows()
+    assert (row["shadow_throttle_ms"], row["throttle_ms"]) == (2000, 0)
+
+
 def test_aggregates_stop_at_the_key_limit_and_say_so() -> None:
     collector = AggregateCollector(limit=2, interval_ms=1000)
     assert collector.add(record(1000, "a")) and collector.add(record(1000, "b")) and collector.add(record(1500, "a"))
