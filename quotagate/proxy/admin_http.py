@@ -66,6 +66,9 @@ class AdminHttpServer:
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError):
             writer.close()
             return
+        except Exception:  # a bug in rendering answers 500, it never just drops the scrape
+            log.exception("rendering an HTTP answer failed")
+            status, content_type, body = 500, "text/plain", b"internal error: see the proxy's log\n"
         writer.write(
             f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()

@@ -93,9 +93,16 @@ class LeasedBucket:
         self.record(amount, now)
         return 0 if self.tokens >= 0 else round(-self.tokens / self.refill_rate * 1000)
 
+    def tokens_at(self, now: float) -> float:
+        """The balance at `now`, without changing the bucket (scrapes read it from another thread)."""
+        if now > self.updated:
+            return min(self.ceiling, self.tokens + (now - self.updated) * self.refill_rate)
+        return self.tokens
+
     def throttle_ms(self, now: float) -> int:
-        self.refill(now)
-        return 0 if self.tokens >= 0 else round(-self.tokens / self.refill_rate * 1000)
+        """Reads only, as TokenBucket.throttle_ms: refilling now or at the next record is the same."""
+        tokens = self.tokens_at(now)
+        return 0 if tokens >= 0 else round(-tokens / self.refill_rate * 1000)
 
     def give_back(self, amount: float, now: float) -> None:
         """Returns tokens charged for work that did not happen."""

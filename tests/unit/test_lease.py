@@ -158,3 +158,19 @@ def test_three_processes_together_admit_the_quota_and_not_three_times_it() -> No
     assert admitted == pytest.approx(expected, rel=0.05), f"admitted {admitted:.0f}, quota allows {expected:.0f}"
     # A busy entity renews about every lease period: some tens of calls per second per process.
     assert shared.calls / seconds / 3 < 40, f"{shared.calls / seconds / 3:.1f} Redis calls/s per process"
+
+
+def test_a_scrape_reads_a_leased_balance_without_changing_it() -> None:
+    from quotagate.quotas import QuotaEngine, QuotaKey
+    from quotagate.quotas.entities import QuotaEntity, QuotaTable
+
+    table = QuotaTable({QuotaEntity(None, "spread"): {QuotaKey.PRODUCER_BYTE_RATE: RATE}})
+    engine = QuotaEngine(table, bucket_factory=lambda _id, rate, burst, now: LeasedBucket.local(rate, burst, 0.5, now))
+    engine.charge("u", "spread", QuotaKey.PRODUCER_BYTE_RATE, 6000, 0.0)  # half of the 11 s burst is 5500
+    resolution = engine.resolve("u", "spread", QuotaKey.PRODUCER_BYTE_RATE)
+    assert resolution is not None
+    bucket = engine.buckets[resolution.bucket_id]
+    before = (bucket.tokens, bucket.updated)
+    assert engine.tokens(resolution, 0.1) == pytest.approx(5500 - 6000 + 0.1 * RATE * 0.5)
+    assert engine.throttle_ms("u", "spread", QuotaKey.PRODUCER_BYTE_RATE, 0.1) == 900  # 450 at half the rate
+    assert (bucket.tokens, bucket.updated) == before
