@@ -72,10 +72,6 @@ def bind_listening_socket(host: str, port: int, backlog: int, reuse_port: bool =
     return sock
 
 
-def _awaits_answers(client: ClientConnection) -> bool:
-    return client.session.awaiting_answers
-
-
 class Proxy:
     def __init__(
         self, config: Config, metrics: ProxyMetrics | None = None, state_path: Path | None = None, worker: int = 0
@@ -311,7 +307,7 @@ class Proxy:
         deadline = self.loop.time() + self.config.proxy.shutdown_timeout_seconds
         waiting = sum(len(client.session.in_flight) for client in clients)
         log.info("shutting down: %d connections, %d requests in flight", len(clients), waiting)
-        while self.loop.time() < deadline and any(map(_awaits_answers, self.clients)):
+        while self.loop.time() < deadline and any(client.session.awaiting_answers for client in self.clients):
             await asyncio.sleep(SHUTDOWN_POLL_SECONDS)
         unanswered = sum(len(client.session.in_flight) for client in self.clients)
         if unanswered:
