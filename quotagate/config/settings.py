@@ -603,7 +603,17 @@ def _parse_topic_thresholds(table: Any) -> TopicThresholds | None:
     topics = table.get("topics", {})
     if not isinstance(topics, dict):
         raise ConfigError("topic_thresholds.topics", "must be a table of topic = bytes per second")
-    per_topic = {name: _integer(topics, f"topic_thresholds.topics.{name}", 0, 1, 2**53) for name in topics}
+    for name, value in topics.items():
+        if isinstance(value, dict):  # TOML reads an unquoted orders.v1 = 5 as a table orders = {v1 = 5}
+            raise ConfigError(
+                f"topic_thresholds.topics.{name}",
+                "is a table, not bytes per second; quote a topic name that holds dots: "
+                f'"{name}.{next(iter(value), "")}" = ...',
+            )
+    # Looked up by name, not by splitting a dotted key: topic names may hold dots.
+    per_topic = {
+        name: _checked_integer(f"topic_thresholds.topics.{name}", value, 1, 2**53) for name, value in topics.items()
+    }
     if sum(per_topic.values()) > total:
         raise ConfigError(
             "topic_thresholds.topics",
@@ -770,7 +780,10 @@ def _string(table: dict[str, Any], key: str, default: str) -> str:
 
 
 def _integer(table: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
-    value = table.get(key.rpartition(".")[2], default)
+    return _checked_integer(key, table.get(key.rpartition(".")[2], default), low, high)
+
+
+def _checked_integer(key: str, value: Any, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ConfigError(key, f"must be an integer in {low}..{high}, got {value!r}")
     return value

@@ -31,7 +31,7 @@ class TopicThresholds:
         default_factory=dict,
         metadata={
             "doc": "[topic_thresholds.topics]: topic = bytes per second, adding up to at most the total. "
-            "Every other topic gets an equal share of what is left.",
+            'Every other topic gets an equal share of what is left. Quote names with dots: "orders.v1" = 1000.',
             "type": "table of topic = integer",
         },
     )

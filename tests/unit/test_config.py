@@ -110,3 +110,20 @@ def test_bad_quota_entries_name_the_entry_and_the_key(quotas: str, key: str, pro
 def test_window_settings_must_be_positive_integers() -> None:
     with pytest.raises(ConfigError, match=r"quota_window_num: must be an integer in 1\.\.3600"):
         parse_config("quota_window_num = 0\n" + QUOTA_BASE)
+
+
+def test_topic_threshold_for_a_topic_name_with_dots() -> None:
+    config = parse_config(
+        '[proxy]\nbootstrap_servers = ["k:1"]\n'
+        '[topic_thresholds]\ntotal_bytes_in_per_sec = 1000\n[topic_thresholds.topics]\n"orders.v1" = 400\n'
+    )
+    assert config.topic_thresholds is not None
+    assert dict(config.topic_thresholds.topics) == {"orders.v1": 400}
+
+
+def test_unquoted_dotted_topic_name_is_explained() -> None:
+    with pytest.raises(ConfigError, match=r'quote a topic name that holds dots: "orders.v1"'):
+        parse_config(
+            '[proxy]\nbootstrap_servers = ["k:1"]\n'
+            "[topic_thresholds]\ntotal_bytes_in_per_sec = 1000\n[topic_thresholds.topics]\norders.v1 = 400\n"
+        )
