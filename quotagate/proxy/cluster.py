@@ -21,6 +21,7 @@ import os
 import socket
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 
 import redis.asyncio as aioredis
@@ -68,7 +69,9 @@ class SharedQuotas:
         self.clock = clock  # the loop's time(): the buckets' clock
         self.metrics = metrics
         self.processes = max(1, processes)  # N while Redis cannot tell
-        self.buckets: dict[BucketId, LeasedBucket] = {}
+        # Weak: a bucket the engine drops as idle (QuotaEngine.expire_idle) and no session still
+        # holds leaves this map too, so per-entity state stays bounded as in a single process.
+        self.buckets: weakref.WeakValueDictionary[BucketId, LeasedBucket] = weakref.WeakValueDictionary()
         self.process_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.redis = (
             aioredis.Redis.from_url(

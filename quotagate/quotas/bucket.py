@@ -58,6 +58,10 @@ class TokenBucket:
         """The throttle the balance calls for, applied or not (a shadow quota's is never applied)."""
         return TokenBucket.throttle_ms(self, now)
 
+    def is_full(self, now: float) -> bool:
+        """Whether the bucket is back where a new one starts: dropping it then changes no decision."""
+        return self.tokens_at(now) >= self.burst
+
     def give_back(self, amount: float, now: float) -> None:
         """Returns tokens charged for work that did not happen (never above the burst)."""
         self.refill(now)

@@ -24,7 +24,7 @@ from quotagate.quotas.lease import LeasedBucket
 BucketId = tuple[str | None, ...]
 # Makes the bucket for (bucket id, rate, burst, now): a TokenBucket alone, a LeasedBucket when
 # processes share the quotas (quotagate.proxy.cluster). Both answer charge/refill/record/
-# throttle_ms/give_back/reconfigure and expose tokens, rate, burst and updated.
+# throttle_ms/give_back/reconfigure/is_full and expose tokens, rate, burst and updated.
 Bucket = TokenBucket | LeasedBucket
 BucketFactory = Callable[[BucketId, float, float, float], Bucket]
 
@@ -217,10 +217,8 @@ class QuotaEngine:
         """Drops buckets unused for idle_seconds that are full again; returns how many."""
         expired = []
         for bucket_id, bucket in self.buckets.items():
-            if now - bucket.updated >= idle_seconds:
-                bucket.refill(now)
-                if bucket.tokens >= bucket.burst:
-                    expired.append(bucket_id)
+            if now - bucket.updated >= idle_seconds and bucket.is_full(now):
+                expired.append(bucket_id)
         for bucket_id in expired:
             del self.buckets[bucket_id]
         if expired:

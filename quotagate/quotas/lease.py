@@ -41,7 +41,7 @@ class LeaseRequest:
     spent_mark: float  # the bucket's `spent` when asked: what is spent after it counts against the new lease
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)  # SharedQuotas syncs it only while the engine holds it
 class LeasedBucket:
     rate: float  # the entity's quota, tokens per second
     burst: float  # the entity's burst (the shared bucket's size)
@@ -104,6 +104,15 @@ class LeasedBucket:
         tokens = self.tokens_at(now)
         return 0 if tokens >= 0 else round(-tokens / self.refill_rate * 1000)
 
+    def is_full(self, now: float) -> bool:
+        """Whether the bucket is back where a new one starts: holding no lease, nothing spent since
+        the last sync, refilled to its ceiling (the credit when shared, its share of the burst when
+        local). Dropping it then changes no decision: a new one starts the same, and any shared debt
+        stays in the shared bucket, which the new one's first sync reads."""
+        if self.held or self.spent:
+            return False
+        return self.tokens_at(now) >= (self.credit if self.leased else self.burst * self.share)
+
     def give_back(self, amount: float, now: float) -> None:
         """Returns tokens charged for work that did not happen."""
         self.record(-amount, now)
@@ -127,8 +136,9 @@ class LeasedBucket:
         """Whether this bucket has something to tell or ask the shared bucket now."""
         if not self.leased:
             return True  # join (first use, or Redis is back)
-        self.refill(now)
-        if self.held == 0 and self.spent == 0 and self.tokens >= 0:
+        # Reads only: `updated` must keep saying when the bucket was last used, so that an idle one
+        # can be dropped (QuotaEngine.expire_idle).
+        if self.held == 0 and self.spent == 0 and self.tokens_at(now) >= 0:
             return False  # idle, holding nothing and out of debt
         if now - self.synced >= lease_seconds:
             return True  # renew a busy lease, or give back an idle one

@@ -7,6 +7,7 @@ shared arithmetic admits. Bursts are one second of quota (quota_window_num = 1).
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
@@ -87,3 +88,18 @@ async def test_without_redis_each_process_holds_a_third_and_rejoins_when_redis_i
     finally:
         for p in processes:
             await p.stop()
+
+
+async def test_an_idle_entity_is_dropped_from_the_engine_and_the_sync_task(redis_server) -> None:
+    process = Process(redis_server.url)
+    try:
+        until = asyncio.get_running_loop().time() + 0.5
+        await process.client(until)
+        assert len(process.engine.buckets) == len(process.shared.buckets) == 1
+        await asyncio.sleep(1.0)  # idle: the lease goes back at the next lease period
+        now = asyncio.get_running_loop().time()
+        assert process.engine.expire_idle(now, idle_seconds=0.5) == 1
+        gc.collect()
+        assert len(process.engine.buckets) == len(process.shared.buckets) == 0
+    finally:
+        await process.stop()

@@ -174,3 +174,29 @@ def test_a_scrape_reads_a_leased_balance_without_changing_it() -> None:
     assert engine.tokens(resolution, 0.1) == pytest.approx(5500 - 6000 + 0.1 * RATE * 0.5)
     assert engine.throttle_ms("u", "spread", QuotaKey.PRODUCER_BYTE_RATE, 0.1) == 900  # 450 at half the rate
     assert (bucket.tokens, bucket.updated) == before
+
+
+def test_an_idle_bucket_that_gave_its_lease_back_is_full_and_a_busy_or_indebted_one_is_not() -> None:
+    shared = SharedBucket(RATE, BURST, tokens=BURST)
+    bucket = LeasedBucket.shared(RATE, BURST, 1.0, credit_seconds=0.0, now=0.0)
+    now = 0.0
+    for _ in range(10):  # busy for 1 s at 400/s
+        bucket.charge(40, now)
+        if bucket.wants_sync(now, LEASE_SECONDS):
+            request = bucket.lease_request(now, LEASE_SECONDS)
+            bucket.apply_grant(request, *shared.lease(request, now), now=now, credit_seconds=0.0)
+        now += 0.1
+    assert not bucket.is_full(now)  # holds a lease
+    last_used = bucket.updated
+    for _ in range(30):  # idle: the lease goes back
+        if bucket.wants_sync(now, LEASE_SECONDS):
+            request = bucket.lease_request(now, LEASE_SECONDS)
+            bucket.apply_grant(request, *shared.lease(request, now), now=now, credit_seconds=0.0)
+        now += 0.1
+    assert bucket.is_full(now)
+    checks = bucket.updated
+    assert not bucket.wants_sync(now + 100, LEASE_SECONDS)
+    assert bucket.updated == checks >= last_used  # idle checks do not make it look used
+    bucket.charge(BURST * 3, now)
+    assert not bucket.is_full(now + 1)  # in debt
+    assert LeasedBucket.local(RATE, BURST, 1 / 3, now=0.0).is_full(0.0)
