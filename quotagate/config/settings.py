@@ -290,7 +290,8 @@ class UsageConfig:
     kafka_bootstrap_servers: tuple[str, ...] = field(
         default=(),
         metadata={
-            "doc": 'Cluster the "kafka" sink writes to.',
+            "doc": 'Cluster the "kafka" sink writes to, over TLS with [upstream.tls] when that is set '
+            "(its CAs and client certificate); the sink does not authenticate with SASL.",
             "type": 'array of "host:port" strings',
             "default": "proxy.bootstrap_servers",
         },

@@ -193,7 +193,9 @@ class Proxy:
         if usage.enabled:
             servers = [f"{host}:{port}" for host, port in self.config.proxy.bootstrap_servers]
             writer = writer_id(self.proxy_id)
-            self.usage = UsageRecorder(usage, self.metrics, make_sink(usage, writer, servers), self.proxy_id, writer)
+            self.usage = UsageRecorder(
+                usage, self.metrics, make_sink(usage, writer, servers, self.tls.upstream), self.proxy_id, writer
+            )
             self._spawn(self.usage.run())
             where = f"topic {usage.kafka_topic}" if usage.sink == "kafka" else usage.directory
             log.info("usage records (%s, %s): %s", usage.records, usage.sink, where)

@@ -23,6 +23,7 @@ import asyncio
 import json
 import logging
 import os
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -352,14 +353,22 @@ def _arrow_schema(version: int) -> Any:
 class KafkaSink:
     """Sends rows as JSON to a Kafka topic (directly to the cluster, not through the proxy)."""
 
-    def __init__(self, bootstrap_servers: list[str], topic: str, writer: str) -> None:
+    def __init__(
+        self, bootstrap_servers: list[str], topic: str, writer: str, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         try:
             from aiokafka import AIOKafkaProducer
         except ImportError as exc:  # an optional dependency
             raise RuntimeError("usage.sink = \"kafka\" needs aiokafka: pip install 'quotagate[kafka-sink]'") from exc
         self.topic = topic
+        # TLS as the proxy's own connections to the brokers ([upstream.tls]): same CAs, same client
+        # certificate, so a cluster reachable only over SSL takes the usage records too.
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap_servers, client_id=f"quotagate-usage-{writer}", linger_ms=50
+            bootstrap_servers=bootstrap_servers,
+            client_id=f"quotagate-usage-{writer}",
+            linger_ms=50,
+            security_protocol="SSL" if ssl_context is not None else "PLAINTEXT",
+            ssl_context=ssl_context,
         )
         self._started = False
 
@@ -433,9 +442,11 @@ def writer_id(proxy_id: str) -> str:
     return f"{proxy_id}-{os.getpid()}-{time.time_ns() // 1_000_000}"
 
 
-def make_sink(config: UsageConfig, writer: str, default_bootstrap: list[str]) -> UsageSink:
+def make_sink(
+    config: UsageConfig, writer: str, default_bootstrap: list[str], ssl_context: ssl.SSLContext | None = None
+) -> UsageSink:
     if config.sink == "kafka":
-        return KafkaSink(config.kafka_bootstrap_servers or default_bootstrap, config.kafka_topic, writer)
+        return KafkaSink(config.kafka_bootstrap_servers or default_bootstrap, config.kafka_topic, writer, ssl_context)
     if config.sink == "jsonl":
         return JsonlSink(config.directory, writer, config.max_file_bytes)
     return ParquetSink(config.directory, writer, config.max_file_bytes, config.max_file_seconds)

@@ -8,6 +8,7 @@ trustme. The proxy terminates TLS on both sides. Rates are measured as in test_q
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import urllib.request
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import trustme
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 from cryptography.hazmat.primitives import serialization
 
 from tests.integration.helpers import create_topic, unique_topic
@@ -287,3 +288,31 @@ def test_an_mtls_client_is_the_user_its_certificate_maps_to_and_is_held_to_that_
     print(f"mTLS alice {rate / QUOTA:.3f}x")
     assert rate == pytest.approx(QUOTA, rel=0.10), f"alice by certificate achieved {rate:.0f} B/s"
     assert "alice" in entity_users(proxy.metrics_port)
+
+
+def test_usage_records_reach_a_kafka_topic_over_the_upstream_tls_settings(
+    secure_kafka: Cluster, pki: Pki, proxy_factory
+) -> None:
+    """A cluster reachable only over SSL with client certificates takes the usage topic too: the
+    sink connects with [upstream.tls] (CAs and the proxy's client certificate), as the proxy does."""
+    usage_topic = unique_topic("usage-tls")
+    create_topic(secure_kafka.bootstrap, usage_topic, partitions=1)
+    upstream = f'[upstream.tls]\nca = "{pki.ca}"\ncert = "{pki.proxy_client_cert}"\nkey = "{pki.proxy_client_key}"\n'
+    proxy = proxy_factory(
+        f"127.0.0.1:{SSL_PORT}",
+        upstream + f'[usage]\nenabled = true\nsink = "kafka"\nrecords = "request"\nkafka_topic = "{usage_topic}"\n'
+        "flush_interval_seconds = 0.2\n",
+    )
+    topic = unique_topic("traffic-tls")
+    create_topic(secure_kafka.bootstrap, topic, partitions=1)
+    kafka_python_producer_loop(proxy.bootstrap, topic, "usage-over-tls", 1.0, Acked())
+    consumer = Consumer(
+        {"bootstrap.servers": secure_kafka.bootstrap, "group.id": unique_topic("g"), "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([usage_topic])
+    records: list[dict] = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not any(r["client_id"] == "usage-over-tls" for r in records):
+        records += [json.loads(m.value()) for m in consumer.consume(500, timeout=0.5) if m.error() is None]
+    consumer.close()
+    assert any(r["client_id"] == "usage-over-tls" and r["api_key"] == 0 for r in records), f"{len(records)} records"
