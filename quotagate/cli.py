@@ -12,44 +12,143 @@ import logging
 import os
 import signal
 import sys
+import time
 import tomllib
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from quotagate import __version__
 from quotagate.config import ConfigError, load_config
 
+if TYPE_CHECKING:
+    from quotagate.proxy.server import Proxy
 
-def _run_workers(config_path: str) -> int:
-    """Runs proxy.workers processes on the same ports: this one is worker 0, the others are forked
-    from it before any event loop exists, and are stopped (SIGTERM, by pid) when it stops."""
-    import uvloop
 
-    workers = load_config(config_path).proxy.workers
-    children: list[int] = []
-    for worker in range(1, workers):
-        pid = os.fork()
-        if pid == 0:
-            code = 1
+# A worker that exits is started again after this long, doubled at each exit in a row that came
+# sooner than WORKER_STABLE_SECONDS after its start, up to WORKER_RESTART_MAX_SECONDS.
+WORKER_RESTART_MIN_SECONDS = 1.0
+WORKER_RESTART_MAX_SECONDS = 30.0
+WORKER_STABLE_SECONDS = 60.0
+WORKER_CHECK_SECONDS = 1.0
+
+
+class Workers:
+    """Worker 0's view of the other workers: their pids, and starting again one that exits (as
+    nginx's master does). The first ones are forked before any event loop exists; one started again
+    is a fresh `quotagate run --worker N`, never a fork of a process with a running loop."""
+
+    def __init__(self, config_path: str, log_level: str) -> None:
+        self.config_path = config_path
+        self.log_level = log_level
+        self.pids: dict[int, int] = {}  # worker number -> pid
+        self.started: dict[int, float] = {}
+        self.delays: dict[int, float] = {}
+        self.restarts = 0
+
+    def fork(self, count: int) -> None:
+        import uvloop
+
+        for worker in range(1, count):
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    code = uvloop.run(_run(self.config_path, worker, None))
+                finally:
+                    os._exit(code)
+            self.pids[worker] = pid
+            self.started[worker] = time.monotonic()
+
+    async def supervise(self) -> None:
+        """Notices a worker that exited, says how, and starts it again (backing off while it keeps
+        exiting), so the host keeps serving with every worker and each its 1/N of the quotas."""
+        log = logging.getLogger("quotagate.workers")
+        due: dict[int, float] = {}  # worker -> when to start it again
+        while True:
+            await asyncio.sleep(WORKER_CHECK_SECONDS)
+            now = time.monotonic()
+            for worker, pid in list(self.pids.items()):
+                try:
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    done, status = pid, 0
+                if done == 0:
+                    continue
+                del self.pids[worker]
+                lived = now - self.started[worker]
+                delay = WORKER_RESTART_MIN_SECONDS
+                if lived < WORKER_STABLE_SECONDS:
+                    delay = min(self.delays.get(worker, 0.0) * 2 or delay, WORKER_RESTART_MAX_SECONDS)
+                self.delays[worker] = delay
+                due[worker] = now + delay
+                log.error(
+                    "worker %d (pid %d) %s after %.0f s; starting it again in %.0f s",
+                    worker, pid, _exit_description(status), lived, delay,
+                )  # fmt: skip
+            for worker, when in list(due.items()):
+                if now >= when:
+                    del due[worker]
+                    self.pids[worker] = os.posix_spawn(
+                        sys.executable,
+                        [sys.executable, "-m", "quotagate", "--log-level", self.log_level, "run",
+                         "--config", self.config_path, "--worker", str(worker)],
+                        dict(os.environ),
+                    )  # fmt: skip
+                    self.started[worker] = time.monotonic()
+                    self.restarts += 1
+                    log.warning("worker %d started again as pid %d", worker, self.pids[worker])
+
+    def signal_all(self, signum: int) -> None:
+        for pid in self.pids.values():
             try:
-                code = uvloop.run(_run(config_path, worker, []))
-            finally:
-                os._exit(code)
-        children.append(pid)
-    try:
-        return uvloop.run(_run(config_path, 0, children))
-    finally:
-        for pid in children:
-            try:
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signum)
             except ProcessLookupError:
                 continue
-        for pid in children:
-            os.waitpid(pid, 0)
+
+    def stop(self) -> None:
+        """SIGTERM to every worker (each drains as on its own SIGTERM), then waits for them."""
+        self.signal_all(signal.SIGTERM)
+        for pid in self.pids.values():
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                continue
 
 
-async def _run(config_path: str, worker: int, children: list[int]) -> int:
+def _exit_description(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"was killed by signal {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exited with code {os.waitstatus_to_exitcode(status)}"
+
+
+def _run_workers(config_path: str, log_level: str, worker: int | None) -> int:
+    """Runs proxy.workers processes on the same ports: this one is worker 0 and supervises the
+    others, which it stops (SIGTERM, by pid) when it stops. `worker`: run only that worker (one that
+    worker 0 started again)."""
+    import uvloop
+
+    if worker is not None:
+        return uvloop.run(_run(config_path, worker, None))
+    workers = Workers(config_path, log_level)
+    workers.fork(load_config(config_path).proxy.workers)
+    try:
+        return uvloop.run(_run(config_path, 0, workers))
+    finally:
+        workers.stop()
+
+
+async def _exit_when_orphaned(proxy: Proxy, parent: int) -> None:
+    """A worker whose worker 0 is gone stops too: nothing would supervise or reload it, and a new
+    quotagate started by the service manager must not share the ports with leftovers."""
+    while os.getppid() == parent:
+        await asyncio.sleep(WORKER_CHECK_SECONDS)
+    logging.getLogger("quotagate.workers").error("worker 0 (pid %d) is gone: stopping this worker", parent)
+    await proxy.stop()
+
+
+async def _run(config_path: str, worker: int, workers: Workers | None) -> int:
     from quotagate.config.quota_state import state_path
     from quotagate.proxy.server import Proxy
 
@@ -68,10 +167,15 @@ async def _run(config_path: str, worker: int, children: list[int]) -> int:
 
     def reload() -> None:
         watcher.reload()
-        for pid in children:  # the workers reload too
-            os.kill(pid, signal.SIGHUP)
+        if workers is not None:
+            workers.signal_all(signal.SIGHUP)  # the workers reload too
 
     loop.add_signal_handler(signal.SIGHUP, reload)
+    background = []
+    if workers is not None and workers.pids:
+        background.append(loop.create_task(workers.supervise()))
+    elif worker > 0:
+        background.append(loop.create_task(_exit_when_orphaned(proxy, os.getppid())))
     # Everything allocated so far (modules, kafka-python's schema classes, the config) lives as long
     # as the process: move it out of the collector's sight. A full collection then scans only what
     # serving allocates, instead of pausing every connection for ~20-30 ms (measured on 2 cores).
@@ -79,6 +183,8 @@ async def _run(config_path: str, worker: int, children: list[int]) -> int:
     gc.freeze()
     logging.getLogger("quotagate").info("quotagate ready%s", f" (worker {worker})" if config.proxy.workers > 1 else "")
     await proxy.wait_stopped()
+    for task in background:  # no worker is started again once this one stops
+        task.cancel()
     return 0
 
 
@@ -117,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the proxy")
     run.add_argument("--config", required=True, help="the TOML configuration file")
+    run.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # worker 0 starting one again
     check = commands.add_parser(
         "check-config", help="validate a configuration file and print the effective configuration (TOML)"
     )
@@ -149,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
 
             print(reference_markdown(), end="")
             return 0
-        return _run_workers(args.config)
+        return _run_workers(args.config, args.log_level, args.worker)
     except ConfigError as exc:
         print(f"quotagate: bad configuration: {exc}", file=sys.stderr)
         return 2
