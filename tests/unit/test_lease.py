@@ -36,6 +36,13 @@ class SharedBucket:
         return grant, self.tokens
 
 
+def sync_if_wanted(bucket: LeasedBucket, shared: SharedBucket, now: float) -> None:
+    """One tick of the sync task for one bucket (SharedQuotas._sync), without credit."""
+    if bucket.wants_sync(now, LEASE_SECONDS):
+        request = bucket.lease_request(now, LEASE_SECONDS)
+        bucket.apply_grant(request, *shared.lease(request, now), now=now, credit_seconds=0.0)
+
+
 def test_a_new_bucket_enforces_its_share_alone_until_its_first_grant() -> None:
     bucket = LeasedBucket.local(RATE, BURST, 1 / 4, now=0.0)
     assert bucket.charge(250, 0.0) == 0
@@ -99,15 +106,11 @@ def test_an_idle_entity_gives_its_lease_back_and_then_holds_nothing() -> None:
     now = 0.0
     for _ in range(20):  # busy for 2 s at 400/s
         bucket.charge(40, now)
-        if bucket.wants_sync(now, LEASE_SECONDS):
-            request = bucket.lease_request(now, LEASE_SECONDS)
-            bucket.apply_grant(request, *shared.lease(request, now), now=now, credit_seconds=0.0)
+        sync_if_wanted(bucket, shared, now)
         now += 0.1
     assert bucket.held > 0
     for _ in range(50):  # then idle
-        if bucket.wants_sync(now, LEASE_SECONDS):
-            request = bucket.lease_request(now, LEASE_SECONDS)
-            bucket.apply_grant(request, *shared.lease(request, now), now=now, credit_seconds=0.0)
+        sync_if_wanted(bucket, shared, now)
         now += 0.1
     assert bucket.held == 0
     assert not bucket.wants_sync(now, LEASE_SECONDS)
@@ -182,16 +185,12 @@ def test_an_idle_bucket_that_gave_its_lease_back_is_full_and_a_busy_or_indebted_
     now = 0.0
     for _ in range(10):  # busy for 1 s at 400/s
         bucket.charge(40, now)
-        if bucket.wants_sync(now, LEASE_SECONDS):
-            request = bucket.lease_request(now, LEASE_SECONDS)
-            bucket.apply_grant(request, *shared.lease(request, now), now=now, credit_seconds=0.0)
+        sync_if_wanted(bucket, shared, now)
         now += 0.1
     assert not bucket.is_full(now)  # holds a lease
     last_used = bucket.updated
     for _ in range(30):  # idle: the lease goes back
-        if bucket.wants_sync(now, LEASE_SECONDS):
-            request = bucket.lease_request(now, LEASE_SECONDS)
-            bucket.apply_grant(request, *shared.lease(request, now), now=now, credit_seconds=0.0)
+        sync_if_wanted(bucket, shared, now)
         now += 0.1
     assert bucket.is_full(now)
     checks = bucket.updated
