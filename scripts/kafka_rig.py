@@ -51,6 +51,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 KAFKA_DIR = REPO_ROOT / "kafka"
 LIBS_DIR = REPO_ROOT / ".cache" / "kafka" / "libs"
 RUN_DIR = REPO_ROOT / ".cache" / "kafka" / "run"
+# Features finalized when a cluster is formatted. A 4.2 broker serves share groups (KIP-932) when
+# share.version >= 1 or the internal group.share.enable is true (KafkaApis.isShareGroupProtocolEnabled);
+# group.coordinator.rebalance.protocols plays no part. Kafka 4.2's format already picks share.version 1
+# (its latest production level, which needs metadata version 4.2-IV0); it is named here so that the
+# share-group tests do not rest on a default.
+FORMAT_FEATURES = ("share.version=1",)
 LOG4J_CONFIG = KAFKA_DIR / "log4j2.yaml"
 
 HOST = "127.0.0.1"
@@ -594,6 +600,8 @@ class Cluster:
         procs: list[tuple[Node, subprocess.Popen[str]]] = []
         for node in nodes:
             args = ["format", "--cluster-id", self.cluster_id, "--config", str(node.properties), *quorum]
+            for feature in FORMAT_FEATURES:
+                args += ["--feature", feature]
             cmd = _jvm_cmd(STORAGE_MAIN, args, TOOL_HEAP_OPTS, None)
             pipes: dict[str, Any] = {
                 "stdin": subprocess.DEVNULL,

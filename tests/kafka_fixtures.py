@@ -8,6 +8,9 @@ Fixtures (session scoped, started on first use, stopped at session end):
 - ``kafka_cluster``: 3 brokers (node ids 1..3), cluster "test3", bootstrap 127.0.0.1:29192-29194
 - ``kafka_tool``: ``run_tool(main_class, *args, timeout=120, check=True, input=None, capture=True)``
 
+Both clusters serve share groups (KIP-932): they are formatted with share.version=1
+(kafka_rig.FORMAT_FEATURES), which is all a 4.2 broker needs.
+
 Each session starts from empty data dirs: leftovers of a crashed earlier run of the
 same cluster are killed (only JVMs whose command line names that cluster's dir) and
 wiped. A test that stops a node of ``kafka_cluster`` must start it again before it ends.

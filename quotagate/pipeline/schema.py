@@ -69,7 +69,9 @@ TABLE_SCHEMA = T.StructType(
 )
 TABLE_COLUMNS = [field.name for field in TABLE_SCHEMA.fields]
 DEDUP_KEY = ["writer", "seq", "topic"]
-PRODUCE, FETCH = 0, 1
+PRODUCE, FETCH, SHARE_FETCH = 0, 1, 78
+# The exchanges whose response bytes the proxy charges to consumer_byte_rate (quotas.charging.FETCH_APIS).
+FETCHES = (FETCH, SHARE_FETCH)
 
 
 def date_of(ts_ms: Column) -> Column:

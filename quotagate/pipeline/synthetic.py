@@ -24,7 +24,7 @@ class SyntheticEntity:
     client_id: str
     bytes_per_second: float
     requests_per_second: int = 10
-    api_key: int = 0  # 0 produce (bytes_in), 1 fetch (bytes_out)
+    api_key: int = 0  # 0 produce (bytes_in), 1 fetch or 78 share fetch (bytes_out)
     topic: str = "synthetic"
     burst_every_seconds: int = 0  # 0: no bursts
     burst_seconds: int = 0

@@ -26,7 +26,7 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from quotagate.pipeline.schema import FETCH, PRODUCE
+from quotagate.pipeline.schema import FETCHES, PRODUCE
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.sampled_rate import SampledRate
 
@@ -51,9 +51,9 @@ def series(table: DataFrame) -> DataFrame:
     api = F.col("api_key")
     per_key = {
         QuotaKey.PRODUCER_BYTE_RATE: (api == PRODUCE, F.col("bytes_in")),
-        QuotaKey.CONSUMER_BYTE_RATE: (api == FETCH, F.col("bytes_out")),
-        # a fetch's long-poll wait cannot be told from its work in the records: fetches are left out
-        QuotaKey.REQUEST_PERCENTAGE: (api != FETCH, F.col("request_time_ms")),
+        QuotaKey.CONSUMER_BYTE_RATE: (api.isin(*FETCHES), F.col("bytes_out")),
+        # a (share) fetch's long-poll wait cannot be told from its work in the records: fetches are left out
+        QuotaKey.REQUEST_PERCENTAGE: (~api.isin(*FETCHES), F.col("request_time_ms")),
         QuotaKey.CONTROLLER_MUTATION_RATE: (api.isin(*MUTATION_APIS), F.col("partitions_mutated")),
     }
     columns = []

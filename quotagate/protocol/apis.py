@@ -40,6 +40,12 @@ class ApiKey(IntEnum):
     SHARE_ACKNOWLEDGE = 79
 
 
+# The highest API key Apache Kafka defines (4.2: DeleteShareGroupOffsets). Metrics label API keys up
+# to it by number and fold every other value a client may send into one "unknown" label, so random
+# keys cannot create series.
+HIGHEST_KAFKA_API_KEY = 92
+
+
 def _message_classes() -> tuple[dict[int, type[ApiMessage]], dict[int, type[ApiMessage]]]:
     requests: dict[int, type[ApiMessage]] = {}
     responses: dict[int, type[ApiMessage]] = {}
@@ -57,13 +63,24 @@ def _message_classes() -> tuple[dict[int, type[ApiMessage]], dict[int, type[ApiM
 REQUEST_CLASSES, RESPONSE_CLASSES = _message_classes()
 
 
+# APIs kafka-python's codec does not know, read off Apache Kafka's schemas: the delegation-token APIs
+# are flexible from v2, and every API Kafka added from Vote (52) on is flexible from its first
+# version (KIP-482), the share-group APIs (76-79) among them.
+_FLEXIBLE_FROM_BEYOND_CODEC = {38: 2, 39: 2, 40: 2, 41: 2}
+_FLEXIBLE_FROM_THE_START = 52
+
+
 # Asked for every request and response: a C-level look-up instead of a call into the codec. Bounded:
 # the pairs come from clients' bytes.
 @lru_cache(maxsize=4096)
 def is_flexible(api_key: int, version: int) -> bool:
-    """Whether (api_key, version) uses the flexible encoding; False for APIs the codec does not know."""
+    """Whether (api_key, version) uses the flexible encoding; False for keys Kafka does not define."""
     cls = REQUEST_CLASSES.get(api_key)
-    return cls is not None and cls.flexible_version_q(version)
+    if cls is not None:
+        return cls.flexible_version_q(version)
+    if _FLEXIBLE_FROM_THE_START <= api_key <= HIGHEST_KAFKA_API_KEY:
+        return True
+    return version >= _FLEXIBLE_FROM_BEYOND_CODEC.get(api_key, 1 << 15)
 
 
 @lru_cache(maxsize=4096)
@@ -81,6 +98,8 @@ def response_header_is_flexible(api_key: int, version: int) -> bool:
 #   at v15, which only costs clients the leader-change shortcut of KIP-951 (they refresh metadata
 #   instead). Produce responses are small, so those are walked and rewritten instead of capped.
 # - DescribeQuorum v2+ lists controller endpoints; v1 has none.
+# - ShareFetch and ShareAcknowledge (KIP-932) end with NodeEndpoints, which the proxy walks to and
+#   rewrites (share.py) in the versions whose layout it knows.
 # - DescribeClientQuotas and AlterClientQuotas are answered by the proxy itself (quota_api = "proxy"):
 #   capped at the versions it can decode and encode.
 # - Produce v13 names topics by id instead of name; per-topic thresholds and usage records need the
@@ -88,6 +107,7 @@ def response_header_is_flexible(api_key: int, version: int) -> bool:
 FETCH_MAX_VERSION = 15
 PRODUCE_MAX_VERSION = 12
 DESCRIBE_QUORUM_MAX_VERSION = 1
+SHARE_MAX_VERSION = 2
 
 _REWRITTEN_APIS = (
     ApiKey.PRODUCE,
@@ -103,14 +123,11 @@ MAX_VERSIONS: dict[int, int] = {
     ApiKey.FETCH: FETCH_MAX_VERSION,
     ApiKey.PRODUCE: PRODUCE_MAX_VERSION,
     ApiKey.DESCRIBE_QUORUM: DESCRIBE_QUORUM_MAX_VERSION,
+    ApiKey.SHARE_FETCH: SHARE_MAX_VERSION,
+    ApiKey.SHARE_ACKNOWLEDGE: SHARE_MAX_VERSION,
     ApiKey.DESCRIBE_CLIENT_QUOTAS: REQUEST_CLASSES[ApiKey.DESCRIBE_CLIENT_QUOTAS].max_version,
     ApiKey.ALTER_CLIENT_QUOTAS: REQUEST_CLASSES[ApiKey.ALTER_CLIENT_QUOTAS].max_version,
 }
-
-# APIs whose responses carry broker addresses in a form the proxy does not rewrite (share groups,
-# KIP-932: NodeEndpoints in ShareFetch/ShareAcknowledge). They are hidden from ApiVersions so that
-# no client learns a broker address through them.
-HIDDEN_APIS: frozenset[int] = frozenset({ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE})
 
 
 def exceeds_advertised_cap(api_key: int, version: int) -> bool:
@@ -123,16 +140,10 @@ def exceeds_advertised_cap(api_key: int, version: int) -> bool:
     ignores ApiVersions must not reach versions whose responses name brokers unrewritten. ApiVersions
     itself is never refused here: the broker answers it, and the answer's list is capped on its way.
     """
-    if api_key in HIDDEN_APIS:
-        return True
     cap = MAX_VERSIONS.get(api_key)
     return cap is not None and version > cap and api_key != ApiKey.API_VERSIONS
 
 
-# The highest API key Apache Kafka defines (4.2: DeleteShareGroupOffsets). Metrics label API keys up
-# to it by number and fold every other value a client may send into one "unknown" label, so random
-# keys cannot create series.
-HIGHEST_KAFKA_API_KEY = 92
 UNKNOWN_API_LABEL = "unknown"
 
 

@@ -17,15 +17,11 @@ from collections.abc import Callable, Iterable
 from struct import pack, unpack_from
 from typing import Any, Protocol
 
-from quotagate.protocol.apis import (
-    HIDDEN_APIS,
-    MAX_VERSIONS,
-    RESPONSE_CLASSES,
-    ApiKey,
-)
+from quotagate.protocol.apis import MAX_VERSIONS, RESPONSE_CLASSES, ApiKey
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
 from quotagate.protocol.headers import response_body_offset
 from quotagate.protocol.produce import produce_response_has_top_level_tags
+from quotagate.protocol.share import encode_node_endpoints, share_response_node_endpoints
 
 
 class ClusterView(Protocol):
@@ -127,6 +123,33 @@ def rewrite_produce(frame: memoryview, version: int, cluster: ClusterView) -> by
     return _reframe(frame, body_offset, response)
 
 
+def _rewrite_share_response(api_key: int, frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
+    """Advertises the proxy for each broker a ShareFetch or ShareAcknowledge response's NodeEndpoints
+    names; None when it names none (nearly always): the response then goes on untouched."""
+    body_offset = response_body_offset(frame, api_key, version)
+    start, end, endpoints = share_response_node_endpoints(frame, body_offset, api_key, version)
+    if not endpoints:
+        return None
+    advertised = [
+        node._replace(host=host, port=port)
+        for node in endpoints
+        for host, port in (cluster.advertise(node.node_id, node.host, node.port),)
+    ]
+    encoded = encode_node_endpoints(advertised)
+    size = len(frame) - FRAME_SIZE_BYTES - (end - start) + len(encoded)
+    return b"".join((pack(">i", size), frame[FRAME_SIZE_BYTES:start], encoded, frame[end:]))
+
+
+@frame_errors("ShareFetch response")
+def rewrite_share_fetch(frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
+    return _rewrite_share_response(ApiKey.SHARE_FETCH, frame, version, cluster)
+
+
+@frame_errors("ShareAcknowledge response")
+def rewrite_share_acknowledge(frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
+    return _rewrite_share_response(ApiKey.SHARE_ACKNOWLEDGE, frame, version, cluster)
+
+
 @frame_errors("ApiVersions response")
 def rewrite_api_versions(frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
     body_offset = response_body_offset(frame, ApiKey.API_VERSIONS, version)
@@ -171,11 +194,9 @@ def rewrite_describe_configs(frame: memoryview, version: int, cluster: ClusterVi
 
 
 def cap_api_versions(api_keys: list) -> list:
-    """Drops hidden APIs and lowers max_version to what the proxy can handle; keeps the order."""
+    """Lowers max_version to what the proxy can handle (drops an API it cannot); keeps the order."""
     kept = []
     for entry in api_keys:
-        if entry.api_key in HIDDEN_APIS:
-            continue
         cap = MAX_VERSIONS.get(entry.api_key)
         if cap is not None:
             if cap < entry.min_version:
@@ -226,13 +247,18 @@ RESPONSE_REWRITERS: dict[int, Rewriter] = {
     ApiKey.DESCRIBE_CLUSTER: rewrite_describe_cluster,
     ApiKey.API_VERSIONS: rewrite_api_versions,
     ApiKey.DESCRIBE_CONFIGS: rewrite_describe_configs,
+    ApiKey.SHARE_FETCH: rewrite_share_fetch,
+    ApiKey.SHARE_ACKNOWLEDGE: rewrite_share_acknowledge,
 }
+
+# Responses that differ every time (records, offsets) and have a cheap path of their own: a walk,
+# with a decode or a copy only when they name a broker. Memoizing them would copy every body.
+_NEVER_MEMOIZED = frozenset({ApiKey.PRODUCE, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE})
 
 
 def response_rewriters() -> dict[int, Rewriter]:
-    """The rewriters one proxy uses: memoized, except Produce, whose responses differ every time
-    and which has a cheap path of its own (a walk; a decode only when tags are present)."""
+    """The rewriters one proxy uses: memoized, except those in _NEVER_MEMOIZED."""
     return {
-        key: rewrite if key == ApiKey.PRODUCE else RewriteMemo(rewrite, key)
+        key: rewrite if key in _NEVER_MEMOIZED else RewriteMemo(rewrite, key)
         for key, rewrite in RESPONSE_REWRITERS.items()
     }

@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.mutations import MUTATION_APIS
 from quotagate.quotas import QuotaEngine, QuotaKey
+from quotagate.quotas.charging import FETCH_APIS
 from quotagate.quotas.engine import tokens_per_second
 
 OTHER = "other"
@@ -84,11 +85,11 @@ _SUMMED = tuple(field.name for field in fields(EntityStats) if field.name != "la
 
 _COUNTERS = (
     ("quotagate_produce_bytes", "Produce request bytes charged to producer_byte_rate", "produce_bytes"),
-    ("quotagate_fetch_bytes", "Fetch response bytes charged to consumer_byte_rate", "fetch_bytes"),
+    ("quotagate_fetch_bytes", "Fetch and ShareFetch response bytes charged to consumer_byte_rate", "fetch_bytes"),
     ("quotagate_request_time_seconds", "Request time charged to request_percentage", "request_seconds"),
     ("quotagate_controller_mutations", "Partitions charged to controller_mutation_rate", "mutations"),
     ("quotagate_produce_throttle_time_seconds", "Throttle time of produce responses", "produce_throttle_seconds"),
-    ("quotagate_fetch_throttle_time_seconds", "Throttle time of fetch responses", "fetch_throttle_seconds"),
+    ("quotagate_fetch_throttle_time_seconds", "Throttle time of (share) fetch responses", "fetch_throttle_seconds"),
     ("quotagate_request_throttle_time_seconds", "Throttle time of other responses", "request_throttle_seconds"),
     (
         "quotagate_controller_mutation_throttle_time_seconds",
@@ -148,7 +149,7 @@ class EntityMetrics(Collector):
         stats = self.entity(user, client_id, now)
         if api_key == ApiKey.PRODUCE:
             stats.produce_bytes += request_size
-        elif api_key == ApiKey.FETCH:
+        elif api_key in FETCH_APIS:
             stats.fetch_bytes += response_size
         if request_ms is not None:  # exempt exchanges are counted by record_exempt
             stats.request_seconds += request_ms / 1000
@@ -157,7 +158,7 @@ class EntityMetrics(Collector):
             if api_key == ApiKey.PRODUCE:
                 stats.produce_throttle_seconds += seconds
                 stats.throttled_produce += 1
-            elif api_key == ApiKey.FETCH:
+            elif api_key in FETCH_APIS:
                 stats.fetch_throttle_seconds += seconds
                 stats.throttled_fetch += 1
             elif api_key in MUTATION_APIS:

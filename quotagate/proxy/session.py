@@ -64,6 +64,7 @@ from quotagate.protocol.sasl import (
     authentication_outcome,
     handshake_mechanism,
 )
+from quotagate.protocol.share import share_fetch_max_wait_ms
 from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time, throttle_time_offset
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
@@ -88,6 +89,7 @@ TOPIC_THRESHOLD_ERROR = 89
 WHOLE, HEAD, LAST = Piece.WHOLE, Piece.HEAD, Piece.LAST
 # The API keys the hot path compares with, as plain ints: an IntEnum member look-up costs ~0.1 µs.
 _PRODUCE, _FETCH, _API_VERSIONS = int(ApiKey.PRODUCE), int(ApiKey.FETCH), int(ApiKey.API_VERSIONS)
+_SHARE_FETCH = int(ApiKey.SHARE_FETCH)
 _SASL_HANDSHAKE, _SASL_AUTHENTICATE = int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE)
 # Requests that are never charged request time: authentication, and the cluster APIs Kafka exempts.
 _AUTH_APIS = frozenset({_SASL_HANDSHAKE, _SASL_AUTHENTICATE})
@@ -281,6 +283,8 @@ class Session:
                 forwarded, mutation = self._admit_mutation(frame, body, api_key, version, client_id, now)
             elif api_key == _FETCH:
                 max_wait = fetch_max_wait_ms(frame, body, version)
+            elif api_key == _SHARE_FETCH:
+                max_wait = share_fetch_max_wait_ms(frame, body, version)
             elif api_key == _SASL_HANDSHAKE:
                 if version == 0:
                     raise FrameError("SaslHandshake v0 (raw SASL tokens) is unsupported; clients since 1.0 use v1")

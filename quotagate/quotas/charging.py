@@ -2,15 +2,16 @@
 
 - Produce charges its request size (header + body, no size prefix) to producer_byte_rate when the
   request is read, even with acks=0, when there is no response.
-- Fetch charges its response size to consumer_byte_rate.
+- Fetch charges its response size to consumer_byte_rate, and so does ShareFetch (KIP-932: the
+  broker records a share fetch's response in the same fetch quota, and caps its max_bytes by it).
 - Every request that is not exempt charges its request time to request_percentage. The proxy
   cannot see broker thread time, so request time here is the upstream service time: from the
   moment the proxy forwards the request to the moment the response is back. For a Fetch, the
   broker may hold the request up to max_wait_ms waiting for data (a long poll): that wait is idle
-  time, not work, so a fetch is charged only what exceeds its max wait. A consumer polling with
+  time, not work, so a fetch (or share fetch) is charged only what exceeds its max wait. A consumer polling with
   fetch.max.wait.ms=0 is thus charged every millisecond it makes the broker work, while an idle
   consumer with a 500 ms max wait is charged ~0 per fetch.
-- Produce and Fetch throttle by the larger of their byte-rate and request-time throttles.
+- Produce and the fetches throttle by the larger of their byte-rate and request-time throttles.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from quotagate.quotas.bucket import ShadowTokenBucket
 from quotagate.quotas.engine import EntityBuckets
 
 # As plain ints: an IntEnum member look-up costs ~0.1 µs, and these run for every exchange.
-_PRODUCE, _FETCH = int(ApiKey.PRODUCE), int(ApiKey.FETCH)
+_PRODUCE = int(ApiKey.PRODUCE)
+# The exchanges whose response bytes go to consumer_byte_rate.
+FETCH_APIS = frozenset({int(ApiKey.FETCH), int(ApiKey.SHARE_FETCH)})
 
 
 def request_time_ms(api_key: int, latency_ms: float, fetch_max_wait_ms: int) -> float:
-    if api_key == _FETCH:
+    if api_key in FETCH_APIS:
         return max(latency_ms - fetch_max_wait_ms, 0.0)
     return latency_ms
 
@@ -43,7 +46,7 @@ def charge_request(buckets: EntityBuckets, api_key: int, request_size: int, now:
 def shadow_throttle_ms(buckets: EntityBuckets, api_key: int, charged_request_time: bool, now: float) -> int:
     """The throttle a response would carry if the shadow quotas among `buckets` were binding."""
     would = 0
-    bucket = buckets.produce if api_key == _PRODUCE else buckets.fetch if api_key == _FETCH else None
+    bucket = buckets.produce if api_key == _PRODUCE else buckets.fetch if api_key in FETCH_APIS else None
     if isinstance(bucket, ShadowTokenBucket):
         would = bucket.would_throttle_ms(now)
     if charged_request_time and isinstance(buckets.request, ShadowTokenBucket):
@@ -63,7 +66,7 @@ def charge_response(
     if api_key == _PRODUCE:
         if buckets.produce is not None:
             throttle = buckets.produce.throttle_ms(now)
-    elif api_key == _FETCH:
+    elif api_key in FETCH_APIS:
         if buckets.fetch is not None:
             throttle = buckets.fetch.charge(response_size, now)
     if request_ms is not None and buckets.request is not None:

@@ -39,6 +39,17 @@ def test_an_entity_at_twice_a_quota_is_throttled_and_one_at_half_is_not(spark, m
     assert heavy["kafka_seconds_throttled"] > 0
 
 
+def test_share_fetch_bytes_count_for_consumer_byte_rate_as_fetch_bytes_do(spark) -> None:
+    # The proxy charges ShareFetch responses (api 78, share groups) to consumer_byte_rate like Fetch's.
+    fetcher = SyntheticEntity("dave", "fetcher", 2 * QUOTA, requests_per_second=20, api_key=1)
+    sharer = SyntheticEntity("erin", "sharer", 2 * QUOTA, requests_per_second=20, api_key=78)
+    table = synthetic_requests(spark, [fetcher, sharer], SECONDS)
+    candidate = pd.DataFrame({"quota_key": ["consumer_byte_rate"], "quota": [QUOTA]})
+    results = by_entity(whatif(table, candidate))
+    assert results["fetcher"]["seconds_throttled"] > 0
+    assert results["sharer"]["seconds_throttled"] == results["fetcher"]["seconds_throttled"], results
+
+
 def test_kafka_sampled_rate_keeps_throttling_after_a_burst_the_token_bucket_has_absorbed(spark) -> None:
     # 2 s at 5× the quota every 30 s, 0.5× between: 1.45 MB over Kafka's 11 windows, ~1.4× the quota
     bursty = SyntheticEntity(

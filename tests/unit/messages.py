@@ -1,5 +1,7 @@
 """Test messages built with kafka-python's classes, shared by the protocol tests."""
 
+from struct import pack
+
 from kafka.protocol.producer import ProduceResponse
 
 
@@ -37,3 +39,70 @@ def produce_response(
         node = ProduceResponse.NodeEndpoint
         fields["node_endpoints"] = [node(version=version, node_id=2, host="kafka-2", port=9092, rack="r")]
     return ProduceResponse(version=version, responses=entries, throttle_time_ms=throttle, **fields)
+
+
+# Share groups (KIP-932): kafka-python has no classes for these, so they are encoded by hand here,
+# field by field after Kafka's ShareFetchResponse.json / ShareAcknowledgeResponse.json, and checked
+# against bytes Kafka 4.2 itself encodes (tests/unit/test_share.py).
+SHARE_TOPIC_ID = bytes(range(1, 17))
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def compact(data: bytes | str | None) -> bytes:
+    """A compact (nullable) string or bytes."""
+    if data is None:
+        return b"\x00"
+    raw = data.encode() if isinstance(data, str) else data
+    return _uvarint(len(raw) + 1) + raw
+
+
+def compact_array(entries: list[bytes]) -> bytes:
+    return _uvarint(len(entries) + 1) + b"".join(entries)
+
+
+def share_response_body(
+    api_key: int,
+    version: int,
+    partitions: list[tuple[int, int, str | None, bytes]],
+    endpoints: list[tuple[int, str, int, str | None]],
+    topics: int = 1,
+    tags: bytes = b"\x00",
+) -> bytes:
+    """A ShareFetch (78) or ShareAcknowledge (79) response body: `topics` topics with the same
+    partitions (index, error code, error message, records), leader 2 epoch 4 each, one acquired
+    record batch per fetched partition that has records, and NodeEndpoints (node id, host, port, rack)."""
+    fetch = api_key == 78
+    entries = []
+    for index, error_code, message, records in partitions:
+        if fetch:
+            acquired = [pack(">qqh", 0, 0, 1) + b"\x00"] if records else []
+            entries.append(
+                pack(">ih", index, error_code)
+                + compact(message)
+                + pack(">h", 0)
+                + compact(None)
+                + pack(">ii", 2 if error_code else 1, 4 if error_code else 3)
+                + b"\x00"
+                + compact(records)
+                + compact_array(acquired)
+                + b"\x00"
+            )
+        else:
+            entries.append(pack(">ih", index, error_code) + compact(message) + pack(">ii", 2, 4) + b"\x00" + b"\x00")
+    topic = SHARE_TOPIC_ID + compact_array(entries) + b"\x00"
+    nodes = [
+        pack(">i", node) + compact(host) + pack(">i", port) + compact(rack) + b"\x00"
+        for node, host, port, rack in endpoints
+    ]
+    lock_timeout = pack(">i", 30000) if (fetch and version >= 1) or version >= 2 else b""
+    return (
+        pack(">ih", 7, 0) + compact(None) + lock_timeout + compact_array([topic] * topics) + compact_array(nodes) + tags
+    )

@@ -404,7 +404,7 @@ async def test_a_header_only_produce_closes_only_that_client(rig, version: int) 
 
 @pytest.mark.parametrize(
     ("api_key", "version"),
-    [(55, 2), (0, 13), (1, 16), (78, 1), (79, 0)],  # DescribeQuorum, Produce, Fetch, ShareFetch, ShareAcknowledge
+    [(55, 2), (0, 13), (1, 16), (78, 3), (79, 3)],  # DescribeQuorum, Produce, Fetch, ShareFetch, ShareAcknowledge
 )
 async def test_a_request_above_the_advertised_version_cap_is_closed_as_the_broker_does(
     rig, api_key: int, version: int

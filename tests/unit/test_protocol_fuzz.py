@@ -36,6 +36,7 @@ from quotagate.protocol.produce import (
 )
 from quotagate.protocol.rewrite import RESPONSE_REWRITERS, response_rewriters
 from quotagate.protocol.sasl import authenticate_user, handshake_mechanism
+from quotagate.protocol.share import share_fetch_max_wait_ms
 from quotagate.protocol.throttle import _TABLE, patch_throttle_time
 from tests.unit.messages import produce_response
 from tests.unit.test_mutations import CASES as MUTATION_CASES
@@ -43,6 +44,9 @@ from tests.unit.test_mutations import framed, result_entries
 from tests.unit.test_mutations import response_frame as mutation_response_frame
 from tests.unit.test_rewrite import BROKER_CONFIGS, Recorder, api_versions_message, describe_configs_message
 from tests.unit.test_rewrite import response_frame as rewrite_response_frame
+from tests.unit.test_share import GOLDEN as SHARE_GOLDEN
+from tests.unit.test_share import response_frame as share_response_frame
+from tests.unit.test_share import share_fetch_request
 
 FUZZ = settings(
     derandomize=True,
@@ -147,6 +151,17 @@ def test_fetch_peek_raises_only_frame_errors(frame: memoryview, version: int, bo
     only_frame_errors(lambda: fetch_max_wait_ms(frame, body, version))
 
 
+SHARE_FETCH_SEEDS = [bytes(share_fetch_request(9, 500, v))[4:] for v in (1, 2)]
+
+
+@FUZZ
+@given(bad_frames(SHARE_FETCH_SEEDS), st.sampled_from([1, 2]))
+def test_share_fetch_peek_raises_only_frame_errors(frame: memoryview, version: int) -> None:
+    header = only_frame_errors(lambda: peek_request_header(frame))
+    body = header.body_offset if header is not None else 4
+    only_frame_errors(lambda: share_fetch_max_wait_ms(frame, body, version))
+
+
 def sasl_seeds() -> list[bytes]:
     seeds = []
     for version in (0, 1, 2):
@@ -247,6 +262,8 @@ def rewrite_seeds() -> dict[tuple[int, int], bytes]:
         seeds[(ApiKey.DESCRIBE_CONFIGS, version)] = bytes(
             rewrite_response_frame(ApiKey.DESCRIBE_CONFIGS, version, message)
         )[4:]
+    for (api_key, version), body in SHARE_GOLDEN.items():  # Kafka's own bytes, NodeEndpoints and all
+        seeds[(api_key, version)] = bytes(share_response_frame(api_key, body))[4:]
     return seeds
 
 

@@ -7,6 +7,7 @@ from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse
 from quotagate.protocol.apis import (
     FETCH_MAX_VERSION,
     PRODUCE_MAX_VERSION,
+    SHARE_MAX_VERSION,
     ApiKey,
     exceeds_advertised_cap,
     response_header_is_flexible,
@@ -126,7 +127,8 @@ def test_describe_cluster_controller_endpoints_are_never_shown() -> None:
 
 def api_versions_message(version: int) -> ApiVersionsResponse:
     entry = ApiVersionsResponse.ApiVersion
-    keys = [(0, 3, 13), (1, 4, 18), (3, 0, 13), (55, 0, 2), (12, 0, 4), (78, 1, 2), (79, 1, 1)]
+    # ShareFetch as a broker newer than the proxy would offer it (v3, whose layout is unknown here).
+    keys = [(0, 3, 13), (1, 4, 18), (3, 0, 13), (55, 0, 2), (12, 0, 4), (78, 1, 3), (79, 1, 1)]
     return ApiVersionsResponse(
         version=version,
         error_code=0,
@@ -135,10 +137,18 @@ def api_versions_message(version: int) -> ApiVersionsResponse:
 
 
 @pytest.mark.parametrize("version", range(0, 5))
-def test_api_versions_caps_what_the_proxy_must_parse_and_hides_share_apis(version: int) -> None:
+def test_api_versions_caps_what_the_proxy_must_parse(version: int) -> None:
     out = rewrite(ApiKey.API_VERSIONS, version, api_versions_message(version))
     versions = {e.api_key: (e.min_version, e.max_version) for e in out.api_keys}
-    assert versions == {0: (3, PRODUCE_MAX_VERSION), 1: (4, FETCH_MAX_VERSION), 3: (0, 13), 55: (0, 1), 12: (0, 4)}
+    assert versions == {
+        0: (3, PRODUCE_MAX_VERSION),
+        1: (4, FETCH_MAX_VERSION),
+        3: (0, 13),
+        55: (0, 1),
+        12: (0, 4),
+        78: (1, SHARE_MAX_VERSION),
+        79: (1, 1),
+    }
 
 
 def test_api_versions_error_answer_other_than_unsupported_version_is_forwarded_untouched() -> None:
@@ -299,6 +309,8 @@ def test_api_versions_unsupported_version_answer_is_capped_too() -> None:
         3: 13,
         55: 1,
         12: 4,
+        78: SHARE_MAX_VERSION,
+        79: 1,
     }
 
 
@@ -311,8 +323,10 @@ def test_api_versions_unsupported_version_answer_is_capped_too() -> None:
         (ApiKey.PRODUCE, PRODUCE_MAX_VERSION + 1, True),
         (ApiKey.FETCH, FETCH_MAX_VERSION, False),
         (ApiKey.FETCH, FETCH_MAX_VERSION + 1, True),
-        (ApiKey.SHARE_FETCH, 0, True),
-        (ApiKey.SHARE_ACKNOWLEDGE, 1, True),
+        (ApiKey.SHARE_FETCH, SHARE_MAX_VERSION, False),
+        (ApiKey.SHARE_FETCH, SHARE_MAX_VERSION + 1, True),
+        (ApiKey.SHARE_ACKNOWLEDGE, SHARE_MAX_VERSION, False),
+        (ApiKey.SHARE_ACKNOWLEDGE, SHARE_MAX_VERSION + 1, True),
         (ApiKey.METADATA, 13, False),
         (ApiKey.METADATA, 14, True),
         (ApiKey.DESCRIBE_CONFIGS, 5, True),

@@ -1,0 +1,211 @@
+"""Share groups (KIP-932): the ShareFetch and ShareAcknowledge rewriters, the ShareFetch long-poll peek,
+and what a share fetch costs.
+
+The golden bodies below are what Kafka 4.2's own ShareFetchResponseData / ShareAcknowledgeResponseData
+encode (tests/java/ShareResponseBytes.java prints them; a java-marked test checks they still match):
+one topic, partition 0 with one record and one acquired batch, partition 1 answered
+NOT_LEADER_OR_FOLLOWER (6), and NodeEndpoints naming its leader, node 2 at kafka-2.internal:9092.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from struct import pack, unpack_from
+
+import pytest
+from kafka_rig import java_classpath
+
+from quotagate.protocol.apis import SHARE_MAX_VERSION, ApiKey, is_flexible, response_header_is_flexible
+from quotagate.protocol.framing import FrameError
+from quotagate.protocol.headers import peek_request_header
+from quotagate.protocol.rewrite import RESPONSE_REWRITERS, response_rewriters
+from quotagate.protocol.share import share_fetch_max_wait_ms, share_response_node_endpoints
+from quotagate.quotas import ANONYMOUS
+from quotagate.quotas.charging import request_time_ms
+from tests.unit.messages import compact, share_response_body
+from tests.unit.test_rewrite import PROXY_HOST, Recorder
+from tests.unit.test_session import session_with, taken
+
+GOLDEN: dict[tuple[int, int], bytes] = {
+    (ApiKey.SHARE_FETCH, 1): bytes.fromhex(
+        "0000000700000000007530020102030405060708090a0b0c0d0e0f100300000000000000000000000000010000000300"
+        "4d000000000000000000000040ffffffff02943629b5000000000000ffffffffffffffffffffffffffffffffffffffff"
+        "ffffffffffffffffffff000000011c000000066b65790a76616c75650002000000000000000000000000000000000001"
+        "00000000000100060f6e6f7420746865206c6561646572000000000000020000000400010100000200000002116b6166"
+        "6b612d322e696e7465726e616c00002384077261636b2d620000"
+    ),
+    (ApiKey.SHARE_FETCH, 2): bytes.fromhex(
+        "0000000700000000007530020102030405060708090a0b0c0d0e0f100300000000000000000000000000010000000300"
+        "4d000000000000000000000040ffffffff02943629b5000000000000ffffffffffffffffffffffffffffffffffffffff"
+        "ffffffffffffffffffff000000011c000000066b65790a76616c75650002000000000000000000000000000000000001"
+        "00000000000100060f6e6f7420746865206c6561646572000000000000020000000400010100000200000002116b6166"
+        "6b612d322e696e7465726e616c00002384077261636b2d620000"
+    ),
+    (ApiKey.SHARE_ACKNOWLEDGE, 1): bytes.fromhex(
+        "00000007000000020102030405060708090a0b0c0d0e0f10020000000100060000000002000000040000000200000002"
+        "116b61666b612d322e696e7465726e616c00002384000000"
+    ),
+    (ApiKey.SHARE_ACKNOWLEDGE, 2): bytes.fromhex(
+        "0000000700000000007530020102030405060708090a0b0c0d0e0f100200000001000600000000020000000400000002"
+        "00000002116b61666b612d322e696e7465726e616c00002384000000"
+    ),
+}
+# The record batch of partition 0 in the golden ShareFetch bodies (one record, key "key", value "value").
+GOLDEN_RECORDS = bytes.fromhex(
+    "000000000000000000000040ffffffff02943629b5000000000000ffffffffffffffffffffffffffffffffffffffffff"
+    "ffffffffffffffffff000000011c000000066b65790a76616c756500"
+)
+VERSIONS = [(api_key, version) for api_key in (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE) for version in (1, 2)]
+CORRELATION_ID = 5
+
+
+def golden_like(api_key: int, version: int, endpoints: list[tuple[int, str, int, str | None]], **kwargs) -> bytes:
+    """The golden body's content, encoded by tests/unit/messages.py, with other endpoints if asked."""
+    partitions = [(0, 0, None, GOLDEN_RECORDS), (1, 6, "not the leader", b"")]
+    if api_key == ApiKey.SHARE_ACKNOWLEDGE:
+        partitions = [(1, 6, None, b"")]
+    return share_response_body(api_key, version, partitions, endpoints, **kwargs)
+
+
+def response_frame(api_key: int, body: bytes) -> memoryview:
+    header = pack(">i", CORRELATION_ID) + b"\x00"  # every share response has a flexible header
+    return memoryview(pack(">i", len(header) + len(body)) + header + body)
+
+
+@pytest.mark.parametrize(("api_key", "version"), VERSIONS)
+def test_the_test_encoder_writes_the_bytes_kafka_writes(api_key: int, version: int) -> None:
+    rack = "rack-b" if api_key == ApiKey.SHARE_FETCH else None
+    assert golden_like(api_key, version, [(2, "kafka-2.internal", 9092, rack)]) == GOLDEN[(api_key, version)]
+
+
+@pytest.mark.java
+def test_the_golden_bodies_are_what_kafka_encodes() -> None:
+    source = Path(__file__).resolve().parents[1] / "java" / "ShareResponseBytes.java"
+    result = subprocess.run(
+        ["java", "-Xmx128m", "-cp", java_classpath(), str(source)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    printed = {}
+    for line in result.stdout.split("\n"):
+        if line:
+            name, version, body = line.split()
+            api_key = ApiKey.SHARE_FETCH if name == "fetch" else ApiKey.SHARE_ACKNOWLEDGE
+            printed[(api_key, int(version.removeprefix("v")))] = bytes.fromhex(body)
+    assert printed == GOLDEN
+
+
+def test_share_apis_are_flexible_in_every_version() -> None:
+    for api_key in (76, 77, 78, 79):
+        assert is_flexible(api_key, 1) and response_header_is_flexible(api_key, 1)
+    assert not is_flexible(40, 1) and is_flexible(40, 2)  # ExpireDelegationToken: flexible from v2
+    assert not is_flexible(93, 0)  # not a Kafka API
+
+
+@pytest.mark.parametrize(("api_key", "version"), VERSIONS)
+def test_node_endpoints_get_proxy_addresses_and_the_rest_is_kept_byte_for_byte(api_key: int, version: int) -> None:
+    body = GOLDEN[(api_key, version)]
+    recorder = Recorder()
+    out = RESPONSE_REWRITERS[api_key](response_frame(api_key, body), version, recorder)
+    assert out is not None
+    view = memoryview(out)
+    assert unpack_from(">i", view, 0)[0] == len(view) - 4
+    assert unpack_from(">i", view, 4)[0] == CORRELATION_ID
+    assert recorder.seen == {2: ("kafka-2.internal", 9092)}
+    start, end, endpoints = share_response_node_endpoints(view, 9, api_key, version)
+    rack = "rack-b" if api_key == ApiKey.SHARE_FETCH else None
+    assert [(e.node_id, e.host, e.port, e.rack) for e in endpoints] == [(2, PROXY_HOST, 20002, rack)]
+    original = share_response_node_endpoints(response_frame(api_key, body), 9, api_key, version)
+    assert bytes(view[9:start]) == body[: original.start - 9], "everything before NodeEndpoints must be kept"
+    assert bytes(view[end:]) == body[original.end - 9 :], "the top-level tagged fields must be kept"
+    assert bytes(view[9:]) == golden_like(api_key, version, [(2, PROXY_HOST, 20002, rack)])
+
+
+@pytest.mark.parametrize(("api_key", "version"), VERSIONS)
+def test_a_response_that_names_no_broker_is_forwarded_untouched(api_key: int, version: int) -> None:
+    body = golden_like(api_key, version, [], topics=3)
+    assert RESPONSE_REWRITERS[api_key](response_frame(api_key, body), version, Recorder()) is None
+    assert response_rewriters()[api_key](response_frame(api_key, body), version, Recorder()) is None
+
+
+def test_several_endpoints_and_unknown_top_level_tags_survive() -> None:
+    endpoints = [(1, "a", 1, None), (2, "b" * 200, 2, "r"), (3, "c", 3, "")]
+    tags = b"\x01\x05\x02hi"  # one unknown tagged field (tag 5, 2 bytes)
+    body = golden_like(ApiKey.SHARE_FETCH, 2, endpoints, topics=2, tags=tags)
+    out = RESPONSE_REWRITERS[ApiKey.SHARE_FETCH](response_frame(ApiKey.SHARE_FETCH, body), 2, Recorder())
+    assert out is not None
+    expected = [(n, PROXY_HOST, 20000 + n, rack) for n, _, _, rack in endpoints]
+    assert bytes(out[9:]) == golden_like(ApiKey.SHARE_FETCH, 2, expected, topics=2, tags=tags)
+
+
+@pytest.mark.parametrize(("api_key", "version"), VERSIONS)
+def test_a_response_that_is_not_what_the_schema_says_is_a_frame_error(api_key: int, version: int) -> None:
+    body = GOLDEN[(api_key, version)]
+    for bad in (body[:-1], body + b"\x00", body[: len(body) // 2], b""):
+        with pytest.raises(FrameError):
+            RESPONSE_REWRITERS[api_key](response_frame(api_key, bad), version, Recorder())
+
+
+def test_a_share_fetch_announcing_two_billion_partitions_is_refused_at_once() -> None:
+    body = pack(">ih", 0, 0) + b"\x00" + pack(">i", 0) + b"\x02" + bytes(16) + b"\xff\xff\xff\xff\x07" + bytes(40)
+    with pytest.raises(FrameError):
+        RESPONSE_REWRITERS[ApiKey.SHARE_FETCH](response_frame(ApiKey.SHARE_FETCH, body), 1, Recorder())
+
+
+def share_fetch_request(correlation_id: int, max_wait_ms: int, version: int = SHARE_MAX_VERSION) -> bytes:
+    """A ShareFetch request header v2 and the body's head (group, member, epoch, max wait, min and
+    max bytes, max records, batch size, v2's acquire mode and renew flag), no topics."""
+    header = pack(">hhih", ApiKey.SHARE_FETCH, version, correlation_id, 3) + b"app" + b"\x00"
+    body = compact("group") + compact("member-1") + pack(">iiiiii", 0, max_wait_ms, 1, 65536, 500, 500)
+    body += (b"\x00\x00" if version >= 2 else b"") + b"\x01\x01\x00"  # no topics, no forgotten, no tags
+    return pack(">i", len(header) + len(body)) + header + body
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_share_fetch_says_how_long_it_may_wait_at_the_broker(version: int) -> None:
+    frame = memoryview(share_fetch_request(1, 500, version))
+    assert share_fetch_max_wait_ms(frame, peek_request_header(frame).body_offset, version) == 500
+    with pytest.raises(FrameError):
+        share_fetch_max_wait_ms(frame[:30], peek_request_header(frame).body_offset, version)
+
+
+def test_a_share_fetch_is_not_charged_its_long_poll_wait() -> None:
+    assert request_time_ms(ApiKey.SHARE_FETCH, latency_ms=503.0, fetch_max_wait_ms=500) == pytest.approx(3.0)
+    assert request_time_ms(ApiKey.SHARE_ACKNOWLEDGE, latency_ms=503.0, fetch_max_wait_ms=500) == 503.0
+
+
+def share_fetch_answer(correlation_id: int, records: bytes) -> bytes:
+    body = share_response_body(ApiKey.SHARE_FETCH, 2, [(0, 0, None, records)], [])
+    payload = pack(">i", correlation_id) + b"\x00" + body
+    return pack(">i", len(payload)) + payload
+
+
+def test_a_share_fetch_response_is_charged_to_consumer_byte_rate_and_carries_the_throttle() -> None:
+    # Burst: 10 kB/s × 11 windows = 110 kB, so a 300 kB response leaves ~190 kB of debt, ~19 s.
+    session, _ = session_with('[[quotas]]\nclient_id = "app"\nconsumer_byte_rate = 10000\n')
+    session.client_data(share_fetch_request(3, 500), now=5.0)
+    assert taken(session.to_broker) == share_fetch_request(3, 500)
+    session.broker_data(share_fetch_answer(3, b"r" * 300_000), now=5.0)
+    answer = taken(session.to_client)
+    assert unpack_from(">i", answer, 4)[0] == 3
+    assert 18_000 < unpack_from(">i", answer, 9)[0] < 20_000, "throttle_time_ms of the ShareFetch response"
+    assert 23.0 < session.muted_until < 25.0
+    # Muted: the next request waits for the throttle to end, as after a Fetch.
+    session.client_data(share_fetch_request(4, 500), now=6.0)
+    assert taken(session.to_broker) == b""
+    session.unmute(now=session.muted_until)
+    assert taken(session.to_broker) == share_fetch_request(4, 500)
+
+
+def test_a_share_acknowledge_counts_for_request_percentage_only() -> None:
+    session, engine = session_with('[[quotas]]\nclient_id = "app"\nconsumer_byte_rate = 10\nrequest_percentage = 1\n')
+    header = pack(">hhih", ApiKey.SHARE_ACKNOWLEDGE, 2, 8, 3) + b"app" + b"\x00"
+    body = compact("group") + compact("member-1") + pack(">i", 1) + b"\x00" + b"\x01\x00"
+    session.client_data(pack(">i", len(header) + len(body)) + header + body, now=1.0)
+    taken(session.to_broker)
+    answer = share_response_body(ApiKey.SHARE_ACKNOWLEDGE, 2, [(0, 0, None, b"")], [])
+    payload = pack(">i", 8) + b"\x00" + answer
+    session.broker_data(pack(">i", len(payload)) + payload, now=1.5)  # 500 ms of request time
+    buckets = engine.entity_buckets(ANONYMOUS, "app", 1.5)
+    assert buckets.fetch is not None and buckets.fetch.tokens == buckets.fetch.burst, "no bytes charged"
+    assert buckets.request is not None and buckets.request.tokens < buckets.request.burst
