@@ -246,31 +246,53 @@ def quotagate_config(base: int, quotas: bool) -> str:
 
 
 def start_quotagate(workdir: Path, name: str, package_dir: Path | None = None) -> Child:
-    """One quotagate from the venv, or from package_dir's copy of the package (a patch under test).
+    """One bench quotagate from the venv, or from package_dir's copy of the package (a patch under test)."""
+    base = QUOTAGATE_BASES[name]
+    return launch_quotagate(
+        workdir, name, quotagate_config(base, quotas=name == "quotagate_quota"), base + 9, base + 1, package_dir
+    )
+
+
+def launch_quotagate(
+    workdir: Path,
+    name: str,
+    config_text: str,
+    metrics_port: int,
+    first_broker_port: int | None,
+    package_dir: Path | None = None,
+    log_level: str = "WARNING",
+) -> Child:
+    """quotagate with config_text, ready: /readyz answered 200 and the first broker's listener is open
+    (first_broker_port None: not waited for; behind a SASL-only listener the proxy's own metadata
+    requests are refused, and it learns the brokers from the first client's Metadata instead).
 
     It runs in workdir, not the repo: `python -m` puts the cwd first on sys.path, which would
     shadow a PYTHONPATH copy with the repo's own quotagate/."""
-    base = QUOTAGATE_BASES[name]
     config = workdir / f"{name}.toml"
-    config.write_text(quotagate_config(base, quotas=name == "quotagate_quota"))
-    cmd = [sys.executable, "-m", "quotagate", "--log-level", "WARNING", "run", "--config", str(config)]
+    config.write_text(config_text)
+    cmd = [sys.executable, "-m", "quotagate", "--log-level", log_level, "run", "--config", str(config)]
     env = dict(os.environ)
     if package_dir is not None:
         if not (package_dir / "quotagate" / "__init__.py").exists():
             raise BenchError(f"{package_dir} has no quotagate package")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package_dir.resolve()), env.get("PYTHONPATH")]))
     child = Child(name, cmd, workdir / f"{name}.log", cwd=workdir, env=env)
-    deadline = time.monotonic() + 30
-    while True:  # /readyz: listeners up and the broker answered the first metadata refresh
-        child.check_alive()
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(f"http://{HOST}:{base + 9}/readyz", timeout=1) as response:
-                if response.status == 200:
-                    break
-        if time.monotonic() > deadline:
-            raise BenchError(f"{name} not ready after 30s; log: {child.log_path}")
-        time.sleep(0.2)
-    _wait_port(base + 1, child)  # broker 1's listener, opened by the first refresh
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # /readyz: listeners up and the broker answered the first metadata refresh
+            child.check_alive()
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"http://{HOST}:{metrics_port}/readyz", timeout=1) as response:
+                    if response.status == 200:
+                        break
+            if time.monotonic() > deadline:
+                raise BenchError(f"{name} not ready after 30s; log: {child.log_path}")
+            time.sleep(0.2)
+        if first_broker_port is not None:
+            _wait_port(first_broker_port, child)  # broker 1's listener, opened by the first refresh
+    except BaseException:
+        child.stop()
+        raise
     return child
 
 
