@@ -33,10 +33,8 @@ import itertools
 import json
 import os
 import re
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,7 +42,6 @@ from pathlib import Path
 import harness
 from harness import HOST, BenchError, Child, rss_mb
 from kafka_rig import Cluster, fresh_cluster, run_tool
-from soak import listening
 
 REPO_ROOT = harness.REPO_ROOT
 BENCH_DIR = Path(__file__).resolve().parent
@@ -279,10 +276,6 @@ def print_summary(result: dict[str, object]) -> None:
     print(f"longest stretch without an ack after each kill: {result['ack_gaps']}")
     print(f"read back: {result['comparison']}")
     print(f"proxy: {result['proxy']}; load average {result['load_average']}")
-    print("criteria:")
-    for name, ok in result["checks"].items():  # type: ignore[attr-defined]
-        print(f"  {'PASS' if ok else 'FAIL'}  {name}")
-    print("CHAOS PASSED" if result["passed"] else "CHAOS FAILED", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,26 +287,13 @@ def main(argv: list[str] | None = None) -> int:
     ports = ports_of(args.port_base)
     wanted = [ports["broker"] + i for i in range(3)] + [ports["controller"] + i for i in range(3)]
     wanted += [ports["proxy"] + i for i in range(4)] + [ports["metrics"]]
-    busy = [port for port in wanted if listening(port)]
-    if busy:
-        raise BenchError(f"ports {busy} are in use: pick another --port-base")
-    workdir = Path(tempfile.mkdtemp(prefix="quotagate-chaos-"))
-    started = time.monotonic()
-    try:
-        result = run(args.phase_seconds, args.port_base, workdir, lambda text: print(text, flush=True))
-    except BaseException:
-        print(f"logs kept in {workdir}", file=sys.stderr)
-        raise
-    result["wall_seconds"] = round(time.monotonic() - started, 1)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print_summary(result)
-    print(f"results: {args.out} ({result['wall_seconds']} s)")
-    if result["passed"]:
-        shutil.rmtree(workdir, ignore_errors=True)
-    else:
-        print(f"logs kept in {workdir}")
-    return 0 if result["passed"] else 1
+    return harness.run_in_workdir(
+        "chaos",
+        wanted,
+        args.out,
+        lambda workdir: run(args.phase_seconds, args.port_base, workdir, lambda text: print(text, flush=True)),
+        print_summary,
+    )
 
 
 if __name__ == "__main__":

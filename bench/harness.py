@@ -18,13 +18,17 @@ Ports: Kafka 39092-39094 (controller 39093), proxies 39300-39399: clear of the t
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,8 +190,6 @@ class Child:
 
 
 def _wait_port(port: int, child: Child, timeout: float = 20.0) -> None:
-    import socket
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         child.check_alive()
@@ -195,6 +197,49 @@ def _wait_port(port: int, child: Child, timeout: float = 20.0) -> None:
             return
         time.sleep(0.1)
     raise BenchError(f"{child.name}: port {port} not accepting after {timeout:.0f}s")
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts connections on HOST:port."""
+    with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.5):
+        return True
+    return False
+
+
+def run_in_workdir(
+    prefix: str,
+    ports: list[int],
+    out: Path,
+    run: Callable[[Path], dict[str, object]],
+    print_summary: Callable[[dict[str, object]], None],
+) -> int:
+    """A soak or chaos run: refuses ports already taken, runs in a fresh temporary folder (removed
+    when the run passed, kept and named otherwise), writes the results to `out` and prints them.
+    The exit code: 0 when result["passed"]."""
+    busy = [port for port in ports if listening(port)]
+    if busy:
+        raise BenchError(f"ports {busy} are in use: pick another --port-base")
+    workdir = Path(tempfile.mkdtemp(prefix=f"quotagate-{prefix}-"))
+    started = time.monotonic()
+    try:
+        result = run(workdir)
+    except BaseException:
+        print(f"logs kept in {workdir}", file=sys.stderr)
+        raise
+    result["wall_seconds"] = round(time.monotonic() - started, 1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print_summary(result)
+    print("criteria:")
+    for name, ok in result["checks"].items():  # type: ignore[attr-defined]
+        print(f"  {'PASS' if ok else 'FAIL'}  {name}")
+    print(f"{prefix.upper()} {'PASSED' if result['passed'] else 'FAILED'}")
+    print(f"results: {out} ({result['wall_seconds']} s)", flush=True)
+    if result["passed"]:
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        print(f"logs kept in {workdir}")
+    return 0 if result["passed"] else 1
 
 
 def haproxy_config() -> str:

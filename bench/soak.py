@@ -32,21 +32,17 @@ by its pid, also on failure.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 import os
 import re
-import shutil
-import socket
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import harness
-from harness import HOST, BenchError, Child, cpu_seconds, rss_mb
+from harness import HOST, Child, cpu_seconds, rss_mb
 from kafka_rig import DEFAULT_SASL_USERS, Cluster, fresh_cluster, run_tool, tool_command
 
 REPO_ROOT = harness.REPO_ROOT
@@ -507,6 +503,8 @@ def run(seconds: float, ports: Ports, workdir: Path) -> dict[str, object]:
             "ok": all(consumed.get(t, 0) == n and n >= acked[t] for t, n in in_topics.items()),
         }
         result = evaluate(samples, clients, consumed_check, exits)
+        result["seconds"] = seconds
+        result["port_base"] = ports.base
         result["samples"] = [sample.__dict__ for sample in samples]
         result["clients"] = {c.name: c.last for c in clients}
         return result
@@ -533,16 +531,6 @@ def print_summary(result: dict[str, object]) -> None:
         )
     print(f"proxy RSS: {result['rss_mb']}; CPU {result['proxy_cpu_percent']} %; load average {result['load_average']}")
     print(f"consumed: {result['consumed']}")
-    print("criteria:")
-    for name, ok in result["checks"].items():  # type: ignore[attr-defined]
-        print(f"  {'PASS' if ok else 'FAIL'}  {name}")
-    print("SOAK PASSED" if result["passed"] else "SOAK FAILED", flush=True)
-
-
-def listening(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.5):
-        return True
-    return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -552,26 +540,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "soak.json")
     args = parser.parse_args(argv)
     ports = Ports(args.port_base)
-    busy = [port for port in ports.all() if listening(port)]
-    if busy:
-        raise BenchError(f"ports {busy} are in use: pick another --port-base")
-    workdir = Path(tempfile.mkdtemp(prefix="quotagate-soak-"))
-    try:
-        result = run(args.seconds, ports, workdir)
-    except BaseException:
-        print(f"logs kept in {workdir}", file=sys.stderr)
-        raise
-    result["seconds"] = args.seconds
-    result["port_base"] = args.port_base
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print_summary(result)
-    print(f"results: {args.out}")
-    if result["passed"]:
-        shutil.rmtree(workdir, ignore_errors=True)
-    else:
-        print(f"logs kept in {workdir}")
-    return 0 if result["passed"] else 1
+    return harness.run_in_workdir(
+        "soak", ports.all(), args.out, lambda workdir: run(args.seconds, ports, workdir), print_summary
+    )
 
 
 if __name__ == "__main__":
