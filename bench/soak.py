@@ -63,32 +63,40 @@ ALICE_TOPIC = "soak-alice"
 # demand never falls below it (the live feed, slowed by a loaded machine, might).
 BOB_TOPIC = "soak-bob"
 BOB_BACKLOG = 1.5  # seconds of the run × quota, in bytes
-PRODUCE_QUOTA = 262144  # alice, bytes/s
-FETCH_QUOTA = 262144  # bob, bytes/s
-REQUEST_PERCENTAGE = 10.0  # carol, % of one thread
 JAVA_FEED_RATE = 400  # records/s
 CONFLUENT_FEED_RATE = 200
 
-QUOTAS = f"""
-[[quotas]]
-user = "alice"
-producer_byte_rate = {PRODUCE_QUOTA}
 
-[[quotas]]
-user = "bob"
-consumer_byte_rate = {FETCH_QUOTA}
+@dataclass(frozen=True)
+class SoakQuotas:
+    """alice's producer_byte_rate and bob's consumer_byte_rate (bytes/s), carol's request_percentage,
+    and quota_window_num (the burst is byte_rate × window_num seconds). The quick mode of the test
+    lowers the rate and the burst: on a machine shared with other suites, alice's two producers
+    were seen to push only ~95 KB/s, not enough to spend an 11-s burst of 256 KiB/s in a minute."""
 
-[[quotas]]
-user = "carol"
-request_percentage = {REQUEST_PERCENTAGE}
-"""
+    byte_rate: int = 262144
+    request_percentage: float = 10.0
+    window_num: int = 11
 
-# The throttled tenants: (user, counter summed over the user's client ids, quota in its unit per second).
-THROTTLED = (
-    ("alice", "quotagate_produce_bytes_total", float(PRODUCE_QUOTA)),
-    ("bob", "quotagate_fetch_bytes_total", float(FETCH_QUOTA)),
-    ("carol", "quotagate_request_time_seconds_total", REQUEST_PERCENTAGE / 100),
-)
+    def toml(self) -> str:
+        """Top-level keys first (TOML puts a key after a [section] in that section), then the tables."""
+        return (
+            f"quota_window_num = {self.window_num}\n"
+            "[[quotas]]\n"
+            f'user = "alice"\nproducer_byte_rate = {self.byte_rate}\n'
+            f'[[quotas]]\nuser = "bob"\nconsumer_byte_rate = {self.byte_rate}\n'
+            f'[[quotas]]\nuser = "carol"\nrequest_percentage = {self.request_percentage}\n'
+        )
+
+    def throttled(self) -> tuple[tuple[str, str, float], ...]:
+        """(user, counter summed over the user's client ids, quota in the counter's unit per second)."""
+        return (
+            ("alice", "quotagate_produce_bytes_total", float(self.byte_rate)),
+            ("bob", "quotagate_fetch_bytes_total", float(self.byte_rate)),
+            ("carol", "quotagate_request_time_seconds_total", self.request_percentage / 100),
+        )
+
+
 USERS = ("alice", "bob", "carol", "admin")
 _SERIES = re.compile(r"^(?P<name>\w+)\{(?P<labels>[^}]*)\}$")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -327,12 +335,16 @@ def print_row(sample: Sample, previous: Sample | None) -> None:
 
 
 def evaluate(
-    samples: list[Sample], clients: list[Client], consumed_check: dict[str, object], exits: dict[str, object]
+    samples: list[Sample],
+    clients: list[Client],
+    consumed_check: dict[str, object],
+    exits: dict[str, object],
+    quotas: SoakQuotas,
 ) -> dict[str, object]:
     first, last = samples[0], samples[-1]
     rss_from = next((s for s in samples if s.t >= max(WARMUP_SECONDS, last.t / 4)), first)
     accuracy: dict[str, dict[str, object]] = {}
-    for user, counter, quota in THROTTLED:
+    for user, counter, quota in quotas.throttled():
         # From the first sample after the tenant's first throttle (and the warm-up): its bucket's
         # burst is spent by then, so what follows is the quota's steady rate.
         steady_from = next(
@@ -398,7 +410,7 @@ def evaluate(
     }
 
 
-def run(seconds: float, ports: Ports, workdir: Path) -> dict[str, object]:
+def run(seconds: float, ports: Ports, workdir: Path, quotas: SoakQuotas) -> dict[str, object]:
     cluster: Cluster | None = None
     proxy: Child | None = None
     clients: list[Client] = []
@@ -409,16 +421,16 @@ def run(seconds: float, ports: Ports, workdir: Path) -> dict[str, object]:
         )  # fmt: skip
         for topic in (FEED_TOPIC, ALICE_TOPIC, BOB_TOPIC):
             create_topic(cluster.bootstrap, topic, partitions=3)
-        backlog = int(FETCH_QUOTA * seconds * BOB_BACKLOG / RECORD_SIZE) + 1
+        backlog = int(quotas.byte_rate * seconds * BOB_BACKLOG / RECORD_SIZE) + 1
         run_tool(
             "producer-perf", "--topic", BOB_TOPIC, "--num-records", str(backlog), "--record-size", str(RECORD_SIZE),
             "--throughput", "-1", "--command-property", f"bootstrap.servers={cluster.bootstrap}", "acks=1",
             timeout=600,
         )  # fmt: skip
         config = (
-            f'[proxy]\nbootstrap_servers = ["{HOST}:{ports.sasl}"]\nlisten_host = "{HOST}"\n'
+            quotas.toml() + f'[proxy]\nbootstrap_servers = ["{HOST}:{ports.sasl}"]\nlisten_host = "{HOST}"\n'
             f'advertised_host = "{HOST}"\nport = {ports.proxy}\nbroker_port_base = {ports.proxy}\n'
-            f'[metrics]\nhost = "{HOST}"\nport = {ports.metrics}\n' + QUOTAS
+            f'[metrics]\nhost = "{HOST}"\nport = {ports.metrics}\n'
         )
         proxy = harness.launch_quotagate(workdir, "quotagate-soak", config, ports.metrics, None, log_level="INFO")
         bootstrap = f"{HOST}:{ports.proxy}"
@@ -502,8 +514,9 @@ def run(seconds: float, ports: Ports, workdir: Path) -> dict[str, object]:
             "consumed_by_bob": dict(clients[1].last.get("per_topic", {})),  # type: ignore[call-overload]
             "ok": all(consumed.get(t, 0) == n and n >= acked[t] for t, n in in_topics.items()),
         }
-        result = evaluate(samples, clients, consumed_check, exits)
+        result = evaluate(samples, clients, consumed_check, exits, quotas)
         result["seconds"] = seconds
+        result["quotas"] = quotas.__dict__
         result["port_base"] = ports.base
         result["samples"] = [sample.__dict__ for sample in samples]
         result["clients"] = {c.name: c.last for c in clients}
@@ -537,11 +550,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--port-base", type=int, default=25000)
+    parser.add_argument("--byte-rate", type=int, default=SoakQuotas.byte_rate, help="alice's and bob's quota, B/s")
+    parser.add_argument("--window-num", type=int, default=SoakQuotas.window_num, help="quota_window_num")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "soak.json")
     args = parser.parse_args(argv)
     ports = Ports(args.port_base)
+    quotas = SoakQuotas(byte_rate=args.byte_rate, window_num=args.window_num)
     return harness.run_in_workdir(
-        "soak", ports.all(), args.out, lambda workdir: run(args.seconds, ports, workdir), print_summary
+        "soak", ports.all(), args.out, lambda workdir: run(args.seconds, ports, workdir, quotas), print_summary
     )
 
 

@@ -20,6 +20,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PORT_BASE = 21000 + PORT_OFFSET
 # The soak's own criterion is ±10 %; one minute of a machine shared with other suites gets more room
 # here: this test pins the machinery and the figures that must not move (errors, loss, memory).
+# Quotas of 64 KiB/s with a 2-s burst: spent within seconds even by producers slowed to ~95 KB/s
+# (seen with the load average at 30); at 256 KiB/s and 11 s, alice was never throttled in a minute.
 QUICK_ACCURACY_TOLERANCE = 0.2
 
 pytestmark = [pytest.mark.slow, pytest.mark.java]
@@ -31,7 +33,7 @@ def test_quick_soak_holds_every_quota_and_chaos_loses_no_acknowledged_record(tmp
     runs = {
         "soak": subprocess.Popen(
             [sys.executable, "bench/soak.py", "--seconds", "60", "--port-base", str(PORT_BASE),
-             "--out", str(soak_json)],
+             "--byte-rate", "65536", "--window-num", "2", "--out", str(soak_json)],
             cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         ),
         "chaos": subprocess.Popen(
