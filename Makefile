@@ -105,6 +105,21 @@ bench-hot-path: venv
 bench-pipeline: venv
 	$(PY) bench/pipeline.py
 
+# The soak and chaos runs of issue 12 (bench/README.md, "Soak and chaos"); loopback, ports 25092-25809
+# (+ SOAK_PORT_BASE - 25000), every process stopped by pid; results in bench/results/{soak,chaos}.json.
+# make soak: one broker, mixed quotas, mixed real clients (Java, kafka-python, aiokafka, confluent-kafka)
+# for SOAK_SECONDS (10 min by default; + ~1 min of setup). make chaos: 3 brokers, two kill -9s and
+# restarts under an acks=all idempotent producer, then every acknowledged record read back (~4 min).
+SOAK_SECONDS ?= 600
+SOAK_PORT_BASE ?= 25000
+CHAOS_PHASE_SECONDS ?= 20
+.PHONY: soak chaos
+soak: venv kafka-jars
+	$(PY) bench/soak.py --seconds $(SOAK_SECONDS) --port-base $(SOAK_PORT_BASE)
+
+chaos: venv kafka-jars
+	$(PY) bench/chaos.py --phase-seconds $(CHAOS_PHASE_SECONDS) --port-base $(SOAK_PORT_BASE)
+
 .PHONY: bench-quick
 bench-quick: venv kafka-jars
 	bash scripts/ensure_debian_tools.sh haproxy haproxy

@@ -18,13 +18,17 @@ Ports: Kafka 39092-39094 (controller 39093), proxies 39300-39399: clear of the t
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,8 +190,6 @@ class Child:
 
 
 def _wait_port(port: int, child: Child, timeout: float = 20.0) -> None:
-    import socket
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         child.check_alive()
@@ -195,6 +197,49 @@ def _wait_port(port: int, child: Child, timeout: float = 20.0) -> None:
             return
         time.sleep(0.1)
     raise BenchError(f"{child.name}: port {port} not accepting after {timeout:.0f}s")
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts connections on HOST:port."""
+    with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.5):
+        return True
+    return False
+
+
+def run_in_workdir(
+    prefix: str,
+    ports: list[int],
+    out: Path,
+    run: Callable[[Path], dict[str, object]],
+    print_summary: Callable[[dict[str, object]], None],
+) -> int:
+    """A soak or chaos run: refuses ports already taken, runs in a fresh temporary folder (removed
+    when the run passed, kept and named otherwise), writes the results to `out` and prints them.
+    The exit code: 0 when result["passed"]."""
+    busy = [port for port in ports if listening(port)]
+    if busy:
+        raise BenchError(f"ports {busy} are in use: pick another --port-base")
+    workdir = Path(tempfile.mkdtemp(prefix=f"quotagate-{prefix}-"))
+    started = time.monotonic()
+    try:
+        result = run(workdir)
+    except BaseException:
+        print(f"logs kept in {workdir}", file=sys.stderr)
+        raise
+    result["wall_seconds"] = round(time.monotonic() - started, 1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print_summary(result)
+    print("criteria:")
+    for name, ok in result["checks"].items():  # type: ignore[attr-defined]
+        print(f"  {'PASS' if ok else 'FAIL'}  {name}")
+    print(f"{prefix.upper()} {'PASSED' if result['passed'] else 'FAILED'}")
+    print(f"results: {out} ({result['wall_seconds']} s)", flush=True)
+    if result["passed"]:
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        print(f"logs kept in {workdir}")
+    return 0 if result["passed"] else 1
 
 
 def haproxy_config() -> str:
@@ -246,31 +291,53 @@ def quotagate_config(base: int, quotas: bool) -> str:
 
 
 def start_quotagate(workdir: Path, name: str, package_dir: Path | None = None) -> Child:
-    """One quotagate from the venv, or from package_dir's copy of the package (a patch under test).
+    """One bench quotagate from the venv, or from package_dir's copy of the package (a patch under test)."""
+    base = QUOTAGATE_BASES[name]
+    return launch_quotagate(
+        workdir, name, quotagate_config(base, quotas=name == "quotagate_quota"), base + 9, base + 1, package_dir
+    )
+
+
+def launch_quotagate(
+    workdir: Path,
+    name: str,
+    config_text: str,
+    metrics_port: int,
+    first_broker_port: int | None,
+    package_dir: Path | None = None,
+    log_level: str = "WARNING",
+) -> Child:
+    """quotagate with config_text, ready: /readyz answered 200 and the first broker's listener is open
+    (first_broker_port None: not waited for; behind a SASL-only listener the proxy's own metadata
+    requests are refused, and it learns the brokers from the first client's Metadata instead).
 
     It runs in workdir, not the repo: `python -m` puts the cwd first on sys.path, which would
     shadow a PYTHONPATH copy with the repo's own quotagate/."""
-    base = QUOTAGATE_BASES[name]
     config = workdir / f"{name}.toml"
-    config.write_text(quotagate_config(base, quotas=name == "quotagate_quota"))
-    cmd = [sys.executable, "-m", "quotagate", "--log-level", "WARNING", "run", "--config", str(config)]
+    config.write_text(config_text)
+    cmd = [sys.executable, "-m", "quotagate", "--log-level", log_level, "run", "--config", str(config)]
     env = dict(os.environ)
     if package_dir is not None:
         if not (package_dir / "quotagate" / "__init__.py").exists():
             raise BenchError(f"{package_dir} has no quotagate package")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package_dir.resolve()), env.get("PYTHONPATH")]))
     child = Child(name, cmd, workdir / f"{name}.log", cwd=workdir, env=env)
-    deadline = time.monotonic() + 30
-    while True:  # /readyz: listeners up and the broker answered the first metadata refresh
-        child.check_alive()
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(f"http://{HOST}:{base + 9}/readyz", timeout=1) as response:
-                if response.status == 200:
-                    break
-        if time.monotonic() > deadline:
-            raise BenchError(f"{name} not ready after 30s; log: {child.log_path}")
-        time.sleep(0.2)
-    _wait_port(base + 1, child)  # broker 1's listener, opened by the first refresh
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # /readyz: listeners up and the broker answered the first metadata refresh
+            child.check_alive()
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"http://{HOST}:{metrics_port}/readyz", timeout=1) as response:
+                    if response.status == 200:
+                        break
+            if time.monotonic() > deadline:
+                raise BenchError(f"{name} not ready after 30s; log: {child.log_path}")
+            time.sleep(0.2)
+        if first_broker_port is not None:
+            _wait_port(first_broker_port, child)  # broker 1's listener, opened by the first refresh
+    except BaseException:
+        child.stop()
+        raise
     return child
 
 

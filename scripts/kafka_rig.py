@@ -174,6 +174,13 @@ def _jvm_cmd(main_class: str, args: Sequence[str], heap: str, logs_dir: Path | N
     ]
 
 
+def tool_command(main_class: str, *args: str) -> list[str]:
+    """The command line of a Kafka tool class (or a TOOL_ALIASES name), for callers that run it in
+    the background themselves (run_tool waits for it)."""
+    ensure_jars()
+    return _jvm_cmd(main_class, args, TOOL_HEAP_OPTS, None)
+
+
 def run_tool(
     main_class: str,
     *args: str,
@@ -187,8 +194,7 @@ def run_tool(
     Output is captured as text unless capture=False (then it goes to our stdout/stderr).
     With check=True a non-zero exit raises KafkaRigError carrying the tool's output.
     """
-    ensure_jars()
-    cmd = _jvm_cmd(main_class, args, TOOL_HEAP_OPTS, None)
+    cmd = tool_command(main_class, *args)
     try:
         done = subprocess.run(
             cmd,

@@ -1,0 +1,61 @@
+"""The soak and chaos runs of issue 12 in their quick modes (`make soak` / `make chaos` run them long).
+
+Both scripts start their own brokers and proxy on loopback (ports 21000 + QUOTAGATE_TEST_PORT_OFFSET
++ their layout: 21092-21809 by default), run at the same time here, and stop everything they
+started. About 4 minutes together on the loaded 2-core machine, hence `slow`; skip with -m "not slow".
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.kafka_fixtures import PORT_OFFSET
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PORT_BASE = 21000 + PORT_OFFSET
+# The soak's own criterion is ±10 %; one minute of a machine shared with other suites gets more room
+# here: this test pins the machinery and the figures that must not move (errors, loss, memory).
+# Quotas of 64 KiB/s with a 2-s burst: spent within seconds even by producers slowed to ~95 KB/s
+# (seen with the load average at 30); at 256 KiB/s and 11 s, alice was never throttled in a minute.
+QUICK_ACCURACY_TOLERANCE = 0.2
+
+pytestmark = [pytest.mark.slow, pytest.mark.java]
+
+
+@pytest.mark.timeout(1200)
+def test_quick_soak_holds_every_quota_and_chaos_loses_no_acknowledged_record(tmp_path: Path) -> None:
+    soak_json, chaos_json = tmp_path / "soak.json", tmp_path / "chaos.json"
+    runs = {
+        "soak": subprocess.Popen(
+            [sys.executable, "bench/soak.py", "--seconds", "60", "--port-base", str(PORT_BASE),
+             "--byte-rate", "65536", "--window-num", "2", "--out", str(soak_json)],
+            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        ),
+        "chaos": subprocess.Popen(
+            [sys.executable, "bench/chaos.py", "--phase-seconds", "8", "--port-base", str(PORT_BASE),
+             "--out", str(chaos_json)],
+            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        ),
+    }  # fmt: skip
+    outputs = {name: run.communicate(timeout=1100)[0] for name, run in runs.items()}
+    for name, output in outputs.items():
+        print(f"--- {name}\n{output}")
+
+    assert soak_json.exists(), f"the soak wrote no results:\n{outputs['soak'][-3000:]}"
+    soak = json.loads(soak_json.read_text())
+    failed = [name for name, ok in soak["checks"].items() if not ok and name != "accuracy_within_10pct"]
+    assert not failed, f"soak criteria failed: {failed}\n{outputs['soak'][-3000:]}"
+    for user, figures in soak["accuracy"].items():
+        assert figures["ratio"] is not None, f"{user} was never throttled in the quick soak"
+        assert abs(figures["ratio"] - 1) <= QUICK_ACCURACY_TOLERANCE, f"{user}: {figures}"
+
+    assert chaos_json.exists(), f"the chaos run wrote no results:\n{outputs['chaos'][-3000:]}"
+    chaos = json.loads(chaos_json.read_text())
+    assert chaos["comparison"]["lost_acknowledged"] == 0, chaos["comparison"]
+    assert chaos["passed"], chaos["checks"]
+    assert runs["chaos"].returncode == 0
