@@ -520,9 +520,7 @@ def _parse_cluster(table: dict[str, Any]) -> ClusterConfig:
 
 def _parse_admin(table: dict[str, Any]) -> AdminConfig:
     _reject_unknown("admin.", table, {f.name for f in fields(AdminConfig)})
-    quota_api = _string(table, "admin.quota_api", "proxy")
-    if quota_api not in ("proxy", "forward"):
-        raise ConfigError("admin.quota_api", f'must be "proxy" or "forward", got {quota_api!r}')
+    quota_api = _choice(table, "admin.quota_api", "proxy", ("proxy", "forward"))
     principals = table.get("alter_principals", [])
     if not isinstance(principals, list) or not all(isinstance(p, str) and p for p in principals):
         raise ConfigError("admin.alter_principals", 'must be a list of user names, e.g. ["admin"]')
@@ -553,11 +551,7 @@ def _parse_listener_tls(table: Any) -> ListenerTlsConfig | None:
     tls = _tls_table(table, "proxy.tls", ListenerTlsConfig)
     if tls is None:
         return None
-    client_auth = _string(tls, "proxy.tls.client_auth", "none")
-    if client_auth not in CLIENT_AUTH_MODES:
-        raise ConfigError(
-            "proxy.tls.client_auth", f"must be one of {', '.join(CLIENT_AUTH_MODES)}, got {client_auth!r}"
-        )
+    client_auth = _choice(tls, "proxy.tls.client_auth", "none", CLIENT_AUTH_MODES)
     ca = _pem_file(tls, "proxy.tls.ca", required=client_auth != "none")
     rules = _string(tls, "proxy.tls.principal_mapping_rules", "DEFAULT")
     try:
@@ -592,12 +586,8 @@ def _parse_usage(table: dict[str, Any]) -> UsageConfig:
     enabled = table.get("enabled", False)
     if not isinstance(enabled, bool):
         raise ConfigError("usage.enabled", f"must be true or false, got {enabled!r}")
-    sink = _string(table, "usage.sink", "parquet")
-    if sink not in ("parquet", "jsonl", "kafka"):
-        raise ConfigError("usage.sink", f'must be "parquet", "jsonl" or "kafka", got {sink!r}')
-    records = _string(table, "usage.records", "aggregate")
-    if records not in ("aggregate", "request"):
-        raise ConfigError("usage.records", f'must be "aggregate" or "request", got {records!r}')
+    sink = _choice(table, "usage.sink", "parquet", ("parquet", "jsonl", "kafka"))
+    records = _choice(table, "usage.records", "aggregate", ("aggregate", "request"))
     interval = _positive(table, "usage.interval_seconds", 1.0)
     if interval * 1000 != int(interval * 1000) or interval < 0.001:
         raise ConfigError("usage.interval_seconds", f"must be a whole number of milliseconds, got {interval!r}")

@@ -192,6 +192,18 @@ def big_produce(correlation_id: int) -> bytes:
     return produce(correlation_id, {"t": b"r" * (LIMIT + 1000)})
 
 
+def plain_handshake_done(authenticated: bool = False) -> Session:
+    """A session past a PLAIN SaslHandshake (correlation id 1), and alice's success (2) if asked."""
+    session, _ = session_with()
+    session.client_data(handshake(1, "PLAIN"), now=0.0)
+    session.broker_data(handshake_answer(1), now=0.0)
+    if authenticated:
+        session.client_data(authenticate(2, b"\0alice\0alice-secret"), now=0.0)
+        session.broker_data(answer(2), now=0.0)
+    taken(session.to_broker), taken(session.to_client)
+    return session
+
+
 def test_a_frame_over_the_limit_before_authentication_is_refused_at_its_size_prefix() -> None:
     session, _ = session_with()
     session.client_data(pack(">i", 90 * 1024 * 1024) + pack(">hhih", 17, 1, 1, 3) + b"app", now=0.0)
@@ -210,21 +222,13 @@ def test_an_authenticate_over_the_limit_is_refused_after_the_handshake_before_it
 
 
 def test_after_authentication_frames_up_to_max_frame_size_pass() -> None:
-    session, _ = session_with()
-    session.client_data(handshake(1, "PLAIN"), now=0.0)
-    session.broker_data(handshake_answer(1), now=0.0)
-    session.client_data(authenticate(2, b"\0alice\0alice-secret"), now=0.0)
-    session.broker_data(answer(2), now=0.0)
-    taken(session.to_broker)
+    session = plain_handshake_done(authenticated=True)
     session.client_data(big_produce(3), now=0.0)
     assert session.refusal is None and correlation_ids(taken(session.to_broker), 8) == [3]
 
 
 def test_a_big_produce_written_with_the_authentication_waits_for_its_outcome_unread() -> None:
-    session, _ = session_with()
-    session.client_data(handshake(1, "PLAIN"), now=0.0)
-    session.broker_data(handshake_answer(1), now=0.0)
-    taken(session.to_broker)
+    session = plain_handshake_done()
     request = big_produce(3)
     session.client_data(authenticate(2, b"\0alice\0alice-secret") + request[:65536], now=0.0)
     assert session.refusal is None, "the broker reads it after the authentication, with its usual limit"
@@ -236,11 +240,7 @@ def test_a_big_produce_written_with_the_authentication_waits_for_its_outcome_unr
 
 
 def test_a_re_authentication_is_read_with_the_limit_again() -> None:
-    session, _ = session_with()
-    session.client_data(handshake(1, "PLAIN"), now=0.0)
-    session.broker_data(handshake_answer(1), now=0.0)
-    session.client_data(authenticate(2, b"\0alice\0alice-secret"), now=0.0)
-    session.broker_data(answer(2), now=0.0)
+    session = plain_handshake_done(authenticated=True)
     session.client_data(handshake(3, "PLAIN") + authenticate(4, b"\0alice\0" + b"x" * LIMIT), now=1.0)
     assert session.refusal_reason == SASL_RECEIVE_LIMIT
 
