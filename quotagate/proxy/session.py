@@ -8,7 +8,12 @@ It never touches a socket, a loop or a clock (h11's Connection is the model). Th
     session.unmute(now)                the mute is over: held requests may go
 
 and after each call writes `session.to_broker` and `session.to_client` (then clears them), and stops
-reading from the client until `session.muted_until` (a time on the caller's clock).
+reading from the client until `session.muted_until` (a time on the caller's clock). Once
+`session.refusal` is set (the client sent what the broker closes a connection for: a request it
+cannot parse, a frame over max_frame_size or, before SASL authentication, over
+sasl_server_max_receive_size, or bytes over the partial_frames_max_bytes shared by all clients), the
+caller stops reading and closes the pair when `awaiting_answers` turns false: the requests the
+client pipelined before the offender are answered first, as the broker answers them.
 
 A produce request, start to end:
 - admitted in `_requests` -> `_admit_produce`: per-topic thresholds drop topics over theirs, and the
