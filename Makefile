@@ -95,6 +95,11 @@ bench-shared: venv kafka-jars redis-tools
 bench-tls: venv kafka-jars
 	$(PY) bench/tls.py
 
+# What a client can make the proxy hold before it authenticates: RSS with two slow 90 MB frames (~15 s).
+.PHONY: bench-preauth-memory
+bench-preauth-memory: venv
+	$(PY) bench/preauth_memory.py
+
 # The proxy's Python cost per exchange, in-process, without sockets (~15 s; also the end of make bench).
 .PHONY: bench-hot-path
 bench-hot-path: venv

@@ -26,6 +26,9 @@ from quotagate.security.principal_mapping import PrincipalMapper
 DEFAULT_PORT = 9192
 DEFAULT_METRICS_PORT = 9190
 DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+DEFAULT_SASL_SERVER_MAX_RECEIVE_SIZE = 512 * 1024  # Kafka's sasl.server.max.receive.size
+DEFAULT_PARTIAL_FRAMES_MAX_BYTES = 256 * 1024 * 1024
+CLIENT_SASL_MODES = ("auto", "required", "none")
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
 MAX_INT32 = 2**31 - 1  # Kafka's "no limit" for its connection limits
 
@@ -65,6 +68,32 @@ class ProxyConfig:
     max_frame_size: int = field(
         default=DEFAULT_MAX_FRAME_SIZE,
         metadata={"doc": "Largest request frame accepted from a client, in bytes (Kafka's socket.request.max.bytes)."},
+    )
+    sasl_server_max_receive_size: int = field(
+        default=DEFAULT_SASL_SERVER_MAX_RECEIVE_SIZE,
+        metadata={
+            "doc": "Kafka's sasl.server.max.receive.size: on brokers that require SASL (client_sasl), the largest "
+            "frame a client may send before its SASL authentication completes (and during a re-authentication); "
+            "a larger size closes the connection as soon as its 4-byte prefix is read, as the broker does."
+        },
+    )
+    client_sasl: str = field(
+        default="auto",
+        metadata={
+            "doc": "Whether the brokers' listener behind the proxy requires SASL (SASL_PLAINTEXT, SASL_SSL): "
+            '"required", "none" (PLAINTEXT, SSL), or "auto": learned from the brokers (a SASL listener closes '
+            "the proxy's own Metadata request unanswered), and taken as required until then. Where required, "
+            "sasl_server_max_receive_size applies until the first request that is not ApiVersions or SASL."
+        },
+    )
+    partial_frames_max_bytes: int = field(
+        default=DEFAULT_PARTIAL_FRAMES_MAX_BYTES,
+        metadata={
+            "doc": "Bytes all client connections together may hold for requests that have not fully arrived. "
+            "A connection whose next bytes would go over is closed (after the answers to its whole requests "
+            "before), never paused: a pause could leave it waiting on memory that other slow senders hold. "
+            "Plays the part of Kafka's queued.max.request.bytes."
+        },
     )
     connect_timeout_seconds: float = field(
         default=10.0, metadata={"doc": "Time allowed to open a connection to a broker."}
@@ -492,9 +521,7 @@ def _parse_cluster(table: dict[str, Any]) -> ClusterConfig:
 
 def _parse_admin(table: dict[str, Any]) -> AdminConfig:
     _reject_unknown("admin.", table, {f.name for f in fields(AdminConfig)})
-    quota_api = _string(table, "admin.quota_api", "proxy")
-    if quota_api not in ("proxy", "forward"):
-        raise ConfigError("admin.quota_api", f'must be "proxy" or "forward", got {quota_api!r}')
+    quota_api = _choice(table, "admin.quota_api", "proxy", ("proxy", "forward"))
     principals = table.get("alter_principals", [])
     if not isinstance(principals, list) or not all(isinstance(p, str) and p for p in principals):
         raise ConfigError("admin.alter_principals", 'must be a list of user names, e.g. ["admin"]')
@@ -525,11 +552,7 @@ def _parse_listener_tls(table: Any) -> ListenerTlsConfig | None:
     tls = _tls_table(table, "proxy.tls", ListenerTlsConfig)
     if tls is None:
         return None
-    client_auth = _string(tls, "proxy.tls.client_auth", "none")
-    if client_auth not in CLIENT_AUTH_MODES:
-        raise ConfigError(
-            "proxy.tls.client_auth", f"must be one of {', '.join(CLIENT_AUTH_MODES)}, got {client_auth!r}"
-        )
+    client_auth = _choice(tls, "proxy.tls.client_auth", "none", CLIENT_AUTH_MODES)
     ca = _pem_file(tls, "proxy.tls.ca", required=client_auth != "none")
     rules = _string(tls, "proxy.tls.principal_mapping_rules", "DEFAULT")
     try:
@@ -564,12 +587,8 @@ def _parse_usage(table: dict[str, Any]) -> UsageConfig:
     enabled = table.get("enabled", False)
     if not isinstance(enabled, bool):
         raise ConfigError("usage.enabled", f"must be true or false, got {enabled!r}")
-    sink = _string(table, "usage.sink", "parquet")
-    if sink not in ("parquet", "jsonl", "kafka"):
-        raise ConfigError("usage.sink", f'must be "parquet", "jsonl" or "kafka", got {sink!r}')
-    records = _string(table, "usage.records", "aggregate")
-    if records not in ("aggregate", "request"):
-        raise ConfigError("usage.records", f'must be "aggregate" or "request", got {records!r}')
+    sink = _choice(table, "usage.sink", "parquet", ("parquet", "jsonl", "kafka"))
+    records = _choice(table, "usage.records", "aggregate", ("aggregate", "request"))
     interval = _positive(table, "usage.interval_seconds", 1.0)
     if interval * 1000 != int(interval * 1000) or interval < 0.001:
         raise ConfigError("usage.interval_seconds", f"must be a whole number of milliseconds, got {interval!r}")
@@ -721,6 +740,13 @@ def _parse_proxy(table: dict[str, Any]) -> ProxyConfig:
         port=port,
         broker_port_base=broker_port_base,
         max_frame_size=_integer(table, "proxy.max_frame_size", DEFAULT_MAX_FRAME_SIZE, 1024, 2**31 - 1),
+        sasl_server_max_receive_size=_integer(
+            table, "proxy.sasl_server_max_receive_size", DEFAULT_SASL_SERVER_MAX_RECEIVE_SIZE, 1, 2**31 - 1
+        ),
+        client_sasl=_choice(table, "proxy.client_sasl", "auto", CLIENT_SASL_MODES),
+        partial_frames_max_bytes=_integer(
+            table, "proxy.partial_frames_max_bytes", DEFAULT_PARTIAL_FRAMES_MAX_BYTES, 1, 2**63 - 1
+        ),
         connect_timeout_seconds=_positive(table, "proxy.connect_timeout_seconds", 10.0),
         metadata_refresh_seconds=_positive(table, "proxy.metadata_refresh_seconds", 30.0),
         connections_max_idle_ms=_integer(table, "proxy.connections_max_idle_ms", 600_000, 1, 2**63 - 1),
@@ -777,6 +803,13 @@ def _string(table: dict[str, Any], key: str, default: str) -> str:
     value = table.get(key.rpartition(".")[2], default)
     if not isinstance(value, str):
         raise ConfigError(key, f"must be a string, got {value!r}")
+    return value
+
+
+def _choice(table: dict[str, Any], key: str, default: str, choices: tuple[str, ...]) -> str:
+    value = _string(table, key, default)
+    if value not in choices:
+        raise ConfigError(key, f"must be one of {', '.join(choices)}, got {value!r}")
     return value
 
 

@@ -25,6 +25,16 @@ class FrameError(ValueError):
     """The peer sent bytes that cannot be a Kafka frame; its connection should be closed."""
 
 
+class FrameSizeError(FrameError):
+    """A frame announced a size outside the limit. `frames`: the whole frames the same feed completed
+    before it, in order (the broker answers those before it reads the offending size)."""
+
+    def __init__(self, size: int, max_frame_size: int) -> None:
+        super().__init__(f"frame size {size} is outside 0..{max_frame_size}")
+        self.size = size
+        self.frames: list[memoryview] = []
+
+
 # What kafka-python and struct raise on bytes that are not the message they should be: truncation
 # (struct.error, IndexError), a null array or string where the schema has none (TypeError,
 # AttributeError on None), bad UTF-8, out-of-range numbers.
@@ -68,8 +78,27 @@ class FrameSplitter:
         """Bytes held for a frame that has not fully arrived."""
         return len(self._partial)
 
+    @property
+    def partial_size(self) -> int:
+        """The size the partial frame announces (prefix excluded); 0 while it is not known."""
+        return self._needed - FRAME_SIZE_BYTES if self._needed else 0
+
+    def clear(self) -> None:
+        """Drops the partial frame (its connection is being closed)."""
+        self._partial = bytearray()
+        self._needed = 0
+
     def feed(self, data: bytes) -> list[memoryview]:
-        """Returns the frames completed by `data`, in order. Raises FrameError on a bad size."""
+        """Returns the frames completed by `data`, in order. Raises FrameSizeError on a bad size,
+        carrying the frames completed before it."""
+        frames: list[memoryview] = []
+        try:
+            return self._feed(data, frames)
+        except FrameSizeError as exc:
+            exc.frames = frames
+            raise
+
+    def _feed(self, data: bytes, frames: list[memoryview]) -> list[memoryview]:
         if self._partial:
             self._partial += data
             if self._needed == 0 and len(self._partial) >= FRAME_SIZE_BYTES:
@@ -80,7 +109,6 @@ class FrameSplitter:
             self._partial = bytearray()
             self._needed = 0
         view = memoryview(data)
-        frames: list[memoryview] = []
         pos = 0
         end = len(view)
         while end - pos >= FRAME_SIZE_BYTES:
@@ -98,7 +126,7 @@ class FrameSplitter:
     def _frame_length(self, buf: bytes | bytearray | memoryview, pos: int) -> int:
         (size,) = unpack_from(">i", buf, pos)
         if size < 0 or size > self._max_frame_size:
-            raise FrameError(f"frame size {size} is outside 0..{self._max_frame_size}")
+            raise FrameSizeError(size, self._max_frame_size)
         return FRAME_SIZE_BYTES + size
 
 

@@ -8,7 +8,9 @@ the shared delay queue says the mute is over.
 
 Flow control: when one side's write buffer fills, reading from the other side pauses, so a slow
 reader never makes the proxy buffer without bound. When either side closes, the other is closed
-(after flushing what was already queued for it). Bad bytes from either peer close this pair only.
+(after flushing what was already queued for it). Bad bytes from either peer close this pair only:
+from the broker at once; from the client (the session's `refusal`) once the answers to the
+requests before the offender are written, as the broker answers them before it closes.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, cast
 
 from quotagate.protocol.framing import FrameError
 from quotagate.proxy.flow_control import ReadGate
-from quotagate.proxy.session import Session
+from quotagate.proxy.session import PROTOCOL_ERROR, REFUSAL_ANSWERS_TIMEOUT_SECONDS, Session
 from quotagate.security.principal_mapping import NoMatchingRule
 from quotagate.security.tls import certificate_principal
 
@@ -48,6 +50,8 @@ class ClientConnection(asyncio.Protocol):
         self.muted_until = 0.0  # kept by the delay queue (its `Mutable`)
         self.peer = "?"
         self.closed = False
+        # The session refused the client: closing once what went before is answered, or at this timer.
+        self.refusal_timer: asyncio.TimerHandle | None = None
         self.last_activity = self.clock()  # last byte either way (connections_max_idle_ms)
 
     # asyncio callbacks -----------------------------------------------------------------------
@@ -75,11 +79,7 @@ class ClientConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         now = self.last_activity = self.clock()
-        try:
-            self.session.client_data(data, now)
-        except FrameError as exc:
-            self.protocol_error("client", exc)
-            return
+        self.session.client_data(data, now)  # what the broker would close for comes back as session.refusal
         self.flush()
 
     def pause_writing(self) -> None:
@@ -92,6 +92,9 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.session.close()
+        if self.refusal_timer is not None:
+            self.refusal_timer.cancel()
         self.proxy.connection_closed(self)
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.close()
@@ -105,14 +108,38 @@ class ClientConnection(asyncio.Protocol):
             _write(self.upstream.transport, to_broker)
         if to_client and self.transport is not None:
             _write(self.transport, to_client)
-        if session.muted_until > self.muted_until:  # muted now, or for longer
+        if session.refusal is not None:
+            self._close_when_answered()
+        elif session.muted_until > self.muted_until:  # muted now, or for longer
             self.proxy.delay_queue.mute(self, session.muted_until)
             self.reading.pause("quota")  # type: ignore[union-attr]  # set before any read
-        elif session.held:
+        elif session.holding:
             self.reading.pause("quota")  # type: ignore[union-attr]
         elif self.reading is not None and not self.muted:
             # What was held for a SaslAuthenticate answer went with the broker's bytes: read again.
             self.reading.resume("quota")
+
+    def _close_when_answered(self) -> None:
+        """The session refused the client: reads stop, and the pair closes once the answers to the
+        requests before the offender are written (the broker answers them before it closes), or
+        after REFUSAL_ANSWERS_TIMEOUT_SECONDS without them."""
+        session = self.session
+        if self.refusal_timer is None:
+            metrics = self.proxy.metrics
+            if session.refusal_reason == PROTOCOL_ERROR:
+                metrics.protocol_errors_total.labels("client").inc()
+            log.warning("%s: closing client %s: %s", self.listener, self.peer, session.refusal)
+            if self.reading is not None:
+                self.reading.pause("refused")
+            self.refusal_timer = self.proxy.loop.call_later(REFUSAL_ANSWERS_TIMEOUT_SECONDS, self._abort_pair)
+        if not session.awaiting_answers:
+            self.close()
+            if self.upstream is not None and self.upstream.transport is not None:
+                self.upstream.transport.close()
+
+    def _abort_pair(self) -> None:
+        if not self.closed:
+            self._abort()
 
     @property
     def muted(self) -> bool:
@@ -130,11 +157,7 @@ class ClientConnection(asyncio.Protocol):
     def _resume(self, release: Callable[[float], None]) -> None:
         """Lets the session forward what it held, then reads again unless it is still holding."""
         assert self.reading is not None
-        try:
-            release(self.clock())
-        except FrameError as exc:
-            self.protocol_error("client", exc)
-            return
+        release(self.clock())
         self.flush()
         if not self.session.holding and not self.muted:
             self.reading.resume("quota")
@@ -175,6 +198,9 @@ class ClientConnection(asyncio.Protocol):
         """Bad bytes from one peer close this pair only; every other connection goes on."""
         self.proxy.metrics.protocol_errors_total.labels(side).inc()
         log.warning("%s: closing client %s: bad bytes from the %s: %s", self.listener, self.peer, side, exc)
+        self._abort()
+
+    def _abort(self) -> None:
         if self.transport is not None:
             self.transport.abort()
         if self.upstream is not None and self.upstream.transport is not None:

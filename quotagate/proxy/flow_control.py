@@ -1,4 +1,5 @@
-"""Pausing a transport's reading for several independent reasons at once.
+"""Pausing a transport's reading for several independent reasons at once, and a byte budget shared
+by many connections.
 
 Reading is paused while any reason holds (the upstream is still connecting, the other side's write
 buffer is full, later: the client is muted for a quota) and resumes when the last one is released.
@@ -32,3 +33,24 @@ class ReadGate:
         self._reasons.discard(reason)
         if not self._reasons and not self._transport.is_closing():
             self._transport.resume_reading()
+
+
+class ByteBudget:
+    """Bytes that every connection draws on together, up to `limit` (proxy.partial_frames_max_bytes:
+    what all clients' partial frames may hold). A holder that cannot take more is refused, never
+    made to wait: waiting on bytes other connections hold could stall them all."""
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def take(self, size: int) -> bool:
+        if self.used + size > self.limit:
+            return False
+        self.used += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.used -= size

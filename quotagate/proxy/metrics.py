@@ -20,6 +20,11 @@ from quotagate.protocol.apis import api_key_label
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+# Why a client's frame closed its connection (quotagate_frames_refused_total's reasons: the settings).
+SASL_RECEIVE_LIMIT = "sasl_server_max_receive_size"
+PARTIAL_FRAMES_LIMIT = "partial_frames_max_bytes"
+
+
 class ProxyMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -72,6 +77,18 @@ class ProxyMetrics:
         self.config_reloads_total = Counter(
             "quotagate_config_reloads", "Configuration reloads, by result", ["result"], registry=self.registry
         )
+        self.frames_refused_total = Counter(
+            "quotagate_frames_refused",
+            "Client connections closed for a frame over a memory limit: sasl_server_max_receive_size (before "
+            "SASL authentication completes) or partial_frames_max_bytes (all connections' partial frames)",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.partial_frame_bytes = Gauge(
+            "quotagate_partial_frame_bytes",
+            "Bytes held for client requests that have not fully arrived, all connections (partial_frames_max_bytes)",
+            registry=self.registry,
+        )
         self.delay_queue_size = Gauge(
             "quotagate_delay_queue_size", "Connections waiting in the delay queue to be unmuted", registry=self.registry
         )
@@ -110,6 +127,8 @@ class ProxyMetrics:
         for side in ("client", "broker"):
             self.protocol_errors_total.labels(side)
         self.connections_refused_total.labels("max_connections_per_ip")
+        for reason in (SASL_RECEIVE_LIMIT, PARTIAL_FRAMES_LIMIT):
+            self.frames_refused_total.labels(reason)
         # The hot path's counters (see the module docstring); exported by collect().
         self.bytes_in = 0  # client to broker
         self.bytes_out = 0  # broker to client

@@ -36,6 +36,7 @@ from quotagate.proxy.connection import ClientConnection
 from quotagate.proxy.connection_limits import REFUSED, ConnectionLimits, LimitSettings
 from quotagate.proxy.delay_queue import DelayQueue
 from quotagate.proxy.entity_metrics import EntityMetrics
+from quotagate.proxy.flow_control import ByteBudget
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.proxy.session import SessionServices
@@ -136,6 +137,12 @@ class Proxy:
             self.loop.time(),
         )
         self._client_addresses: dict[ClientConnection, str] = {}  # admitted clients -> their address
+        # What all clients' partial frames may hold together, and whether the brokers' listener wants
+        # SASL first (sasl_server_max_receive_size applies then); "auto" learns it from the brokers.
+        self.partial_frames = ByteBudget(config.proxy.partial_frames_max_bytes)
+        self.metrics.partial_frame_bytes.set_function(lambda: self.partial_frames.used)
+        # None: not known yet (client_sasl = "auto"), taken as required meanwhile.
+        self.brokers_require_sasl: bool | None = {"required": True, "none": False}.get(config.proxy.client_sasl)
 
     # addresses -------------------------------------------------------------------------------
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
@@ -291,6 +298,8 @@ class Proxy:
             self.config.proxy.max_frame_size,
             self.quota_admin if self.config.admin.quota_api == "proxy" else None,
             self.config.proxy.oauthbearer_principal_claim,
+            self.config.proxy.sasl_server_max_receive_size if self.brokers_require_sasl is not False else None,
+            self.partial_frames,
         )
 
     async def stop(self) -> None:
@@ -431,11 +440,13 @@ class Proxy:
                 # The broker took the connection but would not answer: a SASL listener wants
                 # authentication first. It is up; brokers are then learned from clients' metadata.
                 log.debug("metadata refresh from %s:%d unanswered: %s", host, port, exc)
+                self._learn_client_sasl(True)
                 self._set_upstream_reachable(True)
                 return False
             except (OSError, TimeoutError, FrameError) as exc:
                 log.debug("metadata refresh from %s:%d failed: %s", host, port, exc)
                 continue
+            self._learn_client_sasl(False)
             for node_id, broker_host, broker_port in brokers:
                 self.advertise(node_id, broker_host, broker_port)
             self.topics.observe(topics)
@@ -443,6 +454,13 @@ class Proxy:
             return True
         self._set_upstream_reachable(False)
         return False
+
+    def _learn_client_sasl(self, required: bool) -> None:
+        """With client_sasl = "auto": what the brokers' answer to the proxy's Metadata request says
+        (a SASL listener closes it unanswered), for the connections accepted from now on."""
+        if self.config.proxy.client_sasl == "auto" and required != self.brokers_require_sasl:
+            log.info("the brokers' listener %s SASL", "requires" if required else "does not require")
+            self.brokers_require_sasl = required
 
     def _set_upstream_reachable(self, reachable: bool) -> None:
         self.upstream_reachable = reachable

@@ -8,7 +8,12 @@ It never touches a socket, a loop or a clock (h11's Connection is the model). Th
     session.unmute(now)                the mute is over: held requests may go
 
 and after each call writes `session.to_broker` and `session.to_client` (then clears them), and stops
-reading from the client until `session.muted_until` (a time on the caller's clock).
+reading from the client until `session.muted_until` (a time on the caller's clock). Once
+`session.refusal` is set (the client sent what the broker closes a connection for: a request it
+cannot parse, a frame over max_frame_size or, before SASL authentication, over
+sasl_server_max_receive_size, or bytes over the partial_frames_max_bytes shared by all clients), the
+caller stops reading and closes the pair when `awaiting_answers` turns false: the requests the
+client pipelined before the offender are answered first, as the broker answers them.
 
 A produce request, start to end:
 - admitted in `_requests` -> `_admit_produce`: per-topic thresholds drop topics over theirs, and the
@@ -39,7 +44,14 @@ from typing import NamedTuple
 
 from quotagate.protocol.apis import ApiKey, api_name, exceeds_advertised_cap
 from quotagate.protocol.fetch import fetch_max_wait_ms
-from quotagate.protocol.framing import FrameError, FrameSplitter, Piece, StreamingFrameSplitter, frame_body_size
+from quotagate.protocol.framing import (
+    FrameError,
+    FrameSizeError,
+    FrameSplitter,
+    Piece,
+    StreamingFrameSplitter,
+    frame_body_size,
+)
 from quotagate.protocol.headers import peek_correlation_id, peek_request_header, response_body_offset
 from quotagate.protocol.mutations import (
     MUTATION_APIS,
@@ -67,7 +79,8 @@ from quotagate.protocol.sasl import (
 from quotagate.protocol.share import share_fetch_max_wait_ms
 from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time, throttle_time_offset
 from quotagate.proxy.entity_metrics import EntityMetrics
-from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.proxy.flow_control import ByteBudget
+from quotagate.proxy.metrics import PARTIAL_FRAMES_LIMIT, SASL_RECEIVE_LIMIT, ProxyMetrics
 from quotagate.proxy.quota_admin import CLIENT_QUOTA_APIS, QuotaAdmin
 from quotagate.proxy.topics import TopicCatalog
 from quotagate.proxy.usage import UsageRecord, UsageRecorder
@@ -86,6 +99,12 @@ RESPONSE_HEAD_BYTES = 64
 # treat it as retriable (the Java producer retries it after retry.backoff.ms), and it says a quota
 # was hit rather than that the request was wrong.
 TOPIC_THRESHOLD_ERROR = 89
+# A refused client is closed once the answers to its requests before the offender are written, or
+# after this long without them: the Java client's default request.timeout.ms, after which it has
+# given up on them anyway.
+REFUSAL_ANSWERS_TIMEOUT_SECONDS = 30.0
+# The reason of a refusal for a request the broker cannot parse (counted as a protocol error).
+PROTOCOL_ERROR = "protocol_error"
 WHOLE, HEAD, LAST = Piece.WHOLE, Piece.HEAD, Piece.LAST
 # The API keys the hot path compares with, as plain ints: an IntEnum member look-up costs ~0.1 µs.
 _PRODUCE, _FETCH, _API_VERSIONS = int(ApiKey.PRODUCE), int(ApiKey.FETCH), int(ApiKey.API_VERSIONS)
@@ -114,6 +133,11 @@ class SessionServices:
     quota_admin: QuotaAdmin | None = None
     # The OAUTHBEARER token claim that names the user (the broker's sasl.oauthbearer.sub.claim.name).
     principal_claim: str = DEFAULT_PRINCIPAL_CLAIM
+    # The largest frame before SASL authentication completes (sasl.server.max.receive.size) on
+    # brokers that require SASL; None: the listener does not, and max_frame_size alone applies.
+    sasl_max_receive_size: int | None = None
+    # What every client's partial frames may hold together (proxy.partial_frames_max_bytes).
+    partial_frames: ByteBudget | None = None
 
 
 @dataclass(slots=True)
@@ -173,18 +197,46 @@ class Session:
         # Frames read but not forwarded yet: while the broker connects, and while muted.
         self.held: deque[memoryview] = deque()
         self.client_frames = FrameSplitter(services.max_frame_size)
+        # The limit on frames before SASL authentication completes, None once it has (or if the
+        # listener needs none): the broker's SaslServerAuthenticator reads them with this limit.
+        self.receive_limit = services.sasl_max_receive_size
+        self.partial_counted = 0  # bytes of the partial frame counted in services.partial_frames
+        # A refusal waiting for the frames held before the offender: (reason, message).
+        self.pending_refusal: tuple[str, str] | None = None
+        # Set when the client sent what the broker would close the connection for. Nothing more is
+        # read or forwarded; the connection closes once the answers to what went before are written.
+        self.refusal: str | None = None
+        self.refusal_reason = ""
         self.broker_frames = StreamingFrameSplitter(MAX_RESPONSE_FRAME, STREAM_RESPONSES_FROM, RESPONSE_HEAD_BYTES)
 
     # the interface -------------------------------------------------------------------------------
     def client_data(self, data: bytes, now: float) -> None:
-        """Bytes from the client. Raises FrameError if they are not Kafka requests."""
+        """Bytes from the client. What the broker would close the connection for (bytes that are not
+        Kafka requests, a request it cannot parse, a frame over a limit) sets `refusal`; the requests
+        before it are forwarded and answered first, as the broker answers them before it reads on."""
         self.services.metrics.bytes_in += len(data)
-        frames = self.client_frames.feed(data)
+        if self.refusal is not None or self.pending_refusal is not None:
+            return  # the broker would never read past the offender
+        splitter = self.client_frames
+        try:
+            frames = splitter.feed(data)
+        except FrameSizeError as exc:
+            frames = exc.frames
+            splitter.clear()
+            self.pending_refusal = (PROTOCOL_ERROR, str(exc))
+        if self.partial_counted or splitter.buffered:
+            self._count_partial()
         if self.held or not self.connected or self.muted_until > now or self.awaiting_authentication:
             # A read may land after a mute (or before the broker is connected): hold it, in order.
             self.held.extend(frames)
-            return
-        self._requests(frames, now)
+        else:
+            self._requests(frames, now)
+        if self.receive_limit is not None or self.pending_refusal is not None:
+            self._check_partial()
+
+    def close(self) -> None:
+        """The connection is gone: gives back what its partial frame held of the shared budget."""
+        self._drop_partial()
 
     def broker_data(self, data: bytes, now: float) -> None:
         """Bytes from the broker. Raises FrameError if they are not responses to what is in flight."""
@@ -209,7 +261,9 @@ class Session:
                 if kind is LAST:  # what the proxy answered itself goes after it, in turn
                     self._local_responses(now)
         self.services.metrics.bytes_out += sum(map(len, out[start:] if start else out))
-        if self.held and not self.awaiting_authentication:
+        if not self.awaiting_authentication and (
+            self.held or self.receive_limit is not None or self.pending_refusal is not None
+        ):
             self._release_held(now)  # what waited for a SaslAuthenticate answer
 
     def broker_connected(self, now: float) -> None:
@@ -227,8 +281,67 @@ class Session:
 
     @property
     def holding(self) -> bool:
-        """Frames are held: reading from the client should stay stopped."""
-        return bool(self.held)
+        """Frames are held (or a frame is arriving while a SaslAuthenticate is answered, as the
+        broker reads nothing meanwhile): reading from the client should stay stopped."""
+        return bool(self.held) or (self.awaiting_authentication and self.client_frames.buffered > 0)
+
+    # limits on what a client makes the proxy hold -------------------------------------------------
+    def _count_partial(self) -> None:
+        """Counts the partial frame's growth in the budget shared by every client; over it, the
+        frame is dropped and the client will be refused."""
+        budget = self.services.partial_frames
+        if budget is None:
+            return
+        buffered = self.client_frames.buffered
+        grown = buffered - self.partial_counted
+        if grown > 0 and not budget.take(grown):
+            self._drop_partial()
+            if self.pending_refusal is None:
+                self.pending_refusal = (
+                    PARTIAL_FRAMES_LIMIT,
+                    f"a frame would take the partial frames of all clients over {budget.limit} bytes "
+                    "(proxy.partial_frames_max_bytes)",
+                )
+            return
+        if grown < 0:
+            budget.give(-grown)
+        self.partial_counted = buffered
+
+    def _drop_partial(self) -> None:
+        if self.partial_counted and self.services.partial_frames is not None:
+            self.services.partial_frames.give(self.partial_counted)
+        self.partial_counted = 0
+        self.client_frames.clear()
+
+    def _check_partial(self) -> None:
+        """Refuses what follows the whole frames once none of them waits any more: a refusal held
+        back behind them, or a partial frame over the limit before authentication."""
+        if self.refusal is not None or self.held or self.awaiting_authentication:
+            return  # checked again when they have gone (the partial grows by one read at most meanwhile)
+        if self.pending_refusal is None:
+            size = self.client_frames.partial_size
+            if self.receive_limit is not None and size > self.receive_limit:
+                self.pending_refusal = (SASL_RECEIVE_LIMIT, self._receive_limit_message(size))
+            else:
+                return
+        self._refuse(*self.pending_refusal)
+
+    def _receive_limit_message(self, size: int) -> str:
+        return (
+            f"frame size {size} before SASL authentication completed is over "
+            f"sasl_server_max_receive_size ({self.receive_limit})"
+        )
+
+    def _refuse(self, reason: str, message: str) -> None:
+        """What the client sent next the broker would close the connection for: nothing more is
+        read or forwarded, and the connection closes once what went before is answered."""
+        self.refusal = message
+        self.refusal_reason = reason
+        self.pending_refusal = None
+        self.held.clear()
+        self._drop_partial()
+        if reason != PROTOCOL_ERROR:
+            self.services.metrics.frames_refused_total.labels(reason).inc()
 
     # requests ------------------------------------------------------------------------------------
     def _release_held(self, now: float) -> None:
@@ -236,6 +349,7 @@ class Session:
             frames = list(self.held)
             self.held.clear()
             self._requests(frames, now)
+        self._check_partial()
 
     def _requests(self, frames: list[memoryview], now: float) -> None:
         """Peeks at each request and forwards it; stops (holding the rest) after one that mutes."""
@@ -245,97 +359,109 @@ class Session:
         out = self.to_broker
         stop_after: int | None = None  # index of the request after which reading stops (muted)
         for index, frame in enumerate(frames):
-            header = peek_request_header(frame)
-            api_key, version, body = header.api_key, header.api_version, header.body_offset
-            if exceeds_advertised_cap(api_key, version):  # the broker closes on a version it lacks
-                raise FrameError(f"{api_name(api_key)} v{version} is above what ApiVersions offered")
-            client_id = header.client_id or ""
-            metrics.count_request(api_key)
-            max_wait = 0
-            forwarded: memoryview | bytes | None = frame
-            refused: dict[str, tuple[int, ...]] | None = None
-            order: tuple[str, ...] = ()
-            refusal_wait = 0
-            mutation: MutationInFlight | None = None
-            local: bytes | None = None  # a response the proxy makes itself, sent in this request's turn
-            if api_key == _PRODUCE:
-                forwarded, refused, order, refusal_wait, throttle = self._admit_produce(
-                    frame, body, version, client_id, now
-                )
-                if throttle > 0:
-                    # In debt: this request goes on (Kafka appends, then throttles), but reading
-                    # stops here; what was read after it waits for the mute to end.
-                    self._mute(throttle, now)
-                    stop_after = index
-                if produce_request_acks(frame, body, version) == 0:  # no response will come
-                    services.entity_metrics.record_response(
-                        self.user, client_id, api_key, len(frame) - 4, 0, None, throttle, now
-                    )
-                    if forwarded is not None:
-                        out.append(forwarded)
-                    if stop_after is not None:
-                        break
-                    continue
-            elif api_key in CLIENT_QUOTA_APIS and services.quota_admin is not None:
-                forwarded = None  # the proxy's quotas, not the brokers', are described and altered
-                local = services.quota_admin.answer(frame, header, self.user, now)
-            elif api_key in MUTATION_APIS and engine.enforces(QuotaKey.CONTROLLER_MUTATION_RATE):
-                forwarded, mutation = self._admit_mutation(frame, body, api_key, version, client_id, now)
-            elif api_key == _FETCH:
-                max_wait = fetch_max_wait_ms(frame, body, version)
-            elif api_key == _SHARE_FETCH:
-                max_wait = share_fetch_max_wait_ms(frame, body, version)
-            elif api_key == _SASL_HANDSHAKE:
-                if version == 0:
-                    raise FrameError("SaslHandshake v0 (raw SASL tokens) is unsupported; clients since 1.0 use v1")
-                self.sasl_mechanism = handshake_mechanism(frame, body, version)
-                self.claimed_user = None  # a new exchange (KIP-368 re-authentication too)
-            elif api_key == _SASL_AUTHENTICATE:
-                claimed = authenticate_user(self.sasl_mechanism, frame, body, version, services.principal_claim)
-                if claimed is not None:
-                    self.claimed_user = claimed
-                self.awaiting_authentication = True
-                stop_after = index  # what follows waits for the broker's answer
-            if self.authenticating and api_key not in _AUTH_APIS and api_key != _API_VERSIONS:
-                self.authenticating = False
-            if local is None and forwarded is None and mutation is not None:  # nothing admitted: answered by the proxy
-                local = refusal_response(
-                    mutation.request,
-                    header.correlation_id,
-                    mutation.refused,
-                    engine.throttle_ms(self.user, client_id, QuotaKey.CONTROLLER_MUTATION_RATE, now),
-                )
-            elif local is None and forwarded is None:  # every topic refused: the proxy answers, in turn
-                assert refused is not None
-                local = produce_refusal_response(
-                    header.correlation_id,
-                    version,
-                    refused,
-                    TOPIC_THRESHOLD_ERROR,
-                    self._refusal_message(refused, now),
-                )
-            self.in_flight.append(
-                InFlight(
-                    header.correlation_id,
-                    api_key,
-                    version,
-                    client_id,
-                    len(frame) - 4,
-                    now,
-                    max_wait,
-                    api_key in _REQUEST_TIME_EXEMPT or (api_key == _API_VERSIONS and self.authenticating),
-                    local,
-                    refused if forwarded is not None else None,
-                    order,
-                    refusal_wait,
-                    mutation,
-                )
-            )
-            if forwarded is not None:
-                out.append(forwarded)
-            if stop_after is not None:
+            if self.receive_limit is not None and len(frame) - 4 > self.receive_limit:
+                self._refuse(SASL_RECEIVE_LIMIT, self._receive_limit_message(len(frame) - 4))
                 break
-        if stop_after is not None:
+            try:
+                header = peek_request_header(frame)
+                api_key, version, body = header.api_key, header.api_version, header.body_offset
+                if exceeds_advertised_cap(api_key, version):  # the broker closes on a version it lacks
+                    raise FrameError(f"{api_name(api_key)} v{version} is above what ApiVersions offered")
+                client_id = header.client_id or ""
+                metrics.count_request(api_key)
+                max_wait = 0
+                forwarded: memoryview | bytes | None = frame
+                refused: dict[str, tuple[int, ...]] | None = None
+                order: tuple[str, ...] = ()
+                refusal_wait = 0
+                mutation: MutationInFlight | None = None
+                local: bytes | None = None  # a response the proxy makes itself, sent in this request's turn
+                if api_key == _PRODUCE:
+                    forwarded, refused, order, refusal_wait, throttle = self._admit_produce(
+                        frame, body, version, client_id, now
+                    )
+                    if throttle > 0:
+                        # In debt: this request goes on (Kafka appends, then throttles), but reading
+                        # stops here; what was read after it waits for the mute to end.
+                        self._mute(throttle, now)
+                        stop_after = index
+                    if produce_request_acks(frame, body, version) == 0:  # no response will come
+                        services.entity_metrics.record_response(
+                            self.user, client_id, api_key, len(frame) - 4, 0, None, throttle, now
+                        )
+                        if forwarded is not None:
+                            out.append(forwarded)
+                        if stop_after is not None:
+                            break
+                        continue
+                elif api_key in CLIENT_QUOTA_APIS and services.quota_admin is not None:
+                    forwarded = None  # the proxy's quotas, not the brokers', are described and altered
+                    local = services.quota_admin.answer(frame, header, self.user, now)
+                elif api_key in MUTATION_APIS and engine.enforces(QuotaKey.CONTROLLER_MUTATION_RATE):
+                    forwarded, mutation = self._admit_mutation(frame, body, api_key, version, client_id, now)
+                elif api_key == _FETCH:
+                    max_wait = fetch_max_wait_ms(frame, body, version)
+                elif api_key == _SHARE_FETCH:
+                    max_wait = share_fetch_max_wait_ms(frame, body, version)
+                elif api_key == _SASL_HANDSHAKE:
+                    if version == 0:
+                        raise FrameError("SaslHandshake v0 (raw SASL tokens) is unsupported; clients since 1.0 use v1")
+                    self.sasl_mechanism = handshake_mechanism(frame, body, version)
+                    self.claimed_user = None  # a new exchange (KIP-368 re-authentication too)
+                    # A re-authentication's frames are read by the broker's authenticator again.
+                    self.receive_limit = services.sasl_max_receive_size
+                elif api_key == _SASL_AUTHENTICATE:
+                    claimed = authenticate_user(self.sasl_mechanism, frame, body, version, services.principal_claim)
+                    if claimed is not None:
+                        self.claimed_user = claimed
+                    self.awaiting_authentication = True
+                    stop_after = index  # what follows waits for the broker's answer
+                if self.authenticating and api_key not in _AUTH_APIS and api_key != _API_VERSIONS:
+                    # Past authentication (a SASL listener closes a connection that asks anything
+                    # else first): the broker reads with socket.request.max.bytes from here on.
+                    self.authenticating = False
+                    self.receive_limit = None
+                if local is None and forwarded is None and mutation is not None:  # nothing admitted: the proxy answers
+                    local = refusal_response(
+                        mutation.request,
+                        header.correlation_id,
+                        mutation.refused,
+                        engine.throttle_ms(self.user, client_id, QuotaKey.CONTROLLER_MUTATION_RATE, now),
+                    )
+                elif local is None and forwarded is None:  # every topic refused: the proxy answers, in turn
+                    assert refused is not None
+                    local = produce_refusal_response(
+                        header.correlation_id,
+                        version,
+                        refused,
+                        TOPIC_THRESHOLD_ERROR,
+                        self._refusal_message(refused, now),
+                    )
+                self.in_flight.append(
+                    InFlight(
+                        header.correlation_id,
+                        api_key,
+                        version,
+                        client_id,
+                        len(frame) - 4,
+                        now,
+                        max_wait,
+                        api_key in _REQUEST_TIME_EXEMPT or (api_key == _API_VERSIONS and self.authenticating),
+                        local,
+                        refused if forwarded is not None else None,
+                        order,
+                        refusal_wait,
+                        mutation,
+                    )
+                )
+                if forwarded is not None:
+                    out.append(forwarded)
+                if stop_after is not None:
+                    break
+            except FrameError as exc:  # the broker closes on a request it cannot parse, after those before
+                self._refuse(PROTOCOL_ERROR, str(exc))
+                break
+        if stop_after is not None and self.refusal is None:
             self.held.extend(frames[stop_after + 1 :])
         in_flight = self.in_flight
         if in_flight and in_flight[0].local_response is not None and not self.broker_frames.streaming:
@@ -624,6 +750,7 @@ class Session:
         self.awaiting_authentication = False
         if outcome is None:
             return  # more rounds to come
+        self.receive_limit = None  # authenticated: the broker reads with socket.request.max.bytes
         claimed, self.claimed_user = self.claimed_user, None
         if outcome and claimed is not None and claimed != self.user:
             # A (re-)authentication as someone else moves the connection to their buckets.

@@ -7,6 +7,7 @@ import signal
 import socket
 import threading
 import time
+import urllib.request
 from struct import pack
 
 import pytest
@@ -186,3 +187,51 @@ def test_sigterm_under_acks_all_load_answers_what_was_forwarded(proxy_factory, k
     assert in_topic <= acknowledged, f"{len(in_topic - acknowledged)} records written but never acknowledged"
     log = proxy.log_text()
     assert "shutting down" in log and "Traceback" not in log, log[-2000:]
+
+
+API_VERSIONS = 18
+SASL_HANDSHAKE = 17
+
+
+def answered_then_closed(port: int, data: bytes, timeout: float = 10.0) -> list[int]:
+    """Writes `data` on a fresh connection and reads until the peer closes it: the correlation ids
+    it answered, in order. A peer that never closes fails the test (socket timeout)."""
+    with socket.create_connection((PROXY_HOST, port), timeout=timeout) as sock:
+        sock.sendall(data)
+        received = b""
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except ConnectionResetError:
+            pass
+    ids, pos = [], 0
+    while pos + 8 <= len(received):
+        size = int.from_bytes(received[pos : pos + 4], "big")
+        ids.append(int.from_bytes(received[pos + 4 : pos + 8], "big", signed=True))
+        pos += 4 + size
+    return ids
+
+
+def test_a_frame_over_sasl_server_max_receive_size_before_authentication_is_closed_as_the_broker_does(
+    proxy_factory, kafka
+) -> None:
+    """On a SASL listener the broker reads every frame before authentication with a 512 KiB limit
+    (its SaslServerAuthenticator): a bigger size prefix closes the connection without an answer, after
+    the answers to the requests before it. The proxy learns the listener wants SASL by itself."""
+    from tests.kafka_fixtures import KAFKA_SASL_BOOTSTRAP, KAFKA_SASL_PORT
+
+    proxy = proxy_factory(KAFKA_SASL_BOOTSTRAP)
+    # ApiVersions v0, then a SaslHandshake announcing 600 kB of which only the header is sent.
+    big = pack(">i", 600_000) + pack(">hhih", SASL_HANDSHAKE, 1, 2, 7) + b"hostile"
+    pipelined = raw_request(API_VERSIONS, 0, 1) + big
+    assert answered_then_closed(KAFKA_SASL_PORT, pipelined) == [1], "the broker answers ApiVersions, then closes"
+    assert answered_then_closed(proxy.port, pipelined) == [1], "the proxy must do the same"
+    small_enough = pack(">i", 400_000) + pack(">hhih", SASL_HANDSHAKE, 1, 3, 7) + b"hostile"
+    with socket.create_connection((PROXY_HOST, proxy.port), timeout=10) as sock:
+        sock.sendall(small_enough)
+        sock.settimeout(1.0)
+        with pytest.raises(TimeoutError):  # still open, waiting for the rest of the frame
+            sock.recv(1)
+    metrics = urllib.request.urlopen(f"http://{PROXY_HOST}:{proxy.metrics_port}/metrics", timeout=10).read().decode()
+    assert 'quotagate_frames_refused_total{reason="sasl_server_max_receive_size"} 1.0' in metrics
+    assert "requires SASL" in proxy.log_text()

@@ -416,3 +416,14 @@ async def test_a_request_above_the_advertised_version_cap_is_closed_as_the_broke
     writer.write(header_only_request(api_key, version, 2, body=b"\x01" * 64))
     await assert_closed(reader)
     assert 2 not in broker.received, "the request must never reach the broker"
+
+
+async def test_requests_pipelined_before_a_refused_one_get_their_answers_before_the_close(rig) -> None:
+    """The broker reads one request at a time and answers it before it reads the next: A and B are
+    answered, then C (above the advertised version cap) closes the connection."""
+    _, broker, port = rig
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(heartbeat(1) + heartbeat(2) + header_only_request(55, 2, 3, body=b"\x01" * 64) + heartbeat(4))
+    assert [(await read_response(reader))[0] for _ in range(2)] == [1, 2]
+    await assert_closed(reader)
+    assert 3 not in broker.received and 4 not in broker.received

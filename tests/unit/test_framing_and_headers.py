@@ -6,7 +6,7 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
-from quotagate.protocol.framing import FrameError, FrameSplitter, Piece, StreamingFrameSplitter
+from quotagate.protocol.framing import FrameError, FrameSizeError, FrameSplitter, Piece, StreamingFrameSplitter
 from quotagate.protocol.headers import peek_correlation_id, peek_request_header, response_body_offset
 from quotagate.protocol.produce import produce_request_acks
 
@@ -43,6 +43,16 @@ def test_splitter_keeps_a_partial_tail_for_the_next_chunk() -> None:
 def test_splitter_refuses_sizes_outside_the_limit(size: int) -> None:
     with pytest.raises(FrameError, match=r"outside 0\.\.2048"):
         FrameSplitter(2048).feed(pack(">i", size) + b"zz")
+
+
+def test_a_bad_size_carries_the_frames_completed_before_it_in_the_same_chunk() -> None:
+    """The broker answers the requests before the offending size: the session needs them."""
+    splitter = FrameSplitter(2048)
+    splitter.feed(frame(b"a" * 10)[:5])
+    with pytest.raises(FrameSizeError) as refused:
+        splitter.feed(frame(b"a" * 10)[5:] + frame(b"b" * 3) + pack(">i", 4096))
+    assert [bytes(f) for f in refused.value.frames] == [frame(b"a" * 10), frame(b"b" * 3)]
+    assert refused.value.size == 4096
 
 
 def test_splitter_refuses_a_bad_size_announced_in_a_split_prefix() -> None:

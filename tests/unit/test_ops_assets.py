@@ -48,6 +48,8 @@ PROXY_METRICS = {
     "quotagate_bytes_total",
     "quotagate_upstream_connect_failures_total",
     "quotagate_protocol_errors_total",
+    "quotagate_frames_refused_total",
+    "quotagate_partial_frame_bytes",
     "quotagate_config_reloads_total",
     "quotagate_usage_records_dropped_total",
     "quotagate_usage_records_written_total",

@@ -19,12 +19,13 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from quotagate.config import parse_config
 from quotagate.protocol.rewrite import response_rewriters
 from quotagate.proxy.entity_metrics import EntityMetrics
-from quotagate.proxy.metrics import ProxyMetrics
-from quotagate.proxy.session import TOPIC_THRESHOLD_ERROR, Session, SessionServices
+from quotagate.proxy.flow_control import ByteBudget
+from quotagate.proxy.metrics import PARTIAL_FRAMES_LIMIT, ProxyMetrics
+from quotagate.proxy.session import PROTOCOL_ERROR, TOPIC_THRESHOLD_ERROR, Session, SessionServices
 from quotagate.proxy.topics import TopicCatalog
 from quotagate.quotas import ANONYMOUS, QuotaEngine, QuotaKey
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
-from tests.unit.test_connection import FETCH, fetch_v4, heartbeat
+from tests.unit.test_connection import FETCH, fetch_v4, header_only_request, heartbeat
 
 PROXY = '[proxy]\nbootstrap_servers = ["127.0.0.1:1"]\nport = 1\n'
 
@@ -39,10 +40,14 @@ class Cluster:
         pass
 
 
-def services_for(config_text: str = "", top_level: str = "") -> SessionServices:
-    """The services a proxy hands its sessions, built from a config alone: no proxy, no loop."""
+def services_for(
+    config_text: str = "", top_level: str = "", partial_frames: ByteBudget | None = None
+) -> SessionServices:
+    """The services a proxy hands its sessions, built from a config alone: no proxy, no loop.
+    `partial_frames`: a budget shared with other sessions (else one of their own)."""
     config = parse_config(top_level + PROXY + config_text)
     engine = QuotaEngine(config.quotas, config.windows)
+    proxy = config.proxy
     return SessionServices(
         engine,
         TopicThresholdGuard(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE)),
@@ -53,7 +58,9 @@ def services_for(config_text: str = "", top_level: str = "") -> SessionServices:
         Cluster(),
         None,
         lambda now: int(now * 1000),
-        config.proxy.max_frame_size,
+        proxy.max_frame_size,
+        sasl_max_receive_size=proxy.sasl_server_max_receive_size if proxy.client_sasl != "none" else None,
+        partial_frames=partial_frames or ByteBudget(proxy.partial_frames_max_bytes),
     )
 
 
@@ -348,3 +355,66 @@ def test_responses_reach_the_client_whole_and_in_order(seed: int) -> None:
 
     assert not session.holding and not session.in_flight
     assert correlation_ids(bytes(client_received), 4) == expected
+
+
+# A client that pipelines A, B, C where the broker would close on C -------------------------------
+
+
+def heartbeat_answer(correlation_id: int) -> bytes:
+    return pack(">ii", 6, correlation_id) + b"\x00\x00"
+
+
+@pytest.mark.parametrize(
+    "offender",
+    [
+        header_only_request(55, 2, 3, body=b"\x01" * 64),  # DescribeQuorum v2: above the advertised cap
+        header_only_request(78, 1, 3),  # ShareFetch: hidden from ApiVersions
+        header_only_request(0, 8, 3),  # a Produce the broker cannot parse
+        pack(">i", 100 * 1024 * 1024 + 1) + b"\0" * 10,  # over max_frame_size
+    ],
+    ids=["above-version-cap", "hidden-api", "unparsable", "frame-too-large"],
+)
+def test_requests_pipelined_before_a_refused_one_are_answered_before_the_close(offender: bytes) -> None:
+    session, _ = session_with()
+    session.client_data(heartbeat(1) + heartbeat(2) + offender + heartbeat(4), now=0.0)
+    assert correlation_ids(taken(session.to_broker), 8) == [1, 2], "A and B go on; C and what follows never do"
+    assert session.refusal is not None and session.refusal_reason == PROTOCOL_ERROR
+    assert session.awaiting_answers, "the close waits for A's and B's answers"
+    session.client_data(heartbeat(5), now=0.0)
+    assert not session.to_broker, "nothing is read after the offender"
+    session.broker_data(heartbeat_answer(1) + heartbeat_answer(2), now=0.1)
+    assert correlation_ids(taken(session.to_client), 4) == [1, 2]
+    assert not session.awaiting_answers, "answered: the connection may close now"
+
+
+def test_a_refusal_behind_a_mute_waits_for_the_requests_held_before_it() -> None:
+    session, _ = session_with('[[quotas]]\nclient_id = "app"\nproducer_byte_rate = 1000\n')
+    offender = header_only_request(55, 2, 3, body=b"\x01" * 64)
+    session.client_data(produce(1, {"t": b"r" * 20_000}) + heartbeat(2) + offender, now=0.0)
+    assert correlation_ids(taken(session.to_broker), 8) == [1]
+    assert session.refusal is None, "the offender is read after the heartbeat held before it"
+    session.unmute(session.muted_until)
+    assert correlation_ids(taken(session.to_broker), 8) == [2]
+    assert session.refusal is not None
+
+
+def test_partial_frames_over_the_shared_budget_refuse_the_client_that_would_go_over_and_only_it() -> None:
+    budget = ByteBudget(10_000)
+    first, second = (Session(services_for(partial_frames=budget)) for _ in range(2))
+    for session in (first, second):
+        session.broker_connected(0.0)
+        session.client_data(heartbeat(1), now=0.0)  # past the pre-authentication limit
+    big = produce(2, {"t": b"r" * 9_000})
+    first.client_data(big[:6_000], now=0.0)
+    assert budget.used == 6_000 and first.refusal is None
+    second.client_data(big[:6_000], now=0.0)
+    assert second.refusal is not None and second.refusal_reason == PARTIAL_FRAMES_LIMIT
+    assert budget.used == 6_000, "the refused client's bytes are dropped at once"
+    assert correlation_ids(taken(second.to_broker), 8) == [1], "what came before the offender still went"
+    assert second.services.metrics.frames_refused_total.labels(PARTIAL_FRAMES_LIMIT)._value.get() == 1
+    first.client_data(big[6_000:], now=0.0)
+    assert correlation_ids(taken(first.to_broker), 8) == [1, 2], "the other client is untouched"
+    assert budget.used == 0, "a frame that completed gives its bytes back"
+    first.client_data(big[:3_000], now=0.0)
+    first.close()
+    assert budget.used == 0, "so does a connection that closed"

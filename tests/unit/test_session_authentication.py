@@ -16,6 +16,7 @@ import pytest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest
 
 from quotagate.protocol.sasl import exchange_complete, jws_claim, user_from_auth_bytes
+from quotagate.proxy.metrics import SASL_RECEIVE_LIMIT
 from quotagate.proxy.session import Session
 from quotagate.quotas import ANONYMOUS
 from tests.unit.test_session import correlation_ids, produce, produce_answer, session_with, taken
@@ -180,3 +181,80 @@ def test_the_oauthbearer_user_is_the_configured_claim(claims: dict[str, object],
 )
 def test_an_exchange_ends_where_the_broker_ends_it(mechanism: str, server_bytes: bytes, complete: bool) -> None:
     assert exchange_complete(mechanism, server_bytes) is complete
+
+
+# sasl.server.max.receive.size: what a client may make the proxy hold before it authenticates ------
+
+LIMIT = 524_288  # the broker's default, and the proxy's
+
+
+def big_produce(correlation_id: int) -> bytes:
+    return produce(correlation_id, {"t": b"r" * (LIMIT + 1000)})
+
+
+def plain_handshake_done(authenticated: bool = False) -> Session:
+    """A session past a PLAIN SaslHandshake (correlation id 1), and alice's success (2) if asked."""
+    session, _ = session_with()
+    session.client_data(handshake(1, "PLAIN"), now=0.0)
+    session.broker_data(handshake_answer(1), now=0.0)
+    if authenticated:
+        session.client_data(authenticate(2, b"\0alice\0alice-secret"), now=0.0)
+        session.broker_data(answer(2), now=0.0)
+    taken(session.to_broker), taken(session.to_client)
+    return session
+
+
+def test_a_frame_over_the_limit_before_authentication_is_refused_at_its_size_prefix() -> None:
+    session, _ = session_with()
+    session.client_data(pack(">i", 90 * 1024 * 1024) + pack(">hhih", 17, 1, 1, 3) + b"app", now=0.0)
+    assert session.refusal_reason == SASL_RECEIVE_LIMIT, session.refusal
+    assert session.client_frames.buffered == 0 and not session.to_broker, "nothing held, nothing forwarded"
+    assert session.services.metrics.frames_refused_total.labels(SASL_RECEIVE_LIMIT)._value.get() == 1
+
+
+def test_an_authenticate_over_the_limit_is_refused_after_the_handshake_before_it_is_answered() -> None:
+    session, _ = session_with()
+    session.client_data(handshake(1, "PLAIN") + authenticate(2, b"\0alice\0" + b"x" * LIMIT), now=0.0)
+    assert correlation_ids(taken(session.to_broker), 8) == [1]
+    assert session.refusal_reason == SASL_RECEIVE_LIMIT and session.awaiting_answers
+    session.broker_data(handshake_answer(1), now=0.0)
+    assert correlation_ids(taken(session.to_client), 4) == [1] and not session.awaiting_answers
+
+
+def test_after_authentication_frames_up_to_max_frame_size_pass() -> None:
+    session = plain_handshake_done(authenticated=True)
+    session.client_data(big_produce(3), now=0.0)
+    assert session.refusal is None and correlation_ids(taken(session.to_broker), 8) == [3]
+
+
+def test_a_big_produce_written_with_the_authentication_waits_for_its_outcome_unread() -> None:
+    session = plain_handshake_done()
+    request = big_produce(3)
+    session.client_data(authenticate(2, b"\0alice\0alice-secret") + request[:65536], now=0.0)
+    assert session.refusal is None, "the broker reads it after the authentication, with its usual limit"
+    assert session.holding, "and reads nothing meanwhile: neither does the proxy"
+    session.broker_data(answer(2), now=0.0)
+    assert session.refusal is None and not session.holding
+    session.client_data(request[65536:], now=0.0)
+    assert correlation_ids(taken(session.to_broker), 8) == [2, 3]
+
+
+def test_a_re_authentication_is_read_with_the_limit_again() -> None:
+    session = plain_handshake_done(authenticated=True)
+    session.client_data(handshake(3, "PLAIN") + authenticate(4, b"\0alice\0" + b"x" * LIMIT), now=1.0)
+    assert session.refusal_reason == SASL_RECEIVE_LIMIT
+
+
+def test_the_first_request_that_is_not_authentication_lifts_the_limit() -> None:
+    """GSSAPI's outcome is opaque to the proxy, and a listener without SASL never authenticates: a SASL
+    listener would have closed a connection asking anything else first, so past it the limit is gone."""
+    session, _ = session_with()
+    session.client_data(produce(1, {"t": b"r"}), now=0.0)
+    session.client_data(big_produce(2), now=0.0)
+    assert session.refusal is None and correlation_ids(taken(session.to_broker), 8) == [1, 2]
+
+
+def test_without_sasl_on_the_brokers_listener_no_limit_applies_before_the_first_request() -> None:
+    session, _ = session_with('client_sasl = "none"\n')
+    session.client_data(big_produce(1), now=0.0)
+    assert session.refusal is None and correlation_ids(taken(session.to_broker), 8) == [1]

@@ -1,0 +1,96 @@
+"""Memory a client can make the proxy hold before it authenticates (issue 12, item 3).
+
+Starts quotagate (a subprocess) in front of a broker double that behaves as a SASL listener does
+towards the proxy's own Metadata request (it closes the connection unanswered), opens CONNECTIONS
+client connections, and has each send a frame announcing FRAME_BYTES slowly (SEND_BYTES of it, in
+1 MiB steps), as a client that never authenticates would. Prints the proxy's RSS before, at its
+peak, and what became of each connection. Loopback only, bounded in time (~15 s). Figures only.
+
+    .venv/bin/python bench/preauth_memory.py [--connections 2] [--proxy-toml 'client_sasl = "none"']
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from bench.harness import peak_rss_mb, rss_mb  # noqa: E402
+from tests.proxy_fixtures import free_port_block, start_proxy  # noqa: E402
+
+FRAME_BYTES = 100 * 1024 * 1024  # just under max_frame_size's default (socket.request.max.bytes)
+SEND_BYTES = 90 * 1024 * 1024
+STEP = 1024 * 1024
+STEP_PAUSE_SECONDS = 0.1
+
+
+async def sasl_like_broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Reads what comes and answers nothing; a SASL listener closes a Metadata request unanswered."""
+    try:
+        if await reader.read(65536):
+            writer.close()
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+
+
+async def slow_frame(port: int) -> str:
+    """Sends one big SaslHandshake-keyed frame slowly; returns how far it got."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    header = struct.pack(">ihhih", FRAME_BYTES, 17, 1, 1, 3) + b"app"
+    sent = 0
+    try:
+        writer.write(header)
+        while sent < SEND_BYTES:
+            writer.write(b"\0" * STEP)
+            await asyncio.wait_for(writer.drain(), 5)
+            sent += STEP
+            await asyncio.sleep(STEP_PAUSE_SECONDS)
+            if reader.at_eof():
+                return f"closed by the proxy after {sent // STEP} MiB sent"
+    except (ConnectionError, TimeoutError) as exc:
+        return f"closed by the proxy after {sent // STEP} MiB sent ({type(exc).__name__})"
+    finally:
+        writer.close()
+    return f"all {sent // STEP} MiB sent, connection still open"
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--connections", type=int, default=2)
+    parser.add_argument("--proxy-toml", default="", help="more [proxy] keys")
+    args = parser.parse_args()
+    broker_port = free_port_block(1)
+    server = await asyncio.start_server(sasl_like_broker, "127.0.0.1", broker_port)
+    with tempfile.TemporaryDirectory() as workdir:
+        proxy = await asyncio.to_thread(
+            start_proxy, f"127.0.0.1:{broker_port}", Path(workdir), proxy_toml=args.proxy_toml
+        )
+        try:
+            await asyncio.sleep(1.0)
+            before = rss_mb(proxy.pid)
+            started = time.monotonic()
+            outcomes = await asyncio.gather(*(slow_frame(proxy.port) for _ in range(args.connections)))
+            result = {
+                "connections": args.connections,
+                "proxy_toml": args.proxy_toml,
+                "rss_before_mb": round(before, 1),
+                "rss_peak_mb": round(peak_rss_mb(proxy.pid), 1),
+                "seconds": round(time.monotonic() - started, 1),
+                "outcomes": outcomes,
+            }
+        finally:
+            proxy.stop()
+            server.close()
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
