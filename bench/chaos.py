@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import harness
-from harness import HOST, BenchError, Child, rss_mb
+from harness import HOST, PROXY_READY_SECONDS, BenchError, Child, rss_mb
 from kafka_rig import Cluster, fresh_cluster, run_tool
 
 REPO_ROOT = harness.REPO_ROOT
@@ -196,7 +196,9 @@ def run(phase: float, base: int, workdir: Path, say: Callable[[str], None]) -> d
             f"port = {ports['proxy']}\nbroker_port_base = {ports['proxy']}\nmetadata_refresh_seconds = 5\n"
             f'[metrics]\nhost = "{HOST}"\nport = {ports["metrics"]}\n'
         )
-        proxy = harness.launch_quotagate(workdir, "quotagate-chaos", config, ports["metrics"], ports["proxy"] + 1)
+        proxy = harness.launch_quotagate(
+            workdir, "quotagate-chaos", config, ports["metrics"], ports["proxy"] + 1, ready_seconds=PROXY_READY_SECONDS
+        )
         bootstrap = f"{HOST}:{ports['proxy']}"
         acked_file = workdir / "acked.json"
         cmd = [

@@ -62,6 +62,11 @@ request_percentage = 10000         # 100 threads' worth of request time
 """
 
 
+# How long the soak and chaos runs wait for their proxy: with the load average at 40 on the 2 cores
+# (other suites running), its Python had not written a log line after 30 s.
+PROXY_READY_SECONDS = 120.0
+
+
 class BenchError(RuntimeError):
     """Something the bench needs did not come up."""
 
@@ -306,6 +311,7 @@ def launch_quotagate(
     first_broker_port: int | None,
     package_dir: Path | None = None,
     log_level: str = "WARNING",
+    ready_seconds: float = 30.0,
 ) -> Child:
     """quotagate with config_text, ready: /readyz answered 200 and the first broker's listener is open
     (first_broker_port None: not waited for; behind a SASL-only listener the proxy's own metadata
@@ -323,7 +329,7 @@ def launch_quotagate(
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(package_dir.resolve()), env.get("PYTHONPATH")]))
     child = Child(name, cmd, workdir / f"{name}.log", cwd=workdir, env=env)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + ready_seconds
         while True:  # /readyz: listeners up and the broker answered the first metadata refresh
             child.check_alive()
             with contextlib.suppress(OSError):
@@ -331,7 +337,7 @@ def launch_quotagate(
                     if response.status == 200:
                         break
             if time.monotonic() > deadline:
-                raise BenchError(f"{name} not ready after 30s; log: {child.log_path}")
+                raise BenchError(f"{name} not ready after {ready_seconds:.0f}s; log: {child.log_path}")
             time.sleep(0.2)
         if first_broker_port is not None:
             _wait_port(first_broker_port, child)  # broker 1's listener, opened by the first refresh

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import harness
-from harness import HOST, Child, cpu_seconds, rss_mb
+from harness import HOST, PROXY_READY_SECONDS, Child, cpu_seconds, rss_mb
 from kafka_rig import DEFAULT_SASL_USERS, Cluster, fresh_cluster, run_tool, tool_command
 
 REPO_ROOT = harness.REPO_ROOT
@@ -433,7 +433,9 @@ def run(seconds: float, ports: Ports, workdir: Path, quotas: SoakQuotas) -> dict
             f'advertised_host = "{HOST}"\nport = {ports.proxy}\nbroker_port_base = {ports.proxy}\n'
             f'[metrics]\nhost = "{HOST}"\nport = {ports.metrics}\n'
         )
-        proxy = harness.launch_quotagate(workdir, "quotagate-soak", config, ports.metrics, None, log_level="INFO")
+        proxy = harness.launch_quotagate(
+            workdir, "quotagate-soak", config, ports.metrics, None, log_level="INFO", ready_seconds=PROXY_READY_SECONDS
+        )
         bootstrap = f"{HOST}:{ports.proxy}"
         feed_java_records = int(JAVA_FEED_RATE * seconds)
         clients = [

@@ -23,6 +23,11 @@ PORT_BASE = 21000 + PORT_OFFSET
 # Quotas of 64 KiB/s with a 2-s burst: spent within seconds even by producers slowed to ~95 KB/s
 # (seen with the load average at 30); at 256 KiB/s and 11 s, alice was never throttled in a minute.
 QUICK_ACCURACY_TOLERANCE = 0.2
+# carol's request time is held at or under her quota, but how much a busy poller asks for depends on
+# the CPU it gets: with the load average at 39 her client asked for 0.66x of it in a quick run (10-s
+# windows 0.36-1.01; the same minute held alice at 1.05x and bob at 1.00x). Byte-rate tenants push
+# far above their quotas, so for them the lower bound holds too.
+BYTE_RATE_TENANTS = ("alice", "bob")
 
 pytestmark = [pytest.mark.slow, pytest.mark.java]
 
@@ -52,7 +57,9 @@ def test_quick_soak_holds_every_quota_and_chaos_loses_no_acknowledged_record(tmp
     assert not failed, f"soak criteria failed: {failed}\n{outputs['soak'][-3000:]}"
     for user, figures in soak["accuracy"].items():
         assert figures["ratio"] is not None, f"{user} was never throttled in the quick soak"
-        assert abs(figures["ratio"] - 1) <= QUICK_ACCURACY_TOLERANCE, f"{user}: {figures}"
+        assert figures["ratio"] <= 1 + QUICK_ACCURACY_TOLERANCE, f"{user} got more than the quota: {figures}"
+        if user in BYTE_RATE_TENANTS:
+            assert figures["ratio"] >= 1 - QUICK_ACCURACY_TOLERANCE, f"{user} was held below the quota: {figures}"
 
     assert chaos_json.exists(), f"the chaos run wrote no results:\n{outputs['chaos'][-3000:]}"
     chaos = json.loads(chaos_json.read_text())
