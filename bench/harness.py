@@ -74,10 +74,16 @@ class BenchError(RuntimeError):
 # --------------------------------------------------------------------------- /proc
 
 
+def cpu_split(pid: int) -> tuple[float, float]:
+    """utime and stime of a process (all its threads), in seconds: its own code, and the kernel's
+    work on its behalf (syscalls, and the loopback TCP softirq run in its context)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / CLOCK_TICKS, int(fields[12]) / CLOCK_TICKS
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (all its threads), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return sum(cpu_split(pid))
 
 
 def _status_kb(pid: int, key: str) -> float:

@@ -120,6 +120,12 @@ def path_figures(name: str, raw: dict[str, Rounds], peak_rss_mb: float | None) -
     small_cpu = sum(r["path_cpu_s"] for r in small)
     small_requests = sum(r["requests_counted"] for r in small)
     figures["cpu_s_per_100k_requests"] = _r(small_cpu / small_requests * 1e5) if small_requests else None
+    # Where a small request's CPU goes: the proxy's own code (user) or the kernel (system).
+    small_user_cpu = sum(r.get("path_user_cpu_s", 0.0) for r in small)
+    figures["user_cpu_us_per_small_request"] = _r(small_user_cpu / small_requests * 1e6, 1) if small_requests else None
+    figures["system_cpu_us_per_small_request"] = (
+        _r((small_cpu - small_user_cpu) / small_requests * 1e6, 1) if small_requests else None
+    )
     conn_cpu = sum(r["result"].get("watched_cpu_s_active", 0.0) for r in conns)
     conn_requests = sum(r["result"]["requests"] for r in conns)
     # ApiVersions + Metadata: responses the proxy decodes and re-encodes (haproxy only copies them).
@@ -328,6 +334,8 @@ def table(report: dict[str, Any]) -> str:
         ("  CPU s/GB produce", "cpu_s_per_gb_produce", 2),
         ("  CPU s/GB consume", "cpu_s_per_gb_consume", 2),
         ("proxy CPU s/100k small produce req", "cpu_s_per_100k_requests", 2),
+        ("  user µs per small req (own code)", "user_cpu_us_per_small_request", 1),
+        ("  system µs per small req (kernel)", "system_cpu_us_per_small_request", 1),
         ("proxy CPU s/100k ApiVersions+Metadata", "cpu_s_per_100k_requests_api_versions_metadata", 2),
         ("proxy RSS MB before 200 conns", "rss_before_connections_mb", 1),
         ("proxy RSS MB, 200 idle conns", "rss_idle_200_connections_mb", 1),

@@ -123,6 +123,7 @@ def log(message: str) -> None:
 class Snapshot:
     at: float
     path_cpu_s: float
+    path_user_cpu_s: float
     machine_cpu_s: float
     machine_busy_cpu_s: float
     ours_cpu_s: float
@@ -145,6 +146,7 @@ def snapshot(path: BenchPath, known_pids: list[int]) -> Snapshot:
     return Snapshot(
         time.monotonic(),
         harness.cpu_seconds(path.pid) if path.pid else 0.0,
+        harness.cpu_split(path.pid)[0] if path.pid else 0.0,
         harness.total_cpu_seconds(),
         harness.busy_cpu_seconds_but_steal(),
         _ours_cpu_seconds(known_pids),
@@ -164,6 +166,8 @@ def measured(path: BenchPath, run: Callable[[], dict[str, Any]], known_pids: lis
     figures: dict[str, Any] = {
         "wall_s": round(after.at - before.at, 2),
         "path_cpu_s": round(after.path_cpu_s - before.path_cpu_s, 3),
+        # Of which in the proxy's own code (the rest is the kernel's: syscalls and loopback TCP).
+        "path_user_cpu_s": round(after.path_user_cpu_s - before.path_user_cpu_s, 3),
         # Both cores together: how close to CPU-bound the whole box was (2.0 x wall = saturated).
         "machine_cpu_s": round(after.machine_cpu_s - before.machine_cpu_s, 2),
         # CPU used by processes this run did not start: anything else on the machine competing
@@ -217,6 +221,69 @@ class Profiler:
                 self.summaries[f"{workload}/{path.name}/{tag}"] = {"file": str(raw), **summarize_profile(raw)}
 
 
+class SyscallCounter:
+    """`strace -c -f` on every proxy process around one workload's runs (`--syscalls WORKLOAD`).
+
+    Gives each run's syscalls by name (`syscalls` in its raw result), to put per request next to
+    haproxy's. ptrace stops the proxy at every syscall: such a run's CPU and throughput are not figures."""
+
+    def __init__(self, workload: str | None, out_dir: Path) -> None:
+        self.workload = workload
+        self.out_dir = out_dir
+
+    @contextlib.contextmanager
+    def around(self, workload: str, path: BenchPath, tag: str) -> Any:
+        counts: dict[str, int] = {}
+        if workload != self.workload or path.pid is None:
+            yield counts
+            return
+        out = self.out_dir / f"strace-{workload}-{path.name}-{tag}.txt"
+        proc = subprocess.Popen(
+            ["strace", "-c", "-f", "-o", str(out), "-p", str(path.pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(0.5)  # attached before the load starts
+        try:
+            yield counts
+        finally:
+            proc.send_signal(signal.SIGINT)  # strace -c prints its table when it detaches
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+            if out.exists():
+                counts.update(parse_strace_summary(out.read_text()))
+
+
+def parse_strace_summary(text: str) -> dict[str, int]:
+    """{syscall: calls} from `strace -c`'s table (% time, seconds, usecs/call, calls, [errors,] name)."""
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and fields[0][:1].isdigit() and fields[-1] != "total" and fields[3].isdigit():
+            counts[fields[-1]] = int(fields[3])
+    return counts
+
+
+def syscalls_per_request(raw: dict[str, dict[str, list[dict[str, Any]]]], workload: str) -> dict[str, Any]:
+    """Per proxy path: syscalls per request of the counted runs of `workload`, by name, most first."""
+    out: dict[str, Any] = {}
+    for path, workloads_of_path in raw.items():
+        runs = [r for r in workloads_of_path.get(workload, []) if r.get("syscalls")]
+        requests = sum(r.get("requests_counted") or r["result"].get("requests", 0) for r in runs)
+        if not runs or not requests:
+            continue
+        totals: dict[str, int] = {}
+        for run in runs:
+            for name, calls in run["syscalls"].items():
+                totals[name] = totals.get(name, 0) + calls
+        by_name = {n: round(c / requests, 2) for n, c in sorted(totals.items(), key=lambda kv: -kv[1])}
+        out[path] = {"total": round(sum(totals.values()) / requests, 2), "by_name": by_name}
+    return out
+
+
 def summarize_profile(raw: Path, top: int = 15) -> dict[str, Any]:
     """Top frames of a py-spy raw (collapsed) profile: by own samples and by inclusive samples."""
     own: dict[str, int] = {}
@@ -251,7 +318,9 @@ class Bench:
         profiler: Profiler,
         known_pids: list[int],
         selected: tuple[str, ...] = WORKLOADS,
+        syscalls: SyscallCounter | None = None,
     ) -> None:
+        self.syscalls = syscalls or SyscallCounter(None, Path("."))
         self.settings = settings
         self.selected = selected
         self.half_rate: int | None = None
@@ -271,8 +340,11 @@ class Bench:
         started = time.monotonic()
         for round_no in range(rounds):
             for path in self.rotated(round_no):
-                with self.profiler.around(name, path, f"r{round_no}"):
+                tag = f"r{round_no}"
+                with self.profiler.around(name, path, tag), self.syscalls.around(name, path, tag) as syscalls:
                     result = measured(path, functools.partial(run_one, path, round_no), self.known_pids)
+                if syscalls:
+                    result["syscalls"] = syscalls
                 result["round"] = round_no
                 self.raw[path.name][name].append(result)
                 log(f"{name} r{round_no} {path.name}: {short(name, result)}")
@@ -399,6 +471,11 @@ def main() -> int:
     )
     parser.add_argument("--profile-target", default=report.QUOTA, choices=report.QUOTAGATE_PATHS)
     parser.add_argument(
+        "--syscalls",
+        choices=WORKLOADS,
+        help="strace -c every proxy during this workload: syscalls per request (its CPU figures carry strace's cost)",
+    )
+    parser.add_argument(
         "--kafka-on-disk", action="store_true", help="keep the broker's log on disk, not tmpfs (see harness.py)"
     )
     parser.add_argument(
@@ -450,7 +527,8 @@ def main() -> int:
         profiler = Profiler(args.profile, args.profile_target, workdir)
         known_pids = [p for p in (*(n.pid for n in cluster.nodes), haproxy.pid) if p is not None]
         known_pids += [child.pid for child in quotagates.values()]
-        bench = Bench(settings, paths, profiler, known_pids, selected)
+        syscalls = SyscallCounter(args.syscalls, workdir)
+        bench = Bench(settings, paths, profiler, known_pids, selected, syscalls)
         log(f"all paths up after {time.monotonic() - started:.1f}s")
         bench.run()
         for path in paths[1:]:
@@ -470,6 +548,7 @@ def main() -> int:
         "quotagate_path": str(args.quotagate_path) if args.quotagate_path else None,
         "environment": environment(),
         "profiles": profiler.summaries,
+        "syscalls_per_request": syscalls_per_request(bench.raw, args.syscalls) if args.syscalls else None,
         "raw": bench.raw,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -480,6 +559,11 @@ def main() -> int:
         print(f"\nprofile {key} ({summary['samples']} samples, {summary['file']}), top own frames:")
         for row in summary["top_own"][:10]:
             print(f"  {row['percent']:5.1f}%  {row['frame']}")
+    if args.syscalls:
+        print(f"\nsyscalls per request during {args.syscalls} (strace -c; these runs' CPU figures carry its cost):")
+        for path_name, counted in results["syscalls_per_request"].items():
+            top = ", ".join(f"{name} {calls}" for name, calls in list(counted["by_name"].items())[:6])
+            print(f"  {path_name:<20} {counted['total']:5.2f}  ({top})")
     print(f"\n{settings.mode} run took {results['duration_s']:.0f}s; wrote {args.out}")
     return 0
 
