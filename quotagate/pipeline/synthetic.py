@@ -40,6 +40,7 @@ class SyntheticEntity:
 def _rows(entity: SyntheticEntity, ids: DataFrame, second: Column, ts: Column, requests: Column, v: int) -> DataFrame:
     size = F.round(F.lit(entity.bytes_per_second / entity.requests_per_second) * entity.factor(second) * requests)
     produce = entity.api_key == 0
+    rps = entity.requests_per_second
     values = {
         "v": F.lit(v),
         "ts": ts,
@@ -60,9 +61,19 @@ def _rows(entity: SyntheticEntity, ids: DataFrame, second: Column, ts: Column, r
         "throttled_requests": F.lit(0),
         "refusals": F.lit(0),
         "partitions_mutated": F.lit(0),
+        "throttled_bytes": F.lit(0),
+        # v2: its requests evenly over the second, as synthetic_requests sends them
+        "first_ms": F.lit(None) if v == 1 else ts,
+        "last_ms": F.lit(None) if v == 1 else ts + (rps - 1) * 1000 // rps,
+        "charge_offset_ms": F.lit(None) if v == 1 else F.lit(float(_offsets_ms(rps))),
         "date": date_of(ts),
     }
     return ids.select(*(values[name].cast(TABLE_SCHEMA[name].dataType).alias(name) for name in TABLE_COLUMNS))
+
+
+def _offsets_ms(requests_per_second: int) -> int:
+    """Summed offsets (ms) of a second's requests from its start, as synthetic_requests times them."""
+    return sum(i * 1000 // requests_per_second for i in range(requests_per_second))
 
 
 def synthetic_requests(
