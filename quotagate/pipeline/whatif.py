@@ -57,9 +57,9 @@ RESULT_SCHEMA = (
 RESULT_COLUMNS = [c.split(" ")[0] for c in RESULT_SCHEMA.split(", ")]
 
 
-def series(table: DataFrame) -> DataFrame:
-    """Per entity and record time, for each quota key: requests, amount, recorded throttle and
-    throttled amount, request time, and when the requests were charged (first, last, offsets)."""
+def series(table: DataFrame, keys: list[str] | None = None) -> DataFrame:
+    """Per entity and record time, for each quota key (of `keys`, default all): requests, amount,
+    recorded throttle and throttled amount, request time, and when the requests were charged."""
     api = F.col("api_key")
     per_key = {
         QuotaKey.PRODUCER_BYTE_RATE: (api == PRODUCE, F.col("bytes_in")),
@@ -71,6 +71,8 @@ def series(table: DataFrame) -> DataFrame:
     columns = []
     for key, (selected, amount) in per_key.items():
         k = key.value
+        if keys is not None and k not in keys:
+            continue
         columns += [
             F.sum(F.when(selected, F.col("requests")).otherwise(0)).alias(f"n_{k}"),
             F.sum(F.when(selected, amount).otherwise(0)).cast("double").alias(f"a_{k}"),
@@ -82,9 +84,10 @@ def series(table: DataFrame) -> DataFrame:
             F.max(F.when(selected, F.col("last_ms"))).cast("double").alias(f"g_{k}"),
             F.sum(F.when(selected, F.col("charge_offset_ms"))).cast("double").alias(f"o_{k}"),
         ]
-    # A v1 record is one request: kept apart even when two share a millisecond.
-    request = F.when(F.col("interval_ms") == 0, F.concat_ws("/", "writer", F.col("seq").cast("string")))
-    return table.groupBy("user", "client_id", "ts", "interval_ms", request.alias("request")).agg(*columns)
+    # A v1 record is one request (its topics' rows together): kept apart even when two share a ms.
+    per_request = F.col("interval_ms") == 0
+    writer, seq = F.when(per_request, F.col("writer")).alias("writer"), F.when(per_request, F.col("seq")).alias("seq")
+    return table.groupBy("user", "client_id", "ts", "interval_ms", writer, seq).agg(*columns)
 
 
 def replay_entity(
@@ -203,35 +206,33 @@ def replay(
     charge, throttle_now = _bucket_calls(engine, key, user, client_id, float(charge_at[0]))
     n = len(amounts)
     amount_list = amounts.tolist()
-    responded = [0] * n  # the throttle each response carries
-    over = [False] * n  # the charge left the entity in debt
-    kafka_throttle = [0] * n
-    record = kafka.record
+    charged = [0] * n  # the throttle each charge called for
     if key in CHARGED_AT_READ:
         # As the proxy: charged when read; the response carries the throttle as it stands when it goes
-        # back, after the charges read meanwhile (at equal times the charge comes first).
+        # back, after the charges read meanwhile (at equal times the charge comes first). A bucket
+        # only refills between charges: after a charge that called for no throttle, no response
+        # can carry one until the next charge, so the bucket is not asked.
+        responded = [0] * n
         times = np.concatenate([charge_at, respond_at])
-        kinds = np.concatenate([np.zeros(n, dtype=np.int8), np.ones(n, dtype=np.int8)])
-        events = np.lexsort((kinds, times))
+        events = np.lexsort((np.repeat(np.array([0, 1], dtype=np.int8), n), times))
+        in_debt = False
         for event, at in zip(events.tolist(), times[events].tolist(), strict=True):
-            if event >= n:
+            if event < n:
+                throttle = charged[event] = charge(amount_list[event], at)
+                in_debt = throttle > 0
+            elif in_debt:
                 responded[event - n] = throttle_now(at)
-                continue
-            amount = amount_list[event]
-            over[event] = charge(amount, at) > 0
-            kafka_throttle[event] = record(amount, at)
     else:
         for i, (at, amount) in enumerate(zip(charge_at.tolist(), amount_list, strict=True)):
-            throttle = charge(amount, at)
-            responded[i] = throttle
-            over[i] = throttle > 0
-            kafka_throttle[i] = record(amount, at)
+            charged[i] = charge(amount, at)
+        responded = charged
+    kafka_throttle = kafka.record_all(amount_list, charge_at.tolist())
     bucket, kafka_arr = np.asarray(responded, dtype=float), np.asarray(kafka_throttle, dtype=float)
     seconds = np.floor(respond_at).astype(np.int64)
     active = len(np.unique(seconds))
     throttled = len(np.unique(seconds[bucket > 0]))
     kafka_throttled = len(np.unique(seconds[kafka_arr > 0]))
-    delayed = float(amounts[np.asarray(over, dtype=bool)].sum())
+    delayed = float(amounts[np.asarray(charged) > 0].sum())
     return {
         "active_seconds": active,
         "seconds_throttled": throttled,
@@ -306,4 +307,4 @@ def whatif(
     def replay_group(group: pd.DataFrame) -> pd.DataFrame:
         return replay_entity(group, candidates, windows, keys)
 
-    return series(table).groupBy("user", "client_id").applyInPandas(replay_group, RESULT_SCHEMA)
+    return series(table, keys).groupBy("user", "client_id").applyInPandas(replay_group, RESULT_SCHEMA)
