@@ -18,7 +18,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from quotagate.pipeline.schema import DEDUP_KEY, RAW_SCHEMA, SUPPORTED_VERSIONS, TABLE_COLUMNS, to_table
+from quotagate.pipeline.schema import (
+    DEDUP_KEY,
+    RAW_SCHEMA,
+    SUPPORTED_VERSIONS,
+    TABLE_COLUMNS,
+    TABLE_SCHEMA,
+    conform,
+    to_table,
+)
 
 CORRUPT = "_corrupt_record"
 
@@ -84,13 +92,9 @@ def read_usage_files(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame,
         parts.append(frame.json(jsonl).withColumn("source", F.col("_metadata.file_path")))
     if parquet:
         frame = spark.read.option("mergeSchema", "true").parquet(*parquet)
-        present = set(frame.columns)
         parts.append(
             frame.select(
-                *(
-                    (F.col(f.name) if f.name in present else F.lit(None)).cast(f.dataType).alias(f.name)
-                    for f in RAW_SCHEMA.fields
-                ),
+                *conform(frame, RAW_SCHEMA),
                 F.lit(None).cast("string").alias(CORRUPT),
                 F.col("_metadata.file_path").alias("source"),
             )
@@ -195,7 +199,8 @@ def ingest(raw: DataFrame, existing: DataFrame | None = None) -> DataFrame:
 def read_table(spark: SparkSession, path: str) -> DataFrame:
     if not Path(path).exists():
         raise FileNotFoundError(f"{path}: no usage table here (make one with `quotagate pipeline ingest`)")
-    return spark.read.parquet(path).select(TABLE_COLUMNS)
+    table = spark.read.parquet(path)
+    return table.select(*conform(table, TABLE_SCHEMA))
 
 
 def write_table(table: DataFrame, path: str) -> None:

@@ -1,6 +1,8 @@
 """The usage table every job reads: v1 (per request) and v2 (per interval) records in one shape.
 
 A row is an aggregate over `interval_ms` from `ts` (v2), or one request at `ts` (v1: interval_ms 0).
+A v2 row counts each request in the interval it was charged in (a produce when read); v1's `ts` is
+the response's time.
 A v1 produce naming several topics becomes one row per topic, as the proxy's aggregates split it:
 bytes_in evenly, the request (its count, time, throttle, refusal) on its first topic's row.
 Rows are unique by (writer, seq, topic); the dedup of `ingest` keeps one of each.
@@ -40,6 +42,10 @@ RAW_SCHEMA = T.StructType(
         T.StructField("refusals", T.LongType()),
         T.StructField("partitions_mutated", T.LongType()),
         T.StructField("decision", T.StringType()),
+        T.StructField("throttled_bytes", T.LongType()),
+        T.StructField("first_ms", T.LongType()),
+        T.StructField("last_ms", T.LongType()),
+        T.StructField("charge_offset_ms", T.DoubleType()),
     ]
 )
 
@@ -64,14 +70,28 @@ TABLE_SCHEMA = T.StructType(
         T.StructField("throttled_requests", T.LongType()),
         T.StructField("refusals", T.LongType()),
         T.StructField("partitions_mutated", T.LongType()),
+        # Null where the records predate them: bytes the quota throttled (produce), and when the
+        # row's requests were charged (v2: first, last, summed offsets from ts; v1: null).
+        T.StructField("throttled_bytes", T.LongType()),
+        T.StructField("first_ms", T.LongType()),
+        T.StructField("last_ms", T.LongType()),
+        T.StructField("charge_offset_ms", T.DoubleType()),
         T.StructField("date", T.StringType()),  # yyyy-MM-dd of ts, the table's partition column
     ]
 )
 TABLE_COLUMNS = [field.name for field in TABLE_SCHEMA.fields]
 DEDUP_KEY = ["writer", "seq", "topic"]
+# v2 columns added after its first files (null when a file lacks them)
+V2_ADDED_COLUMNS = ("throttled_bytes", "first_ms", "last_ms", "charge_offset_ms")
 PRODUCE, FETCH, SHARE_FETCH = 0, 1, 78
 # The exchanges whose response bytes the proxy charges to consumer_byte_rate (quotas.charging.FETCH_APIS).
 FETCHES = (FETCH, SHARE_FETCH)
+
+
+def conform(frame: DataFrame, schema: T.StructType) -> list[Column]:
+    """`frame`'s columns named in `schema`, cast to its types; null for those it lacks (older files)."""
+    present = set(frame.columns)
+    return [(F.col(f.name) if f.name in present else F.lit(None)).cast(f.dataType).alias(f.name) for f in schema.fields]
 
 
 def date_of(ts_ms: Column) -> Column:
@@ -121,6 +141,10 @@ def to_table(raw: DataFrame) -> DataFrame:
         .cast("long")
         .alias("refusals"),
         F.when(first, F.col("partitions_mutated")).otherwise(0).cast("long").alias("partitions_mutated"),
+        F.round(F.col("throttled_bytes") / share).cast("long").alias("throttled_bytes"),
+        F.lit(None).cast("long").alias("first_ms"),
+        F.lit(None).cast("long").alias("last_ms"),
+        F.lit(None).cast("double").alias("charge_offset_ms"),
     )
     v2_rows = raw.where(F.col("v") == 2).select(
         F.lit(2).cast("int").alias("v"),
@@ -147,6 +171,7 @@ def to_table(raw: DataFrame) -> DataFrame:
                 "partitions_mutated",
             )
         ),
+        *(F.col(name).cast(TABLE_SCHEMA[name].dataType).alias(name) for name in V2_ADDED_COLUMNS),
     )
     rows = v1_rows.unionByName(v2_rows)
     return rows.withColumn("date", date_of(F.col("ts"))).select(TABLE_COLUMNS)

@@ -1,20 +1,28 @@
 """whatif: each entity's recorded series replayed against candidate quotas.
 
-The replay runs the proxy's own QuotaEngine (quotagate.quotas) inside applyInPandas, one entity per
-group, so there is one definition of a token bucket. Each request is charged as the proxy charges
-it: a produce (and a mutation) when read, i.e. its response time less its upstream latency, with
-the throttle its response carries read from the bucket at its response time; a fetch and request
-time when the response is back. A v1 record is one request at `ts`; a v2 aggregate of n requests
-is charged in min(n, SLICES) equal slices spread evenly over its interval, each standing for its
-share of the requests, with their mean latency. Within-interval timing is lost in an aggregate:
-traffic the proxy held at exactly its quota replays faithfully only at fine intervals
-(usage.interval_seconds = 0.1) or from per-request records (docs/pipeline.md). Beside
-it, Kafka's sampled-rate rule (quotagate.quotas.sampled_rate) on the same series and quota.
+The replay runs the proxy's own quota engine (quotagate.quotas) inside applyInPandas, one entity per
+group, so there is one definition of a token bucket: each candidate gets a QuotaEngine, and the
+loop charges the bucket that engine gives the entity. Each request is charged as the proxy charges
+it: a produce (and a mutation) when read, with the throttle its response carries read from the
+bucket when the response goes back; a fetch and request time when the response is back.
 
-Per entity, quota key and candidate: active seconds, seconds throttled and their share, total and
-p99 added delay per request (ms), and the amount (bytes for byte rates) charged while in debt.
-Candidates come from a table (quota_key, quota[, user, client_id]) or, by default, a grid around
-each entity's peak second.
+Where the requests go in time:
+- a v1 record is one request, charged at its read (`ts` less its upstream latency) or response;
+- a v2 aggregate of n requests says when they were charged: its first, its last, and their mean
+  (first_ms, last_ms, charge_offset_ms). The replay charges it in min(n, SLICES) equal slices
+  placed to match the three: when the mean is early, some slices at `first` (the rush of a client
+  spending its burst) and the rest evenly up to `last` (the pace a quota holds it at); otherwise
+  evenly from first to last. Aggregates written before those columns are spread over the interval.
+
+What it answers, per entity, quota key and candidate: active seconds, seconds throttled and their
+share, total and p99 added delay per request (the throttle_time_ms the responses would carry), and
+the amount charged over quota (`amount_delayed`: bytes for byte rates, of the requests whose charge
+left the entity in debt) with `throttled_time_ms`, that amount at the candidate rate: how long the
+quota held the entity at it. The last is what the records reproduce best (docs/pipeline.md: a
+summed throttle_time_ms or the time in debt turn on when, within the second, each request came
+back from its mute, which an aggregate does not keep). Beside it, Kafka's sampled-rate rule
+(quotagate.quotas.sampled_rate) on the same charges and quota. Candidates come from a table
+(quota_key, quota[, user, client_id]) or, by default, a grid around each entity's peak second.
 """
 
 from __future__ import annotations
@@ -28,9 +36,10 @@ from pyspark.sql import functions as F
 
 from quotagate.pipeline.schema import FETCHES, PRODUCE
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
+from quotagate.quotas.engine import tokens_per_second
 from quotagate.quotas.sampled_rate import SampledRate
 
-SLICES = 8  # charges per v2 aggregate at most
+SLICES = 16  # charges per v2 aggregate at most
 MUTATION_APIS = (19, 20, 37)  # CreateTopics, DeleteTopics, CreatePartitions
 KEYS = [k.value for k in QuotaKey]
 # Charged when the request is read (the others when the response is back), as in quotas.charging.
@@ -40,14 +49,17 @@ GRID_STEPS = [2 ** (i / 4) for i in range(-16, 5)]  # 1/16 to 2 × the peak seco
 RESULT_SCHEMA = (
     "user string, client_id string, quota_key string, quota double, active_seconds long, "
     "seconds_throttled long, throttled_share double, total_delay_ms double, p99_delay_ms double, "
-    "amount_delayed double, kafka_seconds_throttled long, kafka_throttled_share double, "
-    "kafka_total_delay_ms double, kafka_p99_delay_ms double, recorded_throttle_ms double, "
-    "recorded_seconds_throttled long, peak_second double, mean_rate double"
+    "amount_delayed double, throttled_time_ms double, kafka_seconds_throttled long, "
+    "kafka_throttled_share double, kafka_total_delay_ms double, kafka_p99_delay_ms double, "
+    "recorded_throttle_ms double, recorded_seconds_throttled long, recorded_amount_delayed double, "
+    "peak_second double, mean_rate double"
 )
+RESULT_COLUMNS = [c.split(" ")[0] for c in RESULT_SCHEMA.split(", ")]
 
 
-def series(table: DataFrame) -> DataFrame:
-    """Per entity and record time: (requests, amount, recorded throttle) for each quota key."""
+def series(table: DataFrame, keys: list[str] | None = None) -> DataFrame:
+    """Per entity and record time, for each quota key (of `keys`, default all): requests, amount,
+    recorded throttle and throttled amount, request time, and when the requests were charged."""
     api = F.col("api_key")
     per_key = {
         QuotaKey.PRODUCER_BYTE_RATE: (api == PRODUCE, F.col("bytes_in")),
@@ -58,15 +70,24 @@ def series(table: DataFrame) -> DataFrame:
     }
     columns = []
     for key, (selected, amount) in per_key.items():
+        k = key.value
+        if keys is not None and k not in keys:
+            continue
         columns += [
-            F.sum(F.when(selected, F.col("requests")).otherwise(0)).alias(f"n_{key.value}"),
-            F.sum(F.when(selected, amount).otherwise(0)).cast("double").alias(f"a_{key.value}"),
-            F.sum(F.when(selected, F.col("throttle_ms")).otherwise(0)).cast("double").alias(f"t_{key.value}"),
-            F.sum(F.when(selected, F.col("request_time_ms")).otherwise(0)).cast("double").alias(f"l_{key.value}"),
+            F.sum(F.when(selected, F.col("requests")).otherwise(0)).alias(f"n_{k}"),
+            F.sum(F.when(selected, amount).otherwise(0)).cast("double").alias(f"a_{k}"),
+            F.sum(F.when(selected, F.col("throttle_ms")).otherwise(0)).cast("double").alias(f"t_{k}"),
+            F.sum(F.when(selected, F.col("request_time_ms")).otherwise(0)).cast("double").alias(f"l_{k}"),
+            # null where the records do not carry them (v1, older v2)
+            F.sum(F.when(selected, F.col("throttled_bytes"))).cast("double").alias(f"b_{k}"),
+            F.min(F.when(selected, F.col("first_ms"))).cast("double").alias(f"f_{k}"),
+            F.max(F.when(selected, F.col("last_ms"))).cast("double").alias(f"g_{k}"),
+            F.sum(F.when(selected, F.col("charge_offset_ms"))).cast("double").alias(f"o_{k}"),
         ]
-    # A v1 record is one request: kept apart even when two share a millisecond.
-    request = F.when(F.col("interval_ms") == 0, F.concat_ws("/", "writer", F.col("seq").cast("string")))
-    return table.groupBy("user", "client_id", "ts", "interval_ms", request.alias("request")).agg(*columns)
+    # A v1 record is one request (its topics' rows together): kept apart even when two share a ms.
+    per_request = F.col("interval_ms") == 0
+    writer, seq = F.when(per_request, F.col("writer")).alias("writer"), F.when(per_request, F.col("seq")).alias("seq")
+    return table.groupBy("user", "client_id", "ts", "interval_ms", writer, seq).agg(*columns)
 
 
 def replay_entity(
@@ -77,24 +98,35 @@ def replay_entity(
 ) -> pd.DataFrame:
     """One entity's series (rows of `series`) → one row per (quota key, candidate)."""
     user, client_id = group["user"].iat[0], group["client_id"].iat[0]
-    group = group.sort_values("ts")
     out = []
     for key_name in keys:
         key = QuotaKey(key_name)
-        counts = group[f"n_{key_name}"].to_numpy()
-        amounts = group[f"a_{key_name}"].to_numpy()
+        counts = group[f"n_{key_name}"].to_numpy(dtype=float)
+        amounts = group[f"a_{key_name}"].to_numpy(dtype=float)
         active = (counts > 0) & (amounts > 0)
         if not active.any():
             continue
-        ts = group["ts"].to_numpy()[active]
-        intervals = group["interval_ms"].to_numpy()[active]
-        counts, amounts = counts[active], amounts[active]
-        recorded = group[f"t_{key_name}"].to_numpy()[active]
-        latencies = group[f"l_{key_name}"].to_numpy()[active] if key in CHARGED_AT_READ else np.zeros(len(ts))
-        charges = _charges(ts, intervals, counts, amounts, latencies)
+        column = {name: group[f"{name}_{key_name}"].to_numpy(dtype=float, na_value=np.nan)[active] for name in "tlbfgo"}
+        ts = group["ts"].to_numpy(dtype=float)[active]
+        charges = charges_of(
+            ts,
+            group["interval_ms"].to_numpy(dtype=float)[active],
+            counts[active],
+            amounts[active],
+            column["l"] if key in CHARGED_AT_READ else np.zeros(len(ts)),
+            column["f"],
+            column["g"],
+            column["o"],
+        )
+        recorded, throttled_bytes = column["t"], column["b"]
         seconds = np.floor(ts / 1000).astype(np.int64)
-        per_second = pd.Series(amounts).groupby(seconds).sum()
+        per_second = pd.Series(amounts[active]).groupby(seconds).sum()
         peak, span = float(per_second.max()), max(float(seconds.max() - seconds.min() + 1), 1.0)
+        recorded_delayed = (
+            float(np.nansum(throttled_bytes))
+            if key is QuotaKey.PRODUCER_BYTE_RATE and not np.isnan(throttled_bytes).all()
+            else None
+        )
         for quota in _candidates_for(candidates, user, client_id, key_name, peak):
             out.append(
                 {
@@ -102,100 +134,138 @@ def replay_entity(
                     "client_id": client_id,
                     "quota_key": key_name,
                     "quota": float(quota),
-                    **_replay(charges, key, float(quota), windows, user, client_id),
+                    **replay(charges, key, float(quota), windows, user, client_id),
                     "recorded_throttle_ms": float(recorded.sum()),
                     "recorded_seconds_throttled": len(np.unique(seconds[recorded > 0])),
+                    "recorded_amount_delayed": recorded_delayed,
                     "peak_second": peak,
-                    "mean_rate": float(amounts.sum()) / span,
+                    "mean_rate": float(amounts[active].sum()) / span,
                 }
             )
-    return pd.DataFrame(out, columns=[c.split(" ")[0] for c in RESULT_SCHEMA.split(", ")])
+    return pd.DataFrame(out, columns=RESULT_COLUMNS)
 
 
-def _charges(
-    ts: np.ndarray, intervals: np.ndarray, counts: np.ndarray, amounts: np.ndarray, latencies: np.ndarray
-) -> list[tuple]:
-    """(response time in s, amount, requests it stands for, latency in s) per charge, in time order."""
-    charges = []
-    rows = zip(ts.tolist(), intervals.tolist(), counts.tolist(), amounts.tolist(), latencies.tolist(), strict=True)
-    for at, interval, n, amount, latency in rows:
-        if interval <= 0:
-            charges.append((at / 1000, amount, float(n), latency / n / 1000))
-            continue
-        slices = int(min(n, SLICES))
-        step = interval / slices
-        for i in range(slices):
-            charges.append(((at + (i + 0.5) * step) / 1000, amount / slices, n / slices, latency / n / 1000))
-    charges.sort(key=lambda c: c[0])
-    return charges
+def charges_of(
+    ts: np.ndarray,
+    intervals: np.ndarray,
+    counts: np.ndarray,
+    amounts: np.ndarray,
+    latencies: np.ndarray,
+    firsts: np.ndarray,
+    lasts: np.ndarray,
+    offsets: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """Rows of a series → charges (module docstring): `charge_at` and `respond_at` (s), `amount`, and
+    `weight` (requests each stands for), in order of charge time.
+
+    latencies: summed upstream latency per row for keys charged at read, zeros otherwise."""
+    slices = np.where(intervals > 0, np.minimum(counts, SLICES), 1).astype(np.int64)
+    row = np.repeat(np.arange(len(ts)), slices)
+    index = np.arange(len(row)) - np.repeat(np.cumsum(slices) - slices, slices)  # slice number within its row
+    s = slices[row].astype(float)
+    timed = ~np.isnan(firsts)
+    # Rows that say when their requests were charged: a rush of `rush` slices at first, the rest
+    # evenly to last, sized so the mean lands on the recorded one (no rush unless the mean is early).
+    first, span = firsts, np.maximum(lasts - firsts, 0.0)
+    mean = np.where(counts > 0, (ts + offsets / np.maximum(counts, 1) - first), 0.0)
+    early = np.where(span > 0, mean / np.where(span > 0, span, 1.0), 0.5)
+    evenly = np.where(early < 0.5, np.clip(np.rint(2 * np.minimum(counts, SLICES) * early - 1), 1, None), 0)
+    evenly = np.minimum(evenly, np.maximum(slices - 1, 1))
+    evenly = np.where(early < 0.5, evenly, np.maximum(slices - 1, 1))
+    rush = slices - evenly
+    step = np.where(evenly[row] > 0, (index - rush[row] + 1) / np.maximum(evenly[row], 1), 0.0)
+    timed_at = first[row] + span[row] * np.where(index < rush[row], 0.0, step)
+    # Rows without: v1 (one request, at `ts`, its response) and older v2 (spread over the interval,
+    # at their responses).
+    untimed_at = np.where(intervals[row] > 0, ts[row] + (index + 0.5) * intervals[row] / s, ts[row])
+    latency = latencies[row] / counts[row]
+    response_at = np.where(timed[row], timed_at + latency, untimed_at) / 1000
+    charge_at = np.where(timed[row], timed_at, untimed_at - latency) / 1000
+    order = np.argsort(charge_at, kind="stable")
+    return {
+        "charge_at": charge_at[order],
+        "respond_at": response_at[order],
+        "amount": (amounts[row] / s)[order],
+        "weight": (counts[row] / s)[order],
+    }
 
 
-def _replay(
-    charges: list[tuple], key: QuotaKey, quota: float, windows: QuotaWindows, user: str, client_id: str
+def replay(
+    charges: dict[str, np.ndarray], key: QuotaKey, quota: float, windows: QuotaWindows, user: str, client_id: str
 ) -> dict[str, float]:
+    """Charges one candidate's bucket (from a QuotaEngine holding only that quota) in time order."""
+    charge_at, respond_at, amounts, weights = (charges[k] for k in ("charge_at", "respond_at", "amount", "weight"))
     engine = QuotaEngine(QuotaTable({QuotaEntity(user, client_id): {key: quota}}), windows)
     kafka = SampledRate(
-        quota * (10.0 if key is QuotaKey.REQUEST_PERCENTAGE else 1.0),
+        tokens_per_second(key, quota),
         windows.controller_quota_window_num if key is QuotaKey.CONTROLLER_MUTATION_RATE else windows.quota_window_num,
         windows.controller_quota_window_size_seconds
         if key is QuotaKey.CONTROLLER_MUTATION_RATE
         else windows.quota_window_size_seconds,
     )
-    bucket_delays, kafka_delays, weights = [], [], []
-    delayed = 0.0
-    throttled_seconds: set[int] = set()
-    kafka_seconds: set[int] = set()
-    active_seconds: set[int] = set()
-    charge, throttle_now = engine.charge, engine.throttle_ms
+    charge, throttle_now = _bucket_calls(engine, key, user, client_id, float(charge_at[0]))
+    n = len(amounts)
+    amount_list = amounts.tolist()
+    charged = [0] * n  # the throttle each charge called for
     if key in CHARGED_AT_READ:
-        # As the proxy does: charged when the request is read (its response time less its latency),
-        # the response carrying the throttle as it stands when the response goes back, after the
-        # charges of the requests read meanwhile.
-        events = sorted(
-            [(at - latency, 0, i) for i, (at, _, _, latency) in enumerate(charges)]
-            + [(at, 1, i) for i, (at, *_) in enumerate(charges)]
-        )
+        # As the proxy: charged when read; the response carries the throttle as it stands when it goes
+        # back, after the charges read meanwhile (at equal times the charge comes first). A bucket
+        # only refills between charges: after a charge that called for no throttle, no response
+        # can carry one until the next charge, so the bucket is not asked.
+        responded = [0] * n
+        times = np.concatenate([charge_at, respond_at])
+        events = np.lexsort((np.repeat(np.array([0, 1], dtype=np.int8), n), times))
+        in_debt = False
+        for event, at in zip(events.tolist(), times[events].tolist(), strict=True):
+            if event < n:
+                throttle = charged[event] = charge(amount_list[event], at)
+                in_debt = throttle > 0
+            elif in_debt:
+                responded[event - n] = throttle_now(at)
     else:
-        events = [(at, 2, i) for i, (at, *_) in enumerate(charges)]
-    bucket_by_charge = [0] * len(charges)
-    kafka_by_charge = [0] * len(charges)
-    for at, kind, i in events:
-        amount = charges[i][1]
-        if kind == 1:
-            bucket_by_charge[i] = throttle_now(user, client_id, key, at)
-            continue
-        throttle = charge(user, client_id, key, amount, at)
-        kafka_by_charge[i] = kafka.record(amount, at)
-        if kind == 2:
-            bucket_by_charge[i] = throttle
-    for (at, amount, weight, _), throttle, kafka_throttle in zip(
-        charges, bucket_by_charge, kafka_by_charge, strict=True
-    ):
-        second = int(at)
-        active_seconds.add(second)
-        if throttle > 0:
-            throttled_seconds.add(second)
-            delayed += amount
-        if kafka_throttle > 0:
-            kafka_seconds.add(second)
-        bucket_delays.append(throttle)
-        kafka_delays.append(kafka_throttle)
-        weights.append(weight)
-    w = np.asarray(weights)
-    bucket, kafka_arr = np.asarray(bucket_delays, dtype=float), np.asarray(kafka_delays, dtype=float)
-    active = len(active_seconds)
+        for i, (at, amount) in enumerate(zip(charge_at.tolist(), amount_list, strict=True)):
+            charged[i] = charge(amount, at)
+        responded = charged
+    kafka_throttle = kafka.record_all(amount_list, charge_at.tolist())
+    bucket, kafka_arr = np.asarray(responded, dtype=float), np.asarray(kafka_throttle, dtype=float)
+    seconds = np.floor(respond_at).astype(np.int64)
+    active = len(np.unique(seconds))
+    throttled = len(np.unique(seconds[bucket > 0]))
+    kafka_throttled = len(np.unique(seconds[kafka_arr > 0]))
+    delayed = float(amounts[np.asarray(charged) > 0].sum())
     return {
         "active_seconds": active,
-        "seconds_throttled": len(throttled_seconds),
-        "throttled_share": len(throttled_seconds) / active,
-        "total_delay_ms": float((bucket * w).sum()),
-        "p99_delay_ms": _weighted_quantile(bucket, w, 0.99),
+        "seconds_throttled": throttled,
+        "throttled_share": throttled / active,
+        "total_delay_ms": float((bucket * weights).sum()),
+        "p99_delay_ms": _weighted_quantile(bucket, weights, 0.99),
         "amount_delayed": delayed,
-        "kafka_seconds_throttled": len(kafka_seconds),
-        "kafka_throttled_share": len(kafka_seconds) / active,
-        "kafka_total_delay_ms": float((kafka_arr * w).sum()),
-        "kafka_p99_delay_ms": _weighted_quantile(kafka_arr, w, 0.99),
+        "throttled_time_ms": delayed / tokens_per_second(key, quota) * 1000,
+        "kafka_seconds_throttled": kafka_throttled,
+        "kafka_throttled_share": kafka_throttled / active,
+        "kafka_total_delay_ms": float((kafka_arr * weights).sum()),
+        "kafka_p99_delay_ms": _weighted_quantile(kafka_arr, weights, 0.99),
     }
+
+
+def _bucket_calls(engine: QuotaEngine, key: QuotaKey, user: str, client_id: str, now: float):
+    """(charge(amount, at) → throttle ms, throttle_now(at) → ms) on the entity's bucket for `key`:
+    the engine's own bucket, looked up once (its per-key request-time cap applied as the engine does)."""
+    buckets = engine.entity_buckets(user, client_id, now)
+    bucket = {
+        QuotaKey.PRODUCER_BYTE_RATE: buckets.produce,
+        QuotaKey.CONSUMER_BYTE_RATE: buckets.fetch,
+        QuotaKey.REQUEST_PERCENTAGE: buckets.request,
+    }.get(key)
+    if bucket is None:  # the controller mutation quota: through the engine
+        return (
+            lambda amount, at: engine.charge(user, client_id, key, amount, at),
+            lambda at: engine.throttle_ms(user, client_id, key, at),
+        )
+    if key is QuotaKey.REQUEST_PERCENTAGE:
+        cap = buckets.request_cap_ms
+        return (lambda amount, at: min(bucket.charge(amount, at), cap)), (lambda at: min(bucket.throttle_ms(at), cap))
+    return bucket.charge, bucket.throttle_ms
 
 
 def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
@@ -234,7 +304,7 @@ def whatif(
     if candidates is not None:
         keys = [k for k in keys if k in set(candidates["quota_key"])]
 
-    def replay(group: pd.DataFrame) -> pd.DataFrame:
+    def replay_group(group: pd.DataFrame) -> pd.DataFrame:
         return replay_entity(group, candidates, windows, keys)
 
-    return series(table).groupBy("user", "client_id").applyInPandas(replay, RESULT_SCHEMA)
+    return series(table, keys).groupBy("user", "client_id").applyInPandas(replay_group, RESULT_SCHEMA)

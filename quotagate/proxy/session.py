@@ -167,6 +167,7 @@ class InFlight(NamedTuple):
     # Least throttle the response must carry (a refusal says when to come back).
     min_throttle_ms: int = 0
     mutation: MutationInFlight | None = None
+    over_quota: bool = False  # a produce whose charge when read left its entity over quota (usage records)
 
 
 class Session:
@@ -376,10 +377,13 @@ class Session:
                 refusal_wait = 0
                 mutation: MutationInFlight | None = None
                 local: bytes | None = None  # a response the proxy makes itself, sent in this request's turn
+                over_quota = False
                 if api_key == _PRODUCE:
-                    forwarded, refused, order, refusal_wait, throttle = self._admit_produce(
+                    forwarded, refused, order, refusal_wait, charged_throttle = self._admit_produce(
                         frame, body, version, client_id, now
                     )
+                    over_quota = charged_throttle > 0
+                    throttle = max(charged_throttle, refusal_wait)
                     if throttle > 0:
                         # In debt: this request goes on (Kafka appends, then throttles), but reading
                         # stops here; what was read after it waits for the mute to end.
@@ -452,6 +456,7 @@ class Session:
                         order,
                         refusal_wait,
                         mutation,
+                        over_quota,
                     )
                 )
                 if forwarded is not None:
@@ -483,7 +488,8 @@ class Session:
         """Applies per-topic thresholds to a produce request and charges it its size when read.
 
         Returns the frame to forward (None when every topic is refused), the refused topics, the
-        request's topic order, the least throttle its refusals need, and the throttle due now."""
+        request's topic order, the least throttle its refusals need, and the throttle its charge
+        calls for now."""
         services = self.services
         forwarded: memoryview | bytes | None = frame
         refused: dict[str, tuple[int, ...]] | None = None
@@ -495,10 +501,7 @@ class Session:
         engine = services.engine
         size = len(frame) - 4
         throttle = charge_request(self._buckets(client_id, now), _PRODUCE, size, now) if engine.limits_anyone else 0
-        refusal_wait = 0
-        if refused:
-            refusal_wait = services.topic_guard.retry_after_ms(refused, now)
-            throttle = max(throttle, refusal_wait)
+        refusal_wait = services.topic_guard.retry_after_ms(refused, now) if refused else 0
         return forwarded, refused, order, refusal_wait, throttle
 
     def _apply_topic_thresholds(
@@ -733,6 +736,7 @@ class Session:
             throttle,
             decision,
             shadow_ms,
+            request.over_quota,
         )
 
     def _note_authentication(self, request: InFlight, frame: memoryview | bytes) -> None:

@@ -57,6 +57,8 @@ class UsageRecord(NamedTuple):
     throttle_ms: int
     decision: str  # ok | throttled | refused | partially_refused
     shadow_throttle_ms: int = 0  # the throttle shadow quotas would have added (never applied)
+    # A produce whose charge to producer_byte_rate, when it was read, left its entity over quota.
+    over_quota: bool = False
 
 
 # The counters of one aggregate, in the order AggregateCollector keeps them in its lists.
@@ -71,7 +73,18 @@ AGGREGATE_COUNTERS = (
     "refusals",  # requests refused whole or in part
     "partitions_mutated",
     "shadow_throttle_ms",  # what shadow quotas would have added, summed over requests (never applied)
+    # Bytes of the produce requests whose charge left the entity over its producer_byte_rate: the
+    # traffic the quota throttled (÷ the quota: the time the entity was held at it).
+    "throttled_bytes",
+    # When the row's requests were charged (a produce when read, others when answered), epoch ms:
+    # the first, the last, and the sum of their offsets from the interval's start. A replay places
+    # the requests with these (docs/pipeline.md).
+    "first_ms",
+    "last_ms",
+    "charge_offset_ms",
 )
+# Written as floats (the others as int64).
+FLOAT_COUNTERS = frozenset({"request_time_ms", "charge_offset_ms"})
 
 
 def request_row(record: UsageRecord, proxy_id: str, writer: str, seq: int) -> Row:
@@ -93,6 +106,7 @@ def request_row(record: UsageRecord, proxy_id: str, writer: str, seq: int) -> Ro
         "throttle_ms": record.throttle_ms,
         "decision": record.decision,
         "shadow_throttle_ms": record.shadow_throttle_ms,
+        "throttled_bytes": record.bytes_in if record.over_quota else 0,
     }
 
 
@@ -137,9 +151,14 @@ class AggregateCollector:
         self.requests = 0
 
     def add(self, record: UsageRecord) -> bool:
-        interval = record.ts_ms // self.interval_ms
+        latency = record.upstream_latency_ms
+        # Counted in the interval in which it was charged: a produce when read, others when answered.
+        charged_ms = record.ts_ms - latency if record.api_key == PRODUCE and latency > 0 else record.ts_ms
+        interval = int(charged_ms // self.interval_ms)
         topics = record.topics if record.api_key == PRODUCE and record.topics else ("",)
-        bytes_in = record.bytes_in if len(topics) == 1 else record.bytes_in / len(topics)
+        share = 1 if len(topics) == 1 else len(topics)
+        bytes_in = record.bytes_in / share if share > 1 else record.bytes_in
+        throttled_bytes = bytes_in if record.over_quota else 0
         first = True
         for topic in topics:
             key = (interval, record.user, record.client_id, record.api_key, topic)
@@ -147,15 +166,16 @@ class AggregateCollector:
             if counters is None:
                 if len(self.aggregates) >= self.limit:
                     return False
-                counters = self.aggregates[key] = [0, 0, 0, 0.0, 0, 0, 0, 0, 0, 0]
+                counters = self.aggregates[key] = [0, 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, charged_ms, charged_ms, 0.0]
             counters[1] += bytes_in
+            counters[10] += throttled_bytes
             if first:
                 first = False
                 throttle = record.throttle_ms
                 counters[0] += 1
                 counters[2] += record.bytes_out
-                if record.upstream_latency_ms > 0:
-                    counters[3] += record.upstream_latency_ms
+                if latency > 0:
+                    counters[3] += latency
                 if throttle > 0:
                     counters[4] += throttle
                     counters[6] += 1
@@ -165,6 +185,11 @@ class AggregateCollector:
                     counters[7] += 1
                 counters[8] += record.partitions_mutated
                 counters[9] += record.shadow_throttle_ms
+                if charged_ms < counters[11]:
+                    counters[11] = charged_ms
+                elif charged_ms > counters[12]:
+                    counters[12] = charged_ms
+                counters[13] += charged_ms - interval * self.interval_ms
         self.requests += 1
         return True
 
@@ -195,7 +220,11 @@ class AggregateCollector:
                 }
                 row.update(zip(AGGREGATE_COUNTERS, counters, strict=True))
                 row["bytes_in"] = round(row["bytes_in"])
+                row["throttled_bytes"] = round(row["throttled_bytes"])
                 row["request_time_ms"] = round(row["request_time_ms"], 3)
+                row["first_ms"] = round(row["first_ms"])
+                row["last_ms"] = round(row["last_ms"])
+                row["charge_offset_ms"] = round(row["charge_offset_ms"], 3)
                 out.append(row)
             return out
 
@@ -332,7 +361,7 @@ def _arrow_schema(version: int) -> Any:
     ]
     head = [("v", pa.int32()), ("ts", pa.int64())]
     if version == AGGREGATE_SCHEMA_VERSION:
-        counters = [(name, pa.float64() if name == "request_time_ms" else pa.int64()) for name in AGGREGATE_COUNTERS]
+        counters = [(name, pa.float64() if name in FLOAT_COUNTERS else pa.int64()) for name in AGGREGATE_COUNTERS]
         fields = [*head, ("interval_ms", pa.int32()), *identity, ("topic", pa.string()), *counters]
     else:
         fields = [
@@ -346,6 +375,7 @@ def _arrow_schema(version: int) -> Any:
             ("upstream_latency_ms", pa.float64()),
             ("throttle_ms", pa.int64()),
             ("decision", pa.string()),
+            ("throttled_bytes", pa.int64()),
         ]
     return pa.schema(fields)
 

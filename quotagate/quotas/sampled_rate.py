@@ -23,23 +23,33 @@ class SampledRate:
 
     def record(self, amount: float, now: float) -> int:
         """Records `amount` at `now`; returns Kafka's throttle time in ms."""
-        start = now - now % self.window
+        return self.record_all([amount], [now])[0]
+
+    def record_all(self, amounts: list[float], times: list[float]) -> list[int]:
+        """Records each amount at its time (in time order); returns Kafka's throttle (ms) after each.
+        One loop with its state in locals: the what-if replay runs it over millions of requests."""
+        window, samples, quota = self.window, self.samples, self.quota
         windows = self._windows
-        if windows and windows[-1][0] == start:
-            windows[-1][1] += amount
-        else:
-            windows.append([start, amount])
-        self._total += amount
-        oldest_kept = start - (self.samples - 1) * self.window
-        while windows[0][0] < oldest_kept:
-            self._total -= windows.popleft()[1]
-        # Rate.windowSize: the elapsed span, padded to samples − 1 whole windows, at least 1 ms
-        span = now - windows[0][0]
-        full_windows = int(span // self.window)
-        if full_windows < self.samples - 1:
-            span += (self.samples - 1 - full_windows) * self.window
-        span = max(span, 0.001)
-        observed = self._total / span
-        if observed <= self.quota:
-            return 0
-        return int((observed - self.quota) / self.quota * span * 1000)
+        total = self._total
+        kept_span = (samples - 1) * window
+        throttles = []
+        for amount, now in zip(amounts, times, strict=True):
+            start = now - now % window
+            if windows and windows[-1][0] == start:
+                windows[-1][1] += amount
+            else:
+                windows.append([start, amount])
+            total += amount
+            oldest_kept = start - kept_span
+            while windows[0][0] < oldest_kept:
+                total -= windows.popleft()[1]
+            # Rate.windowSize: the elapsed span, padded to samples − 1 whole windows, at least 1 ms
+            span = now - windows[0][0]
+            full_windows = int(span // window)
+            if full_windows < samples - 1:
+                span += (samples - 1 - full_windows) * window
+            span = max(span, 0.001)
+            observed = total / span
+            throttles.append(0 if observed <= quota else int((observed - quota) / quota * span * 1000))
+        self._total = total
+        return throttles

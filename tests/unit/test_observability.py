@@ -114,15 +114,16 @@ async def test_usage_records_land_in_hourly_partitions_as_versioned_json(tmp_pat
         "throttle_ms": 0,
         "decision": "ok",
         "shadow_throttle_ms": 0,
+        "throttled_bytes": 0,
     }
 
 
 def test_aggregates_sum_requests_per_interval_entity_api_and_produce_topic() -> None:
     collector = AggregateCollector(limit=100, interval_ms=1000)
-    collector.add(UsageRecord(5_000, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok"))
+    collector.add(UsageRecord(5_010, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok"))
     collector.add(UsageRecord(5_999, "alice", "c", 0, 9, ("orders",), 500, 60, 0, 4.0, 30, "throttled"))
     collector.add(UsageRecord(5_500, "alice", "c", 0, 9, ("orders", "audit"), 300, 60, 0, 1.0, 0, "ok"))
-    collector.add(UsageRecord(6_000, "alice", "c", 0, 9, ("orders",), 100, 60, 0, 1.0, 0, "ok"))  # next second
+    collector.add(UsageRecord(6_002, "alice", "c", 0, 9, ("orders",), 100, 60, 0, 1.0, 0, "ok"))  # read next second
     collector.add(UsageRecord(5_100, "alice", "c", 19, 7, ("t",), 90, 40, 3, -1.0, 0, "refused"))
     requests, row_count, make_rows = collector.take("p", "p-1-1", 10)
     rows = {(r["ts"], r["api_key"], r["topic"]): r for r in make_rows()}
@@ -144,9 +145,26 @@ def test_aggregates_sum_requests_per_interval_entity_api_and_produce_topic() -> 
     assert sorted(r["seq"] for r in rows.values()) == [10, 11, 12, 13]
 
 
+def test_aggregates_count_a_produce_when_it_was_charged_and_say_when_their_requests_were() -> None:
+    collector = AggregateCollector(limit=100, interval_ms=1000)
+    # read at 5 990 (answered at 6 010): counted in [5 000, 6 000), when it was charged
+    collector.add(UsageRecord(6_010, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 20.0, 0, "ok", 0, True))
+    collector.add(UsageRecord(5_300, "alice", "c", 0, 9, ("orders", "audit"), 600, 60, 0, 100.0, 0, "ok", 0, True))
+    collector.add(UsageRecord(5_500, "alice", "c", 0, 9, ("orders",), 400, 60, 0, 2.0, 0, "ok"))
+    collector.add(UsageRecord(6_010, "alice", "c", 1, 12, (), 90, 5000, 0, 400.0, 0, "ok"))  # fetch: at its answer
+    rows = {(r["ts"], r["api_key"], r["topic"]): r for r in collector.take("p", "p-1-1", 0)[2]()}
+    orders = rows[(5000, 0, "orders")]
+    assert (orders["requests"], orders["bytes_in"]) == (3, 1700)
+    assert (orders["first_ms"], orders["last_ms"]) == (5200, 5990)  # read times, epoch ms
+    assert orders["charge_offset_ms"] == 990 + 200 + 498  # from the interval's start
+    # the bytes whose charge left alice over quota; a two-topic produce splits them as bytes_in
+    assert (orders["throttled_bytes"], rows[(5000, 0, "audit")]["throttled_bytes"]) == (1300, 300)
+    assert rows[(6000, 1, "")]["first_ms"] == 6010 and (5000, 1, "") not in rows
+
+
 def test_aggregates_carry_what_shadow_quotas_would_have_throttled() -> None:
     collector = AggregateCollector(limit=100, interval_ms=1000)
-    collector.add(UsageRecord(5_000, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok", 900))
+    collector.add(UsageRecord(5_010, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok", 900))
     collector.add(UsageRecord(5_400, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok", 1100))
     _, _, make_rows = collector.take("p", "p-1-1", 0)
     (row,) = make_rows()
@@ -155,15 +173,15 @@ def test_aggregates_carry_what_shadow_quotas_would_have_throttled() -> None:
 
 def test_aggregates_stop_at_the_key_limit_and_say_so() -> None:
     collector = AggregateCollector(limit=2, interval_ms=1000)
-    assert collector.add(record(1000, "a")) and collector.add(record(1000, "b")) and collector.add(record(1500, "a"))
-    assert not collector.add(record(1000, "c")) and len(collector) == 3
+    assert collector.add(record(1002, "a")) and collector.add(record(1002, "b")) and collector.add(record(1500, "a"))
+    assert not collector.add(record(1002, "c")) and len(collector) == 3
 
 
 async def test_aggregates_land_in_hourly_parquet_files_readable_once_closed(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     collector = AggregateCollector(limit=100, interval_ms=1000)
-    for ts in (1_700_000_000_000, 1_700_000_000_400, 1_700_003_600_000):
+    for ts in (1_700_000_000_002, 1_700_000_000_400, 1_700_003_600_002):  # read 1.5 ms before
         collector.add(record(ts))
     sink = ParquetSink(tmp_path, "p-1-1", max_file_bytes=1 << 20, max_file_seconds=60)
     await sink.write(collector.take("p", "p-1-1", 0)[2]())
