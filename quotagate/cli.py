@@ -45,7 +45,6 @@ class Workers:
         self.pids: dict[int, int] = {}  # worker number -> pid
         self.started: dict[int, float] = {}
         self.delays: dict[int, float] = {}
-        self.restarts = 0
 
     def fork(self, count: int) -> None:
         import uvloop
@@ -97,7 +96,6 @@ class Workers:
                         dict(os.environ),
                     )  # fmt: skip
                     self.started[worker] = time.monotonic()
-                    self.restarts += 1
                     log.warning("worker %d started again as pid %d", worker, self.pids[worker])
 
     def signal_all(self, signum: int) -> None:

@@ -7,7 +7,7 @@ correlation_id int32, then (v1) tagged fields. Only these fields are read; bodie
 
 from __future__ import annotations
 
-from struct import Struct, unpack_from
+from struct import Struct, pack, unpack_from
 from typing import NamedTuple
 
 from quotagate.protocol.apis import is_flexible, response_header_is_flexible
@@ -55,6 +55,34 @@ def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
     if pos > len(buf):
         raise FrameError("truncated tagged fields")
     return pos
+
+
+def skip_string(buf: bytes | memoryview, pos: int, flexible: bool) -> int:
+    """Skips a (nullable) string: int16 length, or in flexible versions uvarint length + 1."""
+    if flexible:
+        length_plus_one, pos = read_uvarint(buf, pos)
+        return pos + max(length_plus_one - 1, 0)
+    (length,) = unpack_from(">h", buf, pos)
+    return pos + 2 + max(length, 0)
+
+
+def read_count(buf: bytes | memoryview, pos: int, flexible: bool) -> tuple[int, int]:
+    if flexible:
+        count_plus_one, pos = read_uvarint(buf, pos)
+        return max(count_plus_one - 1, 0), pos
+    (count,) = unpack_from(">i", buf, pos)
+    return max(count, 0), pos + 4
+
+
+def encode_count(count: int, flexible: bool) -> bytes:
+    if not flexible:
+        return pack(">i", count)
+    value, out = count + 1, bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def peek_request_header(frame: memoryview) -> RequestHeader:

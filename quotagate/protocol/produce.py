@@ -13,27 +13,10 @@ from typing import NamedTuple
 from kafka.protocol.producer import ProduceResponse
 
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
-from quotagate.protocol.headers import read_uvarint, skip_tagged_fields
+from quotagate.protocol.headers import encode_count, read_count, read_uvarint, skip_string, skip_tagged_fields
 
 FLEXIBLE_FROM = 9
 TOPIC_ID_FROM = 13
-
-
-def _skip_string(buf: memoryview, pos: int, flexible: bool) -> int:
-    """Skips a (nullable) string: int16 length, or in flexible versions uvarint length + 1."""
-    if flexible:
-        length_plus_one, pos = read_uvarint(buf, pos)
-        return pos + max(length_plus_one - 1, 0)
-    (length,) = unpack_from(">h", buf, pos)
-    return pos + 2 + max(length, 0)
-
-
-def _read_count(buf: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
-    if flexible:
-        count_plus_one, pos = read_uvarint(buf, pos)
-        return max(count_plus_one - 1, 0), pos
-    (count,) = unpack_from(">i", buf, pos)
-    return max(count, 0), pos + 4
 
 
 def produce_request_acks(frame: memoryview, body_offset: int, version: int) -> int:
@@ -41,7 +24,7 @@ def produce_request_acks(frame: memoryview, body_offset: int, version: int) -> i
     pos = body_offset
     try:
         if version >= 3:  # transactional_id comes first (a header-only frame has not even its length)
-            pos = _skip_string(frame, pos, version >= FLEXIBLE_FROM)
+            pos = skip_string(frame, pos, version >= FLEXIBLE_FROM)
         return unpack_from(">h", frame, pos)[0]
     except FrameError:
         raise
@@ -103,22 +86,22 @@ def _walked_throttle_offset(frame: memoryview, body_offset: int, version: int) -
     # index, error_code, base_offset; log_append_time_ms from v2; log_start_offset from v5
     fixed_partition_bytes = 14 + (8 if version >= 2 else 0) + (8 if version >= 5 else 0)
     try:
-        topics, pos = _read_count(frame, body_offset, flexible)
+        topics, pos = read_count(frame, body_offset, flexible)
         for _ in range(topics):
-            pos = pos + 16 if version >= TOPIC_ID_FROM else _skip_string(frame, pos, flexible)
-            partitions, pos = _read_count(frame, pos, flexible)
+            pos = pos + 16 if version >= TOPIC_ID_FROM else skip_string(frame, pos, flexible)
+            partitions, pos = read_count(frame, pos, flexible)
             # Below v8 the loop reads nothing: a huge count must not make it spin.
             if pos + partitions * fixed_partition_bytes > len(frame):
                 raise FrameError("produce response announces more partitions than it holds")
             for _ in range(partitions):
                 pos += fixed_partition_bytes
                 if version >= 8:
-                    record_errors, pos = _read_count(frame, pos, flexible)
+                    record_errors, pos = read_count(frame, pos, flexible)
                     for _ in range(record_errors):
-                        pos = _skip_string(frame, pos + 4, flexible)
+                        pos = skip_string(frame, pos + 4, flexible)
                         if flexible:
                             pos = skip_tagged_fields(frame, pos)
-                    pos = _skip_string(frame, pos, flexible)
+                    pos = skip_string(frame, pos, flexible)
                 if flexible:
                     pos = skip_tagged_fields(frame, pos)
             if flexible:
@@ -160,9 +143,9 @@ def produce_request_layout(frame: memoryview, body_offset: int, version: int) ->
     """Where each topic of a produce request (v3..v12) sits, without touching the record batches."""
     flexible = version >= FLEXIBLE_FROM
     try:
-        pos = _skip_string(frame, body_offset, flexible) + 2 + 4  # transactional_id, acks, timeout_ms
+        pos = skip_string(frame, body_offset, flexible) + 2 + 4  # transactional_id, acks, timeout_ms
         topics_offset = pos
-        count, pos = _read_count(frame, pos, flexible)
+        count, pos = read_count(frame, pos, flexible)
         topics = []
         for _ in range(count):
             start = pos
@@ -174,7 +157,7 @@ def produce_request_layout(frame: memoryview, body_offset: int, version: int) ->
                 pos += 2
             name = bytes(frame[pos : pos + length]).decode("utf-8", "replace")
             pos += length
-            partition_count, pos = _read_count(frame, pos, flexible)
+            partition_count, pos = read_count(frame, pos, flexible)
             partitions = []
             record_bytes = 0
             for _ in range(partition_count):
@@ -202,17 +185,6 @@ def produce_request_layout(frame: memoryview, body_offset: int, version: int) ->
     return ProduceRequestLayout(topics_offset, pos, tuple(topics))
 
 
-def _encode_count(count: int, flexible: bool) -> bytes:
-    if not flexible:
-        return pack(">i", count)
-    value, out = count + 1, bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def produce_request_keeping(
     frame: memoryview, version: int, layout: ProduceRequestLayout, keep: frozenset[str] | set[str]
 ) -> bytes:
@@ -220,7 +192,7 @@ def produce_request_keeping(
     kept = [frame[t.start : t.end] for t in layout.topics if t.name in keep]
     parts = [
         frame[FRAME_SIZE_BYTES : layout.topics_offset],
-        _encode_count(len(kept), version >= FLEXIBLE_FROM),
+        encode_count(len(kept), version >= FLEXIBLE_FROM),
         *kept,
         frame[layout.topics_end :],
     ]

@@ -31,8 +31,7 @@ from typing import NamedTuple
 
 from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.framing import FrameError, frame_errors
-from quotagate.protocol.headers import read_uvarint, skip_tagged_fields
-from quotagate.protocol.produce import _encode_count, _read_count, _skip_string
+from quotagate.protocol.headers import encode_count, read_count, read_uvarint, skip_string, skip_tagged_fields
 
 # Least bytes of one entry, for refusing a count the frame cannot hold before walking it (a loop
 # that reads nothing per entry would spin on a count of 2^31).
@@ -59,7 +58,7 @@ class NodeEndpoints(NamedTuple):
 
 
 def _count(frame: memoryview, pos: int, least_bytes: int) -> tuple[int, int]:
-    count, pos = _read_count(frame, pos, True)
+    count, pos = read_count(frame, pos, True)
     if pos + count * least_bytes > len(frame):
         raise FrameError(f"share response announces {count} entries where fewer fit")
     return count, pos
@@ -76,10 +75,10 @@ def _read_string(frame: memoryview, pos: int) -> tuple[str | None, int]:
 
 
 def _skip_fetch_partition(frame: memoryview, pos: int) -> int:
-    pos = _skip_string(frame, pos + 6, True)  # index, error_code, error_message
-    pos = _skip_string(frame, pos + 2, True)  # acknowledge error code and message
+    pos = skip_string(frame, pos + 6, True)  # index, error_code, error_message
+    pos = skip_string(frame, pos + 2, True)  # acknowledge error code and message
     pos = skip_tagged_fields(frame, pos + _LEADER_BYTES)
-    pos = _skip_string(frame, pos, True)  # records: compact bytes, skipped like a string
+    pos = skip_string(frame, pos, True)  # records: compact bytes, skipped like a string
     acquired, pos = _count(frame, pos, _ACQUIRED_RECORDS_MIN)
     for _ in range(acquired):
         pos = skip_tagged_fields(frame, pos + 18)
@@ -87,7 +86,7 @@ def _skip_fetch_partition(frame: memoryview, pos: int) -> int:
 
 
 def _skip_acknowledge_partition(frame: memoryview, pos: int) -> int:
-    pos = _skip_string(frame, pos + 6, True)  # index, error_code, error_message
+    pos = skip_string(frame, pos + 6, True)  # index, error_code, error_message
     pos = skip_tagged_fields(frame, pos + _LEADER_BYTES)
     return skip_tagged_fields(frame, pos)
 
@@ -98,7 +97,7 @@ def share_response_node_endpoints(frame: memoryview, body_offset: int, api_key: 
 
     Raises FrameError unless the walk ends exactly at the end of the frame: a response that is not
     what the schema says is refused, never half rewritten."""
-    pos = _skip_string(frame, body_offset + 6, True)  # throttle_time_ms, error_code, error_message
+    pos = skip_string(frame, body_offset + 6, True)  # throttle_time_ms, error_code, error_message
     if api_key == ApiKey.SHARE_FETCH:
         pos += 4 if version >= 1 else 0  # acquisition_lock_timeout_ms
         skip_partition, partition_min = _skip_fetch_partition, _FETCH_PARTITION_MIN
@@ -131,12 +130,12 @@ def _encode_string(value: str | None) -> bytes:
     if value is None:
         return b"\x00"
     data = value.encode("utf-8")
-    return _encode_count(len(data), True) + data
+    return encode_count(len(data), True) + data
 
 
 def encode_node_endpoints(endpoints: list[NodeEndpoint]) -> bytes:
     """The NodeEndpoints array of a (flexible) share response."""
-    parts = [_encode_count(len(endpoints), True)]
+    parts = [encode_count(len(endpoints), True)]
     for node in endpoints:
         parts += [pack(">i", node.node_id), _encode_string(node.host), pack(">i", node.port)]
         parts += [_encode_string(node.rack), node.tags]
@@ -149,7 +148,7 @@ def share_fetch_max_wait_ms(frame: memoryview, body_offset: int, version: int) -
 
     The body starts group_id, member_id (compact nullable strings), share_session_epoch int32, then
     max_wait_ms int32."""
-    pos = _skip_string(frame, _skip_string(frame, body_offset, True), True) + 4
+    pos = skip_string(frame, skip_string(frame, body_offset, True), True) + 4
     if pos + 4 > len(frame):
         raise FrameError("ShareFetch request too short to hold max_wait_ms")
     return max(unpack_from(">i", frame, pos)[0], 0)

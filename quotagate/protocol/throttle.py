@@ -26,8 +26,8 @@ from kafka.protocol.schemas.fields.base import BaseField
 
 from quotagate.protocol.apis import RESPONSE_CLASSES, ApiKey, is_flexible, response_header_is_flexible
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
-from quotagate.protocol.headers import read_uvarint, skip_tagged_fields
-from quotagate.protocol.produce import _read_count, _skip_string, produce_response_throttle_offset
+from quotagate.protocol.headers import read_count, read_uvarint, skip_string, skip_tagged_fields
+from quotagate.protocol.produce import produce_response_throttle_offset
 
 __all__ = ["THROTTLE_EXEMPT_APIS", "THROTTLE_MAX_MS", "patch_throttle_time", "throttle_time_offset"]
 
@@ -106,8 +106,8 @@ def _skip_bytes(buf: memoryview, pos: int, flexible: bool) -> int:
 def _skip_token_fields(frame: memoryview, pos: int, version: int, flexible: bool) -> int:
     """Principal type and name, (v3+) requester type and name, three int64 timestamps, token id, hmac."""
     for _ in range(4 if version >= 3 else 2):
-        pos = _skip_string(frame, pos, flexible)
-    return _skip_bytes(frame, _skip_string(frame, pos + 24, flexible), flexible)
+        pos = skip_string(frame, pos, flexible)
+    return _skip_bytes(frame, skip_string(frame, pos + 24, flexible), flexible)
 
 
 def _create_delegation_token_throttle_offset(frame: memoryview, body_offset: int, version: int) -> int:
@@ -124,11 +124,11 @@ def _describe_delegation_token_throttle_offset(frame: memoryview, body_offset: i
     """DescribeDelegationToken v0-3: error_code, tokens (each with its renewers), then throttle_time_ms."""
     flexible = version >= 2
     try:
-        tokens, pos = _read_count(frame, body_offset + 2, flexible)
+        tokens, pos = read_count(frame, body_offset + 2, flexible)
         for _ in range(tokens):
-            renewers, pos = _read_count(frame, _skip_token_fields(frame, pos, version, flexible), flexible)
+            renewers, pos = read_count(frame, _skip_token_fields(frame, pos, version, flexible), flexible)
             for _ in range(renewers):
-                pos = _skip_string(frame, _skip_string(frame, pos, flexible), flexible)
+                pos = skip_string(frame, skip_string(frame, pos, flexible), flexible)
                 if flexible:
                     pos = skip_tagged_fields(frame, pos)
             if flexible:

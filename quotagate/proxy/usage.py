@@ -156,7 +156,7 @@ class AggregateCollector:
         charged_ms = record.ts_ms - latency if record.api_key == PRODUCE and latency > 0 else record.ts_ms
         interval = int(charged_ms // self.interval_ms)
         topics = record.topics if record.api_key == PRODUCE and record.topics else ("",)
-        share = 1 if len(topics) == 1 else len(topics)
+        share = len(topics)
         bytes_in = record.bytes_in / share if share > 1 else record.bytes_in
         throttled_bytes = bytes_in if record.over_quota else 0
         first = True
