@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -16,11 +17,31 @@ def unique_topic(prefix: str) -> str:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 3, replication: int = 1, **configs: str) -> None:
+    """Creates the topic and waits until Metadata shows every partition with a leader.
+
+    A KRaft broker answers CreateTopics once the controller has committed the topic, and learns of
+    it a moment later; a consumer group formed in that moment can be assigned nothing (Kafka's own
+    tests wait the same way, TestUtils.waitForAllPartitionsMetadata).
+    """
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         admin.create_topics([NewTopic(name, partitions, replication, topic_configs=configs)])
+        deadline = time.monotonic() + 30
+        while not _all_partitions_led(admin.describe_topics([name]), partitions):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"topic {name}: {partitions} partitions with leaders not seen in 30 s")
+            time.sleep(0.05)
     finally:
         admin.close()
+
+
+def _all_partitions_led(topics: list[dict], partitions: int) -> bool:
+    return any(
+        topic["error_code"] == 0
+        and len(topic["partitions"]) == partitions
+        and all(p["error_code"] == 0 and p["leader_id"] >= 0 for p in topic["partitions"])
+        for topic in topics
+    )
 
 
 def payloads(tag: str, count: int) -> list[tuple[bytes, bytes]]:
@@ -53,13 +74,28 @@ def socket_owners() -> dict[str, int]:
 
 
 def established_connections_to(port: int) -> list[tuple[int, int | None]]:
-    """(client-side local port, owning pid) of every established TCP connection to `port` on loopback."""
+    """(client-side local port, owning pid) of every established TCP connection to `port` on loopback.
+
+    The socket table is read before the processes' descriptors, so a connection opened meanwhile
+    cannot look ownerless; one closed meanwhile is left out if it is gone from a second reading.
+    The pid is None only for a socket that is still established and that no process we can see holds.
+    """
+    sockets = _established_sockets_to(port)
     owners = socket_owners()
+    unowned = {inode for _, inode in sockets if inode not in owners}
+    if unowned:
+        still_open = {inode for _, inode in _established_sockets_to(port)}
+        sockets = [(local, inode) for local, inode in sockets if inode not in unowned or inode in still_open]
+    return [(local, owners.get(inode)) for local, inode in sockets]
+
+
+def _established_sockets_to(port: int) -> list[tuple[int, str]]:
+    """(client-side local port, socket inode) of every established TCP connection to `port`."""
     found = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
             local, remote, state, inode = fields[1], fields[2], fields[3], fields[9]
             if state == ESTABLISHED and int(remote.rsplit(":", 1)[1], 16) == port:
-                found.append((int(local.rsplit(":", 1)[1], 16), owners.get(inode)))
+                found.append((int(local.rsplit(":", 1)[1], 16), inode))
     return found
