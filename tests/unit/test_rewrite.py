@@ -220,27 +220,6 @@ def test_metadata_topics_are_observed_with_their_partition_counts(version: int) 
     assert [(name, count) for name, _, count in recorder.topics] == [("orders", 6), ("clicks", 2)]
 
 
-def test_a_repeated_response_body_is_rewritten_once_and_keeps_each_correlation_id() -> None:
-    from quotagate.protocol.rewrite import RewriteMemo, rewrite_metadata
-
-    broker = MetadataResponse.MetadataResponseBroker
-    message = MetadataResponse(
-        version=12,
-        brokers=[broker(version=12, node_id=1, host="kafka-1", port=9092, rack=None)],
-        controller_id=1,
-        topics=[],
-    )
-    memo = RewriteMemo(rewrite_metadata, ApiKey.METADATA)
-    recorder = Recorder()
-    first = memo(response_frame(ApiKey.METADATA, 12, message), 12, recorder)
-    again = bytearray(response_frame(ApiKey.METADATA, 12, message))
-    again[4:8] = (77).to_bytes(4, "big")  # another correlation id, same body
-    second = memo(memoryview(bytes(again)), 12, recorder)
-    assert memo.hits == 1
-    assert second[8:] == first[8:] and unpack_from(">i", second, 4)[0] == 77
-    assert unpack_from(">i", second, 0)[0] == len(second) - 4
-
-
 def describe_configs_message(version: int, configs: list[tuple[str, str | None, bool]]):
     result_cls = DescribeConfigsResponse.DescribeConfigsResult
     config_cls = result_cls.DescribeConfigsResourceResult
