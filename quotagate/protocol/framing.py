@@ -88,9 +88,23 @@ class FrameSplitter:
         self._partial = bytearray()
         self._needed = 0
 
+    def whole_frame(self, data: bytes) -> memoryview | None:
+        """`data` as a frame when it is exactly one whole frame within the limit and nothing is
+        buffered (a read holding one request or one response: the usual case on a connection with
+        one request in flight); else None, and `data` goes through `feed` (or `pieces`)."""
+        if self._partial or len(data) < FRAME_SIZE_BYTES:
+            return None
+        (size,) = unpack_from(">i", data, 0)
+        if size + FRAME_SIZE_BYTES != len(data) or size > self._max_frame_size:
+            return None
+        return memoryview(data)
+
     def feed(self, data: bytes) -> list[memoryview]:
         """Returns the frames completed by `data`, in order. Raises FrameSizeError on a bad size,
         carrying the frames completed before it."""
+        frame = self.whole_frame(data)
+        if frame is not None:
+            return [frame]
         frames: list[memoryview] = []
         try:
             return self._feed(data, frames)
@@ -169,6 +183,11 @@ class StreamingFrameSplitter(FrameSplitter):
         self._head_size = head_size
         self._stream_left = 0  # bytes of the streamed frame still to come
         self._offered = False  # the buffered partial frame was offered and refused
+
+    def whole_frame(self, data: bytes) -> memoryview | None:
+        if self._stream_left:
+            return None
+        return super().whole_frame(data)
 
     def feed(self, data: bytes) -> list[memoryview]:
         """Whole frames only, as FrameSplitter.feed: nothing is streamed."""

@@ -115,7 +115,7 @@ class ClientConnection(asyncio.Protocol):
             self.reading.pause("quota")  # type: ignore[union-attr]  # set before any read
         elif session.holding:
             self.reading.pause("quota")  # type: ignore[union-attr]
-        elif self.reading is not None and not self.muted:
+        elif self.reading is not None and self.reading.paused and not self.muted:
             # What was held for a SaslAuthenticate answer went with the broker's bytes: read again.
             self.reading.resume("quota")
 

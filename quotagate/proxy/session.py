@@ -243,24 +243,19 @@ class Session:
         """Bytes from the broker. Raises FrameError if they are not responses to what is in flight."""
         out = self.to_client
         start = len(out)
-        in_flight = self.in_flight
-        rewriters = self.services.rewriters
-        for kind, piece in self.broker_frames.pieces(data, self._streamable):
-            if kind is WHOLE:
-                request = self._expected(piece)
-                response: bytes | memoryview = piece
-                rewrite = rewriters.get(request.api_key)
-                if rewrite is not None:
-                    response = rewrite(piece, request.api_version, self.services.cluster) or piece
-                out.append(self._respond(request, response, now))
-                if in_flight and in_flight[0].local_response is not None:
-                    self._local_responses(now)
-            elif kind is HEAD:
-                out.append(self._respond(self._expected(piece), piece, now))
-            else:
-                out.append(piece)
-                if kind is LAST:  # what the proxy answered itself goes after it, in turn
-                    self._local_responses(now)
+        frame = self.broker_frames.whole_frame(data)
+        if frame is not None:  # one whole response, the usual read: no splitting
+            self._whole_response(frame, now)
+        else:
+            for kind, piece in self.broker_frames.pieces(data, self._streamable):
+                if kind is WHOLE:
+                    self._whole_response(piece, now)
+                elif kind is HEAD:
+                    out.append(self._respond(self._expected(piece), piece, now))
+                else:
+                    out.append(piece)
+                    if kind is LAST:  # what the proxy answered itself goes after it, in turn
+                        self._local_responses(now)
         self.services.metrics.bytes_out += sum(map(len, out[start:] if start else out))
         if not self.awaiting_authentication and (
             self.held or self.receive_limit is not None or self.pending_refusal is not None
@@ -583,6 +578,19 @@ class Session:
         if correlation_id != expected.correlation_id:
             raise FrameError(f"response {correlation_id} arrived where {expected.correlation_id} was due")
         return expected
+
+    def _whole_response(self, frame: memoryview, now: float) -> None:
+        """A response that arrived whole: rewritten if it names brokers, answered, and followed by
+        the proxy-made responses whose turn comes after it."""
+        request = self._expected(frame)
+        response: bytes | memoryview = frame
+        rewrite = self.services.rewriters.get(request.api_key)
+        if rewrite is not None:
+            response = rewrite(frame, request.api_version, self.services.cluster) or frame
+        self.to_client.append(self._respond(request, response, now))
+        in_flight = self.in_flight
+        if in_flight and in_flight[0].local_response is not None:
+            self._local_responses(now)
 
     def _oldest_in_flight(self, frame: memoryview) -> InFlight:
         """The oldest request in flight; a response (beginning with `frame`) when there is none is bad."""
