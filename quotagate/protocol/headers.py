@@ -95,7 +95,7 @@ def peek_request_header(frame: memoryview) -> RequestHeader:
     if client_id_len >= 0:
         if pos + client_id_len > len(frame):
             raise FrameError("client_id runs past the end of the request")
-        client_id = bytes(frame[pos : pos + client_id_len]).decode("utf-8", "replace")
+        client_id = str(frame[pos : pos + client_id_len], "utf-8", "replace")  # decoded in place, no copy
         pos += client_id_len
     if is_flexible(api_key, api_version):
         pos = skip_tagged_fields(frame, pos)
