@@ -31,7 +31,7 @@ TARGETS: dict[str, tuple[str, float]] = {
 }
 # The steady figures: CPU seconds of two proxies measured in the same round depend on the work done,
 # not on how fast the shared machine happened to be (throughput ratios swing by ±0.2 run to run).
-CPU_RATIOS = ("cpu_per_gb_ratio_vs_haproxy", "cpu_per_request_ratio_vs_haproxy")
+CPU_RATIOS = ("cpu_per_gb_ratio_vs_haproxy", "cpu_per_request_ratio_vs_haproxy", "connections_cpu_ratio_vs_haproxy")
 
 Rounds = list[dict[str, Any]]
 
@@ -187,6 +187,21 @@ def comparisons(name: str, raw: dict[str, dict[str, Rounds]], figures: dict[str,
             lambda r: r["path_cpu_s"] / r["requests_counted"] if r.get("requests_counted") else 0.0,
             "/",
         )
+    # CPU per ApiVersions/Metadata request of the 200-connection workload against haproxy's in the
+    # same round: the steady figure for that workload, whose throughput ratio swings with the load.
+    connections_cpu_ratio = None
+    if HAPROXY in raw and name != HAPROXY:
+        connections_cpu_ratio = paired(
+            by_workload("connections"),
+            name,
+            HAPROXY,
+            lambda r: (
+                r["result"].get("watched_cpu_s_active", 0.0) / r["result"]["requests"]
+                if r["result"].get("requests")
+                else 0.0
+            ),
+            "/",
+        )
     out: dict[str, Any] = {
         "produce_ratio_vs_direct": median_of(produce),
         "consume_ratio_vs_direct": median_of(consume),
@@ -194,6 +209,7 @@ def comparisons(name: str, raw: dict[str, dict[str, Rounds]], figures: dict[str,
         "connections_ratio_vs_direct": median_of(conns),
         "cpu_per_gb_ratio_vs_haproxy": _r(mine / haproxy) if mine and haproxy else None,
         "cpu_per_request_ratio_vs_haproxy": median_of(request_cpu_ratio),
+        "connections_cpu_ratio_vs_haproxy": median_of(connections_cpu_ratio),
         "p99_added_ms": median_of(p99),
         "p95_added_ms": median_of(p95),
         "avg_latency_added_ms": median_of(avg),
@@ -207,6 +223,7 @@ def comparisons(name: str, raw: dict[str, dict[str, Rounds]], figures: dict[str,
             "connections_ratio_vs_direct": conns,
             "cpu_per_gb_ratio_vs_haproxy": cpu_ratio,
             "cpu_per_request_ratio_vs_haproxy": request_cpu_ratio,
+            "connections_cpu_ratio_vs_haproxy": connections_cpu_ratio,
             "p99_added_ms": p99,
             "p95_added_ms": p95,
             "avg_latency_added_ms": avg,
@@ -358,6 +375,7 @@ def table(report: dict[str, Any]) -> str:
         ("200 conns ratio vs direct", "connections_ratio_vs_direct", 3),
         ("CPU/GB ratio vs haproxy (steady)", "cpu_per_gb_ratio_vs_haproxy", 2),
         ("CPU/small request ratio vs haproxy (steady)", "cpu_per_request_ratio_vs_haproxy", 2),
+        ("CPU/ApiVersions+Metadata ratio vs haproxy", "connections_cpu_ratio_vs_haproxy", 2),
         ("p99 added at half load, ms", "p99_added_ms", 1),
         ("p95 added at half load, ms", "p95_added_ms", 1),
         ("avg latency added at half load, ms", "avg_latency_added_ms", 2),
