@@ -176,32 +176,26 @@ def comparisons(name: str, raw: dict[str, dict[str, Rounds]], figures: dict[str,
         round_nos = sorted({r.get("round", 0) for r in raw[name]["produce"]})
         ratios = [round_cpu_per_gb(name, n) / round_cpu_per_gb(HAPROXY, n) for n in round_nos]
         cpu_ratio = summarize([v for v in ratios if v]) if any(ratios) else None
-    # CPU per small produce request against haproxy's in the same round (the requests each path's
-    # producers made, counted by the producers themselves).
-    request_cpu_ratio = None
-    if HAPROXY in raw and name != HAPROXY:
-        request_cpu_ratio = paired(
-            by_workload("small_requests"),
-            name,
-            HAPROXY,
-            lambda r: r["path_cpu_s"] / r["requests_counted"] if r.get("requests_counted") else 0.0,
-            "/",
-        )
-    # CPU per ApiVersions/Metadata request of the 200-connection workload against haproxy's in the
-    # same round: the steady figure for that workload, whose throughput ratio swings with the load.
-    connections_cpu_ratio = None
-    if HAPROXY in raw and name != HAPROXY:
-        connections_cpu_ratio = paired(
-            by_workload("connections"),
-            name,
-            HAPROXY,
-            lambda r: (
-                r["result"].get("watched_cpu_s_active", 0.0) / r["result"]["requests"]
-                if r["result"].get("requests")
-                else 0.0
-            ),
-            "/",
-        )
+
+    def cpu_per_request_vs_haproxy(
+        workload: str, cpu: Callable[[dict[str, Any]], float], requests: Callable[[dict[str, Any]], float]
+    ) -> dict[str, Any] | None:
+        """The proxy's CPU per request of `workload` over haproxy's, round by round."""
+        if HAPROXY not in raw or name == HAPROXY:
+            return None
+        return paired(by_workload(workload), name, HAPROXY, lambda r: cpu(r) / requests(r) if requests(r) else 0.0, "/")
+
+    # Small produce requests: the requests each path's producers made, counted by the producers.
+    request_cpu_ratio = cpu_per_request_vs_haproxy(
+        "small_requests", lambda r: r["path_cpu_s"], lambda r: r.get("requests_counted") or 0
+    )
+    # ApiVersions/Metadata of the 200-connection workload, CPU of its active phase: the steady figure
+    # for that workload, whose throughput ratio swings with the machine's load.
+    connections_cpu_ratio = cpu_per_request_vs_haproxy(
+        "connections",
+        lambda r: r["result"].get("watched_cpu_s_active", 0.0),
+        lambda r: r["result"].get("requests") or 0,
+    )
     out: dict[str, Any] = {
         "produce_ratio_vs_direct": median_of(produce),
         "consume_ratio_vs_direct": median_of(consume),
