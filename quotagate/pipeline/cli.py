@@ -193,10 +193,12 @@ def _run_ingest(spark, args) -> int:
 
 def _run_rollup(spark, args) -> int:
     from quotagate.pipeline.ingest import read_table
-    from quotagate.pipeline.rollup import rollup
+    from quotagate.pipeline.rollup import release, rollup
 
-    for name, frame in rollup(read_table(spark, args.table)).items():
+    table = read_table(spark, args.table)
+    for name, frame in rollup(table).items():
         frame.write.mode("overwrite").parquet(str(Path(args.out) / name))
+    release(table)
     print(f"roll-ups: {args.out}")
     return 0
 

@@ -17,14 +17,14 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from quotagate.pipeline.rollup import per_second
+from quotagate.pipeline.rollup import per_entity_topic_second, per_second
 
 TOP_ENTITIES = 6
 
 
 def report_data(table: DataFrame, whatif: DataFrame, recommendations: pd.DataFrame, top: int = TOP_ENTITIES) -> dict:
     """What the page shows, small enough for the driver: the top entities by bytes moved."""
-    seconds = per_second(table)
+    seconds = per_second(per_entity_topic_second(table))
     totals = seconds.groupBy("user", "client_id").agg(F.sum(F.col("bytes_in") + F.col("bytes_out")).alias("moved"))
     leaders = totals.orderBy(F.col("moved").desc()).limit(top)
     series = seconds.join(leaders.select("user", "client_id"), ["user", "client_id"]).orderBy("second").toPandas()

@@ -26,15 +26,24 @@ SPREAD = ["bytes_in", "bytes_out", "requests", "request_time_ms"]  # per-second 
 PERCENTILES = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
 
 
-def per_second(table: DataFrame, by_topic: bool = False) -> DataFrame:
-    keys = [*ENTITY, "topic"] if by_topic else ENTITY
-    rows = table.where(F.col("topic") != "") if by_topic else table
+def per_entity_topic_second(table: DataFrame) -> DataFrame:
+    """The sums per (entity, topic, second), topic "" included: the one pass over the records that
+    both per-second tables are summed from."""
     return (
-        rows.withColumn("second", F.floor(F.col("ts") / 1000).cast("long"))
-        .groupBy(*keys, "second")
+        table.withColumn("second", F.floor(F.col("ts") / 1000).cast("long"))
+        .groupBy(*ENTITY, "topic", "second")
         .agg(*(F.sum(name).alias(name) for name in SUMS))
-        .withColumn("throttled", (F.col("throttled_requests") > 0).cast("int"))
     )
+
+
+def per_second(by_entity_topic: DataFrame, by_topic: bool = False) -> DataFrame:
+    """Per (entity, second), or per (entity, topic, second) for the rows naming a topic, from
+    `per_entity_topic_second`."""
+    if by_topic:
+        seconds = by_entity_topic.where(F.col("topic") != "")
+    else:
+        seconds = by_entity_topic.groupBy(*ENTITY, "second").agg(*(F.sum(name).alias(name) for name in SUMS))
+    return seconds.withColumn("throttled", (F.col("throttled_requests") > 0).cast("int"))
 
 
 def per_minute(seconds: DataFrame, by_topic: bool = False) -> DataFrame:
@@ -57,12 +66,21 @@ def per_minute(seconds: DataFrame, by_topic: bool = False) -> DataFrame:
 
 
 def rollup(table: DataFrame) -> dict[str, DataFrame]:
-    """The four roll-ups, by name: entity_second, entity_minute, topic_second, topic_minute."""
-    entity_second = per_second(table)
-    topic_second = per_second(table, by_topic=True)
+    """The four roll-ups, by name: entity_second, entity_minute, topic_second, topic_minute.
+
+    They share one aggregation of the records, cached so that writing the four reads the records
+    once (not four times); `release(table)` drops it when they are written."""
+    by_entity_topic = per_entity_topic_second(table).cache()
+    entity_second = per_second(by_entity_topic)
+    topic_second = per_second(by_entity_topic, by_topic=True)
     return {
         "entity_second": entity_second,
         "entity_minute": per_minute(entity_second),
         "topic_second": topic_second,
         "topic_minute": per_minute(topic_second, by_topic=True),
     }
+
+
+def release(table: DataFrame) -> None:
+    """Drops the cached aggregation `rollup(table)` made (Spark finds a cached table by its plan)."""
+    per_entity_topic_second(table).unpersist()

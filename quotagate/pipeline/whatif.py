@@ -205,28 +205,27 @@ def replay(
     )
     charge, throttle_now = _bucket_calls(engine, key, user, client_id, float(charge_at[0]))
     n = len(amounts)
-    amount_list = amounts.tolist()
-    charged = [0] * n  # the throttle each charge called for
+    amount_list, charge_list = amounts.tolist(), charge_at.tolist()
     if key in CHARGED_AT_READ:
         # As the proxy: charged when read; the response carries the throttle as it stands when it goes
         # back, after the charges read meanwhile (at equal times the charge comes first). A bucket
         # only refills between charges: after a charge that called for no throttle, no response
-        # can carry one until the next charge, so the bucket is not asked.
+        # can carry one until the next charge, so the bucket is not asked. The responses that
+        # follow charge i (and precede charge i + 1) are by_time[after[i]:after[i + 1]].
+        by_time = np.argsort(respond_at, kind="stable")
+        last_charge = np.searchsorted(charge_at, respond_at[by_time], side="right") - 1
+        after = np.searchsorted(last_charge, np.arange(n + 1), side="left").tolist()
+        by_time_list, respond_list = by_time.tolist(), respond_at[by_time].tolist()
+        charged = [0] * n  # the throttle each charge called for
         responded = [0] * n
-        times = np.concatenate([charge_at, respond_at])
-        events = np.lexsort((np.repeat(np.array([0, 1], dtype=np.int8), n), times))
-        in_debt = False
-        for event, at in zip(events.tolist(), times[events].tolist(), strict=True):
-            if event < n:
-                throttle = charged[event] = charge(amount_list[event], at)
-                in_debt = throttle > 0
-            elif in_debt:
-                responded[event - n] = throttle_now(at)
+        for i, (amount, at) in enumerate(zip(amount_list, charge_list, strict=True)):
+            throttle = charged[i] = charge(amount, at)
+            if throttle > 0:
+                for position in range(after[i], after[i + 1]):
+                    responded[by_time_list[position]] = throttle_now(respond_list[position])
     else:
-        for i, (at, amount) in enumerate(zip(charge_at.tolist(), amount_list, strict=True)):
-            charged[i] = charge(amount, at)
-        responded = charged
-    kafka_throttle = kafka.record_all(amount_list, charge_at.tolist())
+        charged = responded = [charge(amount, at) for amount, at in zip(amount_list, charge_list, strict=True)]
+    kafka_throttle = kafka.record_all(amounts, charge_at)
     bucket, kafka_arr = np.asarray(responded, dtype=float), np.asarray(kafka_throttle, dtype=float)
     seconds = np.floor(respond_at).astype(np.int64)
     active = len(np.unique(seconds))

@@ -10,7 +10,7 @@ import pytest
 
 from quotagate.pipeline.ingest import classify, ingest, problems_in, read_table, read_usage_files, write_table
 from quotagate.pipeline.recommend import recommend, to_kafka_configs, to_toml, with_current
-from quotagate.pipeline.rollup import rollup
+from quotagate.pipeline.rollup import per_entity_topic_second, release, rollup
 from quotagate.pipeline.synthetic import START_MS, SyntheticEntity, synthetic_aggregates, synthetic_requests
 from quotagate.pipeline.whatif import whatif
 from quotagate.quotas import QuotaWindows
@@ -86,6 +86,15 @@ def test_rollup_per_second_and_minute_with_percentiles_and_throttled_share(spark
     assert minutes[0]["bytes_in_p95"] == 30_000 and minutes[0]["throttled_share"] == 0
     topics = tables["topic_minute"].collect()
     assert {r["topic"] for r in topics} == {"synthetic"}
+
+
+def test_rollup_aggregates_the_records_once_for_its_four_tables_and_release_drops_that(spark) -> None:
+    table = synthetic_requests(spark, [SyntheticEntity("erin", "cached", 10_000, 10)], 5)
+    tables = rollup(table)
+    assert per_entity_topic_second(table).storageLevel.useMemory, "the shared aggregation is cached"
+    assert tables["entity_second"].count() == 5 and tables["topic_second"].count() == 5
+    release(table)
+    assert not per_entity_topic_second(table).storageLevel.useMemory, "release left it cached"
 
 
 def write_jsonl(path: Path, lines: list[str]) -> None:
