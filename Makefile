@@ -53,9 +53,11 @@ kafka-cluster-down: venv
 demo: venv kafka-jars
 	$(PY) scripts/demo.py
 
+# PYTEST_ARGS adds pytest options, e.g. PYTEST_ARGS="--durations=60" for the slowest phases or -m "not slow".
+PYTEST_ARGS ?=
 test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools chromium redis-tools
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q -rs --durations=15
+	$(PY) -m pytest -q -rs --durations=15 $(PYTEST_ARGS)
 
 test-unit: venv
 	$(PY) -m pytest -q -m "not cluster" tests/unit

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from kafka.admin import KafkaAdminClient, NewTopic
@@ -42,6 +43,16 @@ def _all_partitions_led(topics: list[dict], partitions: int) -> bool:
         and all(p["error_code"] == 0 and p["leader_id"] >= 0 for p in topic["partitions"])
         for topic in topics
     )
+
+
+def wait_until(condition: Callable[[], object], seconds: float, what: str, interval: float = 0.1) -> None:
+    """Polls `condition` until it is true; fails naming `what` after `seconds` (a loaded machine
+    takes its time: tests wait on the condition, never a fixed time that happens to suffice)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {seconds} s waiting for {what}")
+        time.sleep(interval)
 
 
 def payloads(tag: str, count: int) -> list[tuple[bytes, bytes]]:

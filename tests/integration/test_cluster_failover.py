@@ -8,7 +8,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from tests.integration.helpers import create_topic, unique_topic
+from tests.integration.helpers import create_topic, unique_topic, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -73,14 +73,28 @@ def test_clients_ride_through_a_broker_restart_without_losing_acknowledged_data(
     consumer = ContinuousConsumer(cluster_proxy.bootstrap, topic)
     producer.start()
     consumer.start()
+
+    # Each step waits on what it needs (records acknowledged and read after it) rather than a fixed
+    # time: fast on a quiet machine, and never too short on a loaded one.
+    def flowing_since(moment: float) -> bool:
+        return any(t > moment for t, _ in producer.acked[-50:]) and any(t > moment for t, _ in consumer.received[-50:])
+
     try:
-        time.sleep(4)
+        wait_until(lambda: flowing_since(0), 60, "records acknowledged and read before the stop")
         stopped_at = time.monotonic()
         kafka_cluster.stop_node(2)
-        time.sleep(6)
+        # Broker 2's partitions have new leaders once records are acknowledged and read again, from
+        # a second after the stop (when the assertions below start counting); 3 s down at least.
+        wait_until(lambda: flowing_since(stopped_at + 1), 60, "records acknowledged and read with broker 2 down")
+        time.sleep(max(0.0, stopped_at + 3 - time.monotonic()))
         restarted_at = time.monotonic()
         kafka_cluster.start_node(2)
-        time.sleep(4)
+        back_at = time.monotonic()
+        wait_until(
+            lambda: flowing_since(back_at) and len(producer.acked) > 1000,
+            60,
+            "records acknowledged and read after broker 2 is back, over 1000 in all",
+        )
     finally:
         producer.stopping.set()
         producer.join(90)

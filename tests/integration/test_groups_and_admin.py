@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -11,7 +10,7 @@ from confluent_kafka.admin import NewTopic as ConfluentNewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from tests.integration.helpers import create_topic, unique_topic
+from tests.integration.helpers import create_topic, unique_topic, wait_until
 
 
 class GroupMember(threading.Thread):
@@ -37,14 +36,6 @@ class GroupMember(threading.Thread):
                 self.values.extend(r.value for r in records)
             self.assignment = {tp.partition for tp in self.consumer.assignment()}
         self.consumer.close()
-
-
-def wait_until(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def test_a_group_of_two_rebalances_through_the_proxy_and_reads_everything_once(proxy) -> None:

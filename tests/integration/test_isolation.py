@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -11,7 +12,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 from kafka_rig import java_classpath
 
-from tests.integration.helpers import create_topic, established_connections_to, unique_topic
+from tests.integration.helpers import create_topic, established_connections_to, unique_topic, wait_until
 
 
 def broker_port(cluster) -> int:
@@ -58,7 +59,15 @@ def test_every_connection_to_the_broker_port_belongs_to_the_proxy(proxy, kafka) 
     broker_pids = {node.pid for node in kafka.nodes}
     samples = []
     try:
-        time.sleep(6)  # let the JVM start and both clients connect
+        # Sample once both clients are producing through the proxy's broker port (the JVM takes
+        # seconds to start, more on a loaded machine): waits on that, not on a fixed time.
+        wait_until(
+            lambda: {java.pid, os.getpid()} <= {pid for _, pid in established_connections_to(proxy.broker_port(1))},
+            60,
+            "the Java and the Python clients both connected to the proxy's broker port",
+            interval=0.2,
+        )
+        assert java.poll() is None, f"the Java producer exited with {java.returncode}"
         for _ in range(10):
             samples.append(established_connections_to(broker_port(kafka)))
             time.sleep(0.3)

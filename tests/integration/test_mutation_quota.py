@@ -26,7 +26,7 @@ from kafka.protocol.admin import (
     DeleteTopicsRequest,
     DeleteTopicsResponse,
 )
-from kafka_rig import java_classpath
+from kafka_rig import java_program
 
 from quotagate.protocol.headers import response_body_offset
 from tests.integration.helpers import unique_topic
@@ -216,7 +216,7 @@ def test_java_admin_client_creates_topics_under_the_quota_on_its_own(proxy_facto
     source = Path(__file__).resolve().parents[1] / "java" / "CreateTopicsUnderQuota.java"
     started = time.monotonic()
     result = subprocess.run(
-        ["java", "-Xmx256m", "-cp", java_classpath(), str(source), proxy.bootstrap, "java-admin", prefix, "10", "20"],
+        java_program(source, proxy.bootstrap, "java-admin", prefix, "10", "20"),
         capture_output=True,
         text=True,
         timeout=120,
@@ -242,7 +242,7 @@ def test_java_admin_client_gets_the_quota_error_not_a_timeout_after_an_all_admit
     proxy = mutation_proxy(proxy_factory, kafka, rate=5, window_num=100)
     prefix = unique_topic("java-strict")
     source = Path(__file__).resolve().parents[1] / "java" / "CreateTopicsUnderQuota.java"
-    command = ["java", "-Xmx256m", "-cp", java_classpath(), str(source), proxy.bootstrap, "java-strict", prefix]
+    command = java_program(source, proxy.bootstrap, "java-strict", prefix)
     result = subprocess.run(
         [*command, "7", "80", "then-one-more"],
         capture_output=True,

@@ -58,7 +58,7 @@ def test_usage_records_can_go_to_a_kafka_topic(proxy_factory, kafka) -> None:
     topic = unique_topic("traffic")
     create_topic(proxy.bootstrap, topic, partitions=1)
     confluent_producer_loop(proxy.bootstrap, topic, "to-kafka", 1.5, Acked())
-    time.sleep(1.0)
+    # No fixed wait for the proxy's flush: the loop below reads until the produce records arrive.
     consumer = Consumer(
         {"bootstrap.servers": kafka.bootstrap, "group.id": unique_topic("g"), "auto.offset.reset": "earliest"}
     )
@@ -110,8 +110,16 @@ def test_a_real_prometheus_sees_the_throttle_rise_for_the_throttled_entity_only(
             lambda: confluent_producer_loop(proxy.bootstrap, topic, "throttled", 10.0, Acked()),
             lambda: confluent_producer_loop(proxy.bootstrap, topic, "free", 10.0, Acked()),
         )
-        time.sleep(2.5)  # two more scrapes
-        up = prometheus_query(prometheus_port, 'up{job="quotagate"}')
+        # Prometheus scrapes every second: wait for its first scrape after the run (the final
+        # counters) instead of a fixed time, 20 s at most.
+        run_ended = time.time()
+        deadline = time.monotonic() + 20
+        while True:
+            up = prometheus_query(prometheus_port, 'up{job="quotagate"}')
+            scraped = prometheus_query(prometheus_port, 'max(timestamp(up{job="quotagate"}))').get("", 0.0)
+            if (up == {"": 1.0} and scraped > run_ended) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert up == {"": 1.0}, f"Prometheus does not scrape the proxy: {up}"
         throttle = prometheus_query(
             prometheus_port, "sum by (client_id) (increase(quotagate_produce_throttle_time_seconds_total[30s]))"

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from kafka_rig import java_classpath
+from kafka_rig import java_program
 
 from tests.integration.helpers import create_topic, unique_topic
 from tests.integration.test_quotas import Acked, confluent_producer_loop, rate_between
@@ -137,7 +137,7 @@ def test_java_admin_api_alters_and_describes_with_filters(proxy_factory, kafka, 
 
     def run(user: str) -> str:
         result = subprocess.run(
-            ["java", "-Xmx256m", "-cp", java_classpath(), str(source), proxy.bootstrap, user, SASL_USERS[user]],
+            java_program(source, proxy.bootstrap, user, SASL_USERS[user]),
             capture_output=True,
             text=True,
             timeout=120,

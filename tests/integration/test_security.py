@@ -8,6 +8,7 @@ trustme. The proxy terminates TLS on both sides. Rates are measured as in test_q
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -19,9 +20,10 @@ from pathlib import Path
 import pytest
 import trustme
 from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 from cryptography.hazmat.primitives import serialization
 
-from tests.integration.helpers import create_topic, unique_topic
+from tests.integration.helpers import create_topic, unique_topic, wait_until
 from tests.integration.test_quotas import (
     QUOTA,
     RECORD,
@@ -38,7 +40,6 @@ from tests.kafka_fixtures import (
     SASL_USERS,
     Cluster,
     fresh_cluster,
-    run_tool,
     secure_listener_overrides,
 )
 
@@ -106,15 +107,35 @@ def secure_kafka(pki: Pki) -> Iterator[Cluster]:
     )
     cluster = fresh_cluster("tls1", 1, PLAINTEXT_PORT, controller_base_port=CONTROLLER_PORT, overrides=overrides)
     try:
+        # The SCRAM credentials by AlterUserScramCredentials, what kafka-configs.sh sends, without four
+        # JVM start-ups of it. One request per mechanism: the broker refuses a user twice in one
+        # (DUPLICATE_RESOURCE).
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+            upserts = [
+                UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, 4096), SASL_USERS[user].encode())
+                for user in ("alice", "bob")
+            ]
+            for future in admin.alter_user_scram_credentials(upserts).values():
+                future.result(timeout=60)
+        # The controller has them; the broker learns them a moment later: wait until each logs in.
         for user in ("alice", "bob"):
-            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):  # one credential per request
-                run_tool(
-                    "configs", "--bootstrap-server", cluster.bootstrap, "--alter", "--entity-type", "users",
-                    "--entity-name", user, "--add-config", f"{mechanism}=[password={SASL_USERS[user]}]",
-                )  # fmt: skip
+            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                login = functools.partial(scram_login_works, pki, mechanism, user)
+                wait_until(login, 60, f"{user} to log in with {mechanism}")
         yield cluster
     finally:
         cluster.stop()
+
+
+def scram_login_works(pki: Pki, mechanism: str, user: str) -> bool:
+    """Whether `user` logs in with `mechanism` on the broker's own SASL_SSL listener."""
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{SASL_SSL_PORT}", **sasl_ssl(pki, mechanism, user)})
+    try:
+        admin.list_topics(timeout=5)
+    except KafkaException:
+        return False
+    return True
 
 
 def tls_proxy_toml(pki: Pki, client_auth: str = "none", upstream_client_cert: bool = False) -> str:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 import urllib.request
 from pathlib import Path
 
 from confluent_kafka import Producer
 
-from tests.integration.helpers import create_topic, unique_topic
+from tests.integration.helpers import create_topic, unique_topic, wait_until
 
 
 def children(pid: int) -> list[int]:
@@ -34,13 +33,6 @@ def healthz(port: int) -> int:
         return 0
 
 
-def wait_for(condition, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"not after {seconds} s: {what}"
-        time.sleep(0.2)
-
-
 def produce_through(bootstrap: str, topic: str, count: int) -> int:
     producer = Producer({"bootstrap.servers": bootstrap, "client.id": "workers-test", "linger.ms": 0})
     for index in range(count):
@@ -52,13 +44,13 @@ def test_a_killed_worker_is_started_again_and_workers_stop_when_worker_0_is_gone
     proxy = proxy_factory(kafka.bootstrap, proxy_toml="workers = 3\n")
     workers = children(proxy.process.pid)
     assert len(workers) == 2
-    wait_for(lambda: all(healthz(proxy.metrics_port + w) == 200 for w in (1, 2)), 20, "workers 1 and 2 serving")
+    wait_until(lambda: all(healthz(proxy.metrics_port + w) == 200 for w in (1, 2)), 20, "workers 1 and 2 serving")
 
     os.kill(workers[0], signal.SIGKILL)
-    wait_for(lambda: "started again as pid" in proxy.log_text(), 20, "worker 1 started again")
+    wait_until(lambda: "started again as pid" in proxy.log_text(), 20, "worker 1 started again")
     log = proxy.log_text()
     assert re.search(r"worker 1 \(pid \d+\) was killed by signal SIGKILL after \d+ s", log), log[-2000:]
-    wait_for(lambda: healthz(proxy.metrics_port + 1) == 200, 30, "the new worker 1 serving its metrics")
+    wait_until(lambda: healthz(proxy.metrics_port + 1) == 200, 30, "the new worker 1 serving its metrics")
     restarted = int(re.findall(r"worker 1 started again as pid (\d+)", proxy.log_text())[-1])
     assert restarted in children(proxy.process.pid) and restarted != workers[0]
     topic = unique_topic("workers")
@@ -68,4 +60,4 @@ def test_a_killed_worker_is_started_again_and_workers_stop_when_worker_0_is_gone
     survivors = children(proxy.process.pid)
     proxy.process.kill()  # worker 0 dies without a chance to stop the others
     proxy.process.wait()
-    wait_for(lambda: not any(alive(pid) for pid in survivors), 20, f"workers {survivors} stopping as orphans")
+    wait_until(lambda: not any(alive(pid) for pid in survivors), 20, f"workers {survivors} stopping as orphans")

@@ -56,6 +56,8 @@ def standalone_master(tmp_path: Path) -> Iterator[str]:
         processes.append(master)
         wait_for(master_log, "I have been elected leader", master)
         url = f"spark://127.0.0.1:{port}"
+        # Both workers start at once (two JVM start-ups overlap instead of following each other).
+        workers = []
         for index in range(2):
             worker_log = tmp_path / f"worker-{index}.log"
             worker = spark_class(
@@ -65,6 +67,8 @@ def standalone_master(tmp_path: Path) -> Iterator[str]:
                 log=worker_log,
             )
             processes.append(worker)
+            workers.append((worker_log, worker))
+        for worker_log, worker in workers:
             wait_for(worker_log, "Successfully registered with master", worker)
         yield url
     finally:

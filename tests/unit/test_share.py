@@ -14,7 +14,7 @@ from pathlib import Path
 from struct import pack, unpack_from
 
 import pytest
-from kafka_rig import java_classpath
+from kafka_rig import java_program
 
 from quotagate.protocol.apis import SHARE_MAX_VERSION, ApiKey, is_flexible, response_header_is_flexible
 from quotagate.protocol.framing import FrameError
@@ -82,9 +82,7 @@ def test_the_test_encoder_writes_the_bytes_kafka_writes(api_key: int, version: i
 @pytest.mark.java
 def test_the_golden_bodies_are_what_kafka_encodes() -> None:
     source = Path(__file__).resolve().parents[1] / "java" / "ShareResponseBytes.java"
-    result = subprocess.run(
-        ["java", "-Xmx128m", "-cp", java_classpath(), str(source)], capture_output=True, text=True, timeout=120
-    )
+    result = subprocess.run(java_program(source), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     printed = {}
     for line in result.stdout.split("\n"):
