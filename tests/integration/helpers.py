@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from confluent_kafka import Consumer
 from kafka.admin import KafkaAdminClient, NewTopic
 
 ESTABLISHED = "01"
@@ -27,11 +29,12 @@ def create_topic(bootstrap: str, name: str, partitions: int = 3, replication: in
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         admin.create_topics([NewTopic(name, partitions, replication, topic_configs=configs)])
-        deadline = time.monotonic() + 30
-        while not _all_partitions_led(admin.describe_topics([name]), partitions):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"topic {name}: {partitions} partitions with leaders not seen in 30 s")
-            time.sleep(0.05)
+        wait_until(
+            lambda: _all_partitions_led(admin.describe_topics([name]), partitions),
+            30,
+            f"topic {name}'s {partitions} partitions to have leaders",
+            interval=0.05,
+        )
     finally:
         admin.close()
 
@@ -53,6 +56,21 @@ def wait_until(condition: Callable[[], object], seconds: float, what: str, inter
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {seconds} s waiting for {what}")
         time.sleep(interval)
+
+
+def produce_usage_records(bootstrap: str, usage_topic: str, client_id: str, seconds: float = 20) -> list[dict]:
+    """The per-request usage records (JSON) read from `usage_topic` from its start, until a produce
+    record of `client_id` is among them or `seconds` pass: no fixed wait for the proxy's flush."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": unique_topic("g"), "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([usage_topic])
+    records: list[dict] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not any(r["client_id"] == client_id and r["api_key"] == 0 for r in records):
+        records += [json.loads(m.value()) for m in consumer.consume(500, timeout=0.5) if m.error() is None]
+    consumer.close()
+    return records
 
 
 def payloads(tag: str, count: int) -> list[tuple[bytes, bytes]]:

@@ -11,9 +11,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from confluent_kafka import Consumer
-
-from tests.integration.helpers import create_topic, unique_topic
+from tests.integration.helpers import create_topic, produce_usage_records, unique_topic
 from tests.integration.test_quotas import WINDOWS, Acked, confluent_producer_loop, quota_config, run_threads
 from tests.proxy_fixtures import free_port_block
 
@@ -58,16 +56,7 @@ def test_usage_records_can_go_to_a_kafka_topic(proxy_factory, kafka) -> None:
     topic = unique_topic("traffic")
     create_topic(proxy.bootstrap, topic, partitions=1)
     confluent_producer_loop(proxy.bootstrap, topic, "to-kafka", 1.5, Acked())
-    # No fixed wait for the proxy's flush: the loop below reads until the produce records arrive.
-    consumer = Consumer(
-        {"bootstrap.servers": kafka.bootstrap, "group.id": unique_topic("g"), "auto.offset.reset": "earliest"}
-    )
-    consumer.subscribe([usage_topic])
-    records = []
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not any(r["client_id"] == "to-kafka" and r["api_key"] == 0 for r in records):
-        records += [json.loads(m.value()) for m in consumer.consume(500, timeout=0.5) if m.error() is None]
-    consumer.close()
+    records = produce_usage_records(kafka.bootstrap, usage_topic, "to-kafka")
     produces = [r for r in records if r["client_id"] == "to-kafka" and r["api_key"] == 0]
     assert produces and all(r["v"] == 1 and r["topics"] == [topic] for r in produces)
 

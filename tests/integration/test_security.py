@@ -9,7 +9,6 @@ trustme. The proxy terminates TLS on both sides. Rates are measured as in test_q
 from __future__ import annotations
 
 import functools
-import json
 import re
 import time
 import urllib.request
@@ -19,11 +18,11 @@ from pathlib import Path
 
 import pytest
 import trustme
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 from cryptography.hazmat.primitives import serialization
 
-from tests.integration.helpers import create_topic, unique_topic, wait_until
+from tests.integration.helpers import create_topic, produce_usage_records, unique_topic, wait_until
 from tests.integration.test_quotas import (
     QUOTA,
     RECORD,
@@ -327,13 +326,5 @@ def test_usage_records_reach_a_kafka_topic_over_the_upstream_tls_settings(
     topic = unique_topic("traffic-tls")
     create_topic(secure_kafka.bootstrap, topic, partitions=1)
     kafka_python_producer_loop(proxy.bootstrap, topic, "usage-over-tls", 1.0, Acked())
-    consumer = Consumer(
-        {"bootstrap.servers": secure_kafka.bootstrap, "group.id": unique_topic("g"), "auto.offset.reset": "earliest"}
-    )
-    consumer.subscribe([usage_topic])
-    records: list[dict] = []
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not any(r["client_id"] == "usage-over-tls" for r in records):
-        records += [json.loads(m.value()) for m in consumer.consume(500, timeout=0.5) if m.error() is None]
-    consumer.close()
+    records = produce_usage_records(secure_kafka.bootstrap, usage_topic, "usage-over-tls")
     assert any(r["client_id"] == "usage-over-tls" and r["api_key"] == 0 for r in records), f"{len(records)} records"
