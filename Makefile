@@ -127,6 +127,16 @@ soak: venv kafka-jars
 chaos: venv kafka-jars
 	$(PY) bench/chaos.py --phase-seconds $(CHAOS_PHASE_SECONDS) --port-base $(SOAK_PORT_BASE)
 
+# Two versions of quotagate in the same rounds, beside haproxy and the uvloop floor (bench/floor_forwarder.py):
+# CPU per small produce request of each, and B over A (bench/ab.py; ~2 min). AB_B=DIR: version B's
+# package directory (a checkout or worktree); AB_ARGS adds options (--rounds, --workloads ...).
+AB_B ?= .
+AB_ARGS ?=
+.PHONY: bench-ab
+bench-ab: venv kafka-jars
+	bash scripts/ensure_debian_tools.sh haproxy haproxy
+	$(PY) bench/ab.py --b $(AB_B) $(AB_ARGS)
+
 .PHONY: bench-quick
 bench-quick: venv kafka-jars
 	bash scripts/ensure_debian_tools.sh haproxy haproxy

@@ -43,6 +43,9 @@ CONTROLLER_PORT = 39093
 # The broker's second client listener, the one haproxy forwards to (advertised as HAPROXY_PORT).
 KAFKA_HAPROXY_LISTENER_PORT = 39094
 HAPROXY_PORT = 39300
+# A third listener for bench/ab.py's floor forwarder (advertised as FLOOR_PORT, the forwarder's own).
+KAFKA_FLOOR_LISTENER_PORT = 39095
+FLOOR_PORT = 39330
 # Each quotagate: bootstrap on base, broker node N on base + N, metrics on base + 9.
 QUOTAGATE_BASES = {"quotagate_no_quota": 39310, "quotagate_quota": 39320}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -146,15 +149,16 @@ def start_broker(workdir: Path | None = TMPFS_WORKDIR) -> Cluster:
     retention set on the topics (create_topics); old segments go within seconds."""
     listeners = (
         f"PLAINTEXT://{HOST}:{KAFKA_PORT},CONTROLLER://{HOST}:{CONTROLLER_PORT},"
-        f"HAPROXY://{HOST}:{KAFKA_HAPROXY_LISTENER_PORT}"
+        f"HAPROXY://{HOST}:{KAFKA_HAPROXY_LISTENER_PORT},FLOOR://{HOST}:{KAFKA_FLOOR_LISTENER_PORT}"
     )
     advertised = (
-        f"PLAINTEXT://{HOST}:{KAFKA_PORT},CONTROLLER://{HOST}:{CONTROLLER_PORT},HAPROXY://{HOST}:{HAPROXY_PORT}"
+        f"PLAINTEXT://{HOST}:{KAFKA_PORT},CONTROLLER://{HOST}:{CONTROLLER_PORT},HAPROXY://{HOST}:{HAPROXY_PORT},"
+        f"FLOOR://{HOST}:{FLOOR_PORT}"
     )
     overrides = {
         "listeners": listeners,
         "advertised.listeners": advertised,
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,HAPROXY:PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,HAPROXY:PLAINTEXT,FLOOR:PLAINTEXT",
         "log.segment.bytes": str(SEGMENT_BYTES),
         "log.retention.check.interval.ms": "5000",
         "log.segment.delete.delay.ms": "1000",
