@@ -1,6 +1,6 @@
 """whatif: each entity's recorded series replayed against candidate quotas.
 
-The replay runs the proxy's own quota engine (quotagate.quotas) inside applyInPandas, one entity per
+The replay runs the proxy's own quota engine (quotagate.quotas) inside applyInArrow, one entity per
 group, so there is one definition of a token bucket: each candidate gets a QuotaEngine, and the
 loop charges the bucket that engine gives the entity. Each request is charged as the proxy charges
 it: a produce (and a mutation) when read, with the throttle its response carries read from the
@@ -27,10 +27,12 @@ back from its mute, which an aggregate does not keep). Beside it, Kafka's sample
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -55,62 +57,139 @@ RESULT_SCHEMA = (
     "peak_second double, mean_rate double"
 )
 RESULT_COLUMNS = [c.split(" ")[0] for c in RESULT_SCHEMA.split(", ")]
+RESULT_ARROW_SCHEMA = pa.schema(
+    [
+        (name, {"string": pa.string(), "double": pa.float64(), "long": pa.int64()}[kind])
+        for name, kind in (c.split(" ") for c in RESULT_SCHEMA.split(", "))
+    ]
+)
 
 
-def series(table: DataFrame, keys: list[str] | None = None) -> DataFrame:
-    """Per entity and record time, for each quota key (of `keys`, default all): requests, amount,
-    recorded throttle and throttled amount, request time, and when the requests were charged."""
-    api = F.col("api_key")
-    per_key = {
-        QuotaKey.PRODUCER_BYTE_RATE: (api == PRODUCE, F.col("bytes_in")),
-        QuotaKey.CONSUMER_BYTE_RATE: (api.isin(*FETCHES), F.col("bytes_out")),
+# Per quota key: the record column it charges.
+AMOUNT_COLUMN = {
+    QuotaKey.PRODUCER_BYTE_RATE: "bytes_in",
+    QuotaKey.CONSUMER_BYTE_RATE: "bytes_out",
+    QuotaKey.REQUEST_PERCENTAGE: "request_time_ms",
+    QuotaKey.CONTROLLER_MUTATION_RATE: "partitions_mutated",
+}
+
+
+def record_columns(keys: list[str]) -> list[str]:
+    """The record columns the replay of `keys` reads: every column sent to Python costs (10 M
+    records: ~0.5 s each on local[2]), so only these. A column left out reads as NaN in `series`."""
+    quota_keys = [QuotaKey(k) for k in keys]
+    columns = ["ts", "interval_ms", "requests", "throttle_ms", "first_ms", "last_ms", "charge_offset_ms"]
+    if len(quota_keys) > 1:
+        columns.append("api_key")  # one key's records are picked out before (replay_input)
+    if any(k in CHARGED_AT_READ for k in quota_keys):
+        columns.append("request_time_ms")  # the upstream latency, back from the response's time
+    if QuotaKey.PRODUCER_BYTE_RATE in quota_keys:
+        columns.append("throttled_bytes")
+    return list(dict.fromkeys(columns + [AMOUNT_COLUMN[k] for k in quota_keys]))
+
+
+def counted(key: QuotaKey, api_key: np.ndarray) -> np.ndarray:
+    """Which records (by API key) count for `key`."""
+    if key is QuotaKey.PRODUCER_BYTE_RATE:
+        return api_key == PRODUCE
+    if key is QuotaKey.CONSUMER_BYTE_RATE:
+        return np.isin(api_key, FETCHES)
+    if key is QuotaKey.REQUEST_PERCENTAGE:
         # a (share) fetch's long-poll wait cannot be told from its work in the records: fetches are left out
-        QuotaKey.REQUEST_PERCENTAGE: (~api.isin(*FETCHES), F.col("request_time_ms")),
-        QuotaKey.CONTROLLER_MUTATION_RATE: (api.isin(*MUTATION_APIS), F.col("partitions_mutated")),
+        return ~np.isin(api_key, FETCHES)
+    return np.isin(api_key, MUTATION_APIS)
+
+
+def replay_input(table: DataFrame, keys: list[str]) -> DataFrame:
+    """The records the replay of `keys` reads, narrowed to the columns it needs.
+
+    A v1 record is one request, its topics' rows together: `request` names it (a hash of writer and
+    seq; 0 for a v2 row) so that the replay merges those rows and no others, even two requests in
+    the same ms. Merging happens per entity in the replay, not in a Spark aggregation: that would
+    shuffle every request once more."""
+    api = F.col("api_key")
+    wanted = {
+        QuotaKey.PRODUCER_BYTE_RATE: api == PRODUCE,
+        QuotaKey.CONSUMER_BYTE_RATE: api.isin(*FETCHES),
+        QuotaKey.REQUEST_PERCENTAGE: ~api.isin(*FETCHES),
+        QuotaKey.CONTROLLER_MUTATION_RATE: api.isin(*MUTATION_APIS),
     }
-    columns = []
-    for key, (selected, amount) in per_key.items():
-        k = key.value
-        if keys is not None and k not in keys:
-            continue
-        columns += [
-            F.sum(F.when(selected, F.col("requests")).otherwise(0)).alias(f"n_{k}"),
-            F.sum(F.when(selected, amount).otherwise(0)).cast("double").alias(f"a_{k}"),
-            F.sum(F.when(selected, F.col("throttle_ms")).otherwise(0)).cast("double").alias(f"t_{k}"),
-            F.sum(F.when(selected, F.col("request_time_ms")).otherwise(0)).cast("double").alias(f"l_{k}"),
-            # null where the records do not carry them (v1, older v2)
-            F.sum(F.when(selected, F.col("throttled_bytes"))).cast("double").alias(f"b_{k}"),
-            F.min(F.when(selected, F.col("first_ms"))).cast("double").alias(f"f_{k}"),
-            F.max(F.when(selected, F.col("last_ms"))).cast("double").alias(f"g_{k}"),
-            F.sum(F.when(selected, F.col("charge_offset_ms"))).cast("double").alias(f"o_{k}"),
-        ]
-    # A v1 record is one request (its topics' rows together): kept apart even when two share a ms.
-    per_request = F.col("interval_ms") == 0
-    writer, seq = F.when(per_request, F.col("writer")).alias("writer"), F.when(per_request, F.col("seq")).alias("seq")
-    return table.groupBy("user", "client_id", "ts", "interval_ms", writer, seq).agg(*columns)
+    selected = [wanted[QuotaKey(k)] for k in keys]
+    request = F.when(F.col("interval_ms") == 0, F.xxhash64("writer", "seq")).otherwise(F.lit(0)).alias("request")
+    narrowed = table.select("user", "client_id", *record_columns(keys), request)
+    return narrowed.where(functools.reduce(lambda a, b: a | b, selected)) if selected else narrowed
+
+
+def series(records: pa.Table, key: QuotaKey) -> dict[str, np.ndarray] | None:
+    """One entity's records (rows of `replay_input`) → its series for `key`, one entry per v1 request
+    or v2 aggregate that counts for it, in record order: ts, interval, n (requests), a (amount),
+    t (recorded throttle ms), l (request time ms), b (throttled bytes), f and g (first and last
+    charge ms), o (summed charge offsets ms). b, f, g, o are NaN where the records do not carry them
+    (v1, older v2). None when nothing counts."""
+    names = set(records.column_names)
+    rows = counted(key, _numbers(records, "api_key")) if "api_key" in names else np.ones(records.num_rows, bool)
+    if not rows.any():
+        return None
+
+    def column(name: str) -> np.ndarray:
+        return _numbers(records, name, float)[rows] if name in names else np.full(int(rows.sum()), np.nan)
+
+    ts, interval, request = (_numbers(records, name)[rows] for name in ("ts", "interval_ms", "request"))
+    order = np.lexsort((request, interval, ts))
+    ts, interval, request = ts[order], interval[order], request[order]
+    sources = {"n": "requests", "a": AMOUNT_COLUMN[key], "t": "throttle_ms", "l": "request_time_ms"}
+    sources |= {"b": "throttled_bytes", "f": "first_ms", "g": "last_ms", "o": "charge_offset_ms"}
+    values = {name: column(source)[order] for name, source in sources.items()}
+    new = np.r_[True, (ts[1:] != ts[:-1]) | (interval[1:] != interval[:-1]) | (request[1:] != request[:-1])]
+    if not new.all():  # rows of one request or aggregate: summed, a NaN only where all of them are
+        starts = np.flatnonzero(new)
+        for name in "ntlabo":
+            values[name] = _sum_at(values[name], starts)
+        values["f"] = np.fmin.reduceat(values["f"], starts)
+        values["g"] = np.fmax.reduceat(values["g"], starts)
+        ts, interval = ts[starts], interval[starts]
+    return {"ts": ts.astype(float), "interval": interval.astype(float), **values}
+
+
+def _numbers(records: pa.Table, name: str, dtype: type | None = None) -> np.ndarray:
+    """A column as numbers, nulls as NaN (as float)."""
+    column = records.column(name)
+    if column.null_count:
+        return column.to_numpy().astype(float)  # pyarrow gives floats with NaN for an integer column with nulls
+    return column.to_numpy() if dtype is None else column.to_numpy().astype(dtype, copy=False)
+
+
+def _sum_at(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Sums of values[starts[i]:starts[i + 1]], skipping NaN; NaN where all are."""
+    present = ~np.isnan(values)
+    sums = np.add.reduceat(np.where(present, values, 0.0), starts)
+    return np.where(np.add.reduceat(present, starts) > 0, sums, np.nan)
 
 
 def replay_entity(
-    group: pd.DataFrame,
+    user: str,
+    client_id: str,
+    records: pa.Table,
     candidates: pd.DataFrame | None,
     windows: QuotaWindows,
     keys: list[str],
-) -> pd.DataFrame:
-    """One entity's series (rows of `series`) → one row per (quota key, candidate)."""
-    user, client_id = group["user"].iat[0], group["client_id"].iat[0]
+) -> pa.Table:
+    """One entity's records (rows of `replay_input`) → one row per (quota key, candidate)."""
     out = []
     for key_name in keys:
         key = QuotaKey(key_name)
-        counts = group[f"n_{key_name}"].to_numpy(dtype=float)
-        amounts = group[f"a_{key_name}"].to_numpy(dtype=float)
+        entity_series = series(records, key)
+        if entity_series is None:
+            continue
+        counts, amounts = entity_series["n"], entity_series["a"]
         active = (counts > 0) & (amounts > 0)
         if not active.any():
             continue
-        column = {name: group[f"{name}_{key_name}"].to_numpy(dtype=float, na_value=np.nan)[active] for name in "tlbfgo"}
-        ts = group["ts"].to_numpy(dtype=float)[active]
+        column = {name: entity_series[name][active] for name in "tlbfgo"}
+        ts = entity_series["ts"][active]
         charges = charges_of(
             ts,
-            group["interval_ms"].to_numpy(dtype=float)[active],
+            entity_series["interval"][active],
             counts[active],
             amounts[active],
             column["l"] if key in CHARGED_AT_READ else np.zeros(len(ts)),
@@ -120,7 +199,7 @@ def replay_entity(
         )
         recorded, throttled_bytes = column["t"], column["b"]
         seconds = np.floor(ts / 1000).astype(np.int64)
-        per_second = pd.Series(amounts[active]).groupby(seconds).sum()
+        per_second = np.bincount(seconds - seconds.min(), weights=amounts[active])
         peak, span = float(per_second.max()), max(float(seconds.max() - seconds.min() + 1), 1.0)
         recorded_delayed = (
             float(np.nansum(throttled_bytes))
@@ -142,7 +221,7 @@ def replay_entity(
                     "mean_rate": float(amounts[active].sum()) / span,
                 }
             )
-    return pd.DataFrame(out, columns=RESULT_COLUMNS)
+    return pa.Table.from_pylist(out, schema=RESULT_ARROW_SCHEMA)
 
 
 def charges_of(
@@ -218,13 +297,14 @@ def replay(
         by_time_list, respond_list = by_time.tolist(), respond_at[by_time].tolist()
         charged = [0] * n  # the throttle each charge called for
         responded = [0] * n
-        for i, (amount, at) in enumerate(zip(amount_list, charge_list, strict=True)):
-            throttle = charged[i] = charge(amount, at)
+        # map charges lazily: charge i + 1 is made only after the responses that follow charge i
+        for i, throttle in enumerate(map(charge, amount_list, charge_list)):
             if throttle > 0:
+                charged[i] = throttle
                 for position in range(after[i], after[i + 1]):
                     responded[by_time_list[position]] = throttle_now(respond_list[position])
     else:
-        charged = responded = [charge(amount, at) for amount, at in zip(amount_list, charge_list, strict=True)]
+        charged = responded = list(map(charge, amount_list, charge_list))
     kafka_throttle = kafka.record_all(amounts, charge_at)
     bucket, kafka_arr = np.asarray(responded, dtype=float), np.asarray(kafka_throttle, dtype=float)
     seconds = np.floor(respond_at).astype(np.int64)
@@ -303,7 +383,9 @@ def whatif(
     if candidates is not None:
         keys = [k for k in keys if k in set(candidates["quota_key"])]
 
-    def replay_group(group: pd.DataFrame) -> pd.DataFrame:
-        return replay_entity(group, candidates, windows, keys)
+    def replay_group(entity: tuple[pa.Scalar, pa.Scalar], records: pa.Table) -> pa.Table:
+        user, client_id = (scalar.as_py() for scalar in entity)
+        return replay_entity(user, client_id, records, candidates, windows, keys)
 
-    return series(table, keys).groupBy("user", "client_id").applyInPandas(replay_group, RESULT_SCHEMA)
+    # Arrow, not pandas: the records reach the replay as numbers with no per-row Python objects
+    return replay_input(table, keys).groupBy("user", "client_id").applyInArrow(replay_group, RESULT_SCHEMA)
