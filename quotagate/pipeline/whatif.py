@@ -56,7 +56,6 @@ RESULT_SCHEMA = (
     "recorded_throttle_ms double, recorded_seconds_throttled long, recorded_amount_delayed double, "
     "peak_second double, mean_rate double"
 )
-RESULT_COLUMNS = [c.split(" ")[0] for c in RESULT_SCHEMA.split(", ")]
 RESULT_ARROW_SCHEMA = pa.schema(
     [
         (name, {"string": pa.string(), "double": pa.float64(), "long": pa.int64()}[kind])
@@ -88,16 +87,20 @@ def record_columns(keys: list[str]) -> list[str]:
     return list(dict.fromkeys(columns + [AMOUNT_COLUMN[k] for k in quota_keys]))
 
 
+# Per quota key, the records that count for it: (API keys, whether it is all but those).
+COUNTED_APIS = {
+    QuotaKey.PRODUCER_BYTE_RATE: ((PRODUCE,), False),
+    QuotaKey.CONSUMER_BYTE_RATE: (FETCHES, False),
+    # a (share) fetch's long-poll wait cannot be told from its work in the records: fetches are left out
+    QuotaKey.REQUEST_PERCENTAGE: (FETCHES, True),
+    QuotaKey.CONTROLLER_MUTATION_RATE: (MUTATION_APIS, False),
+}
+
+
 def counted(key: QuotaKey, api_key: np.ndarray) -> np.ndarray:
     """Which records (by API key) count for `key`."""
-    if key is QuotaKey.PRODUCER_BYTE_RATE:
-        return api_key == PRODUCE
-    if key is QuotaKey.CONSUMER_BYTE_RATE:
-        return np.isin(api_key, FETCHES)
-    if key is QuotaKey.REQUEST_PERCENTAGE:
-        # a (share) fetch's long-poll wait cannot be told from its work in the records: fetches are left out
-        return ~np.isin(api_key, FETCHES)
-    return np.isin(api_key, MUTATION_APIS)
+    apis, all_but = COUNTED_APIS[key]
+    return np.isin(api_key, apis) != all_but
 
 
 def replay_input(table: DataFrame, keys: list[str]) -> DataFrame:
@@ -107,14 +110,10 @@ def replay_input(table: DataFrame, keys: list[str]) -> DataFrame:
     seq; 0 for a v2 row) so that the replay merges those rows and no others, even two requests in
     the same ms. Merging happens per entity in the replay, not in a Spark aggregation: that would
     shuffle every request once more."""
-    api = F.col("api_key")
-    wanted = {
-        QuotaKey.PRODUCER_BYTE_RATE: api == PRODUCE,
-        QuotaKey.CONSUMER_BYTE_RATE: api.isin(*FETCHES),
-        QuotaKey.REQUEST_PERCENTAGE: ~api.isin(*FETCHES),
-        QuotaKey.CONTROLLER_MUTATION_RATE: api.isin(*MUTATION_APIS),
-    }
-    selected = [wanted[QuotaKey(k)] for k in keys]
+    selected = []
+    for key in keys:
+        apis, all_but = COUNTED_APIS[QuotaKey(key)]
+        selected.append(~F.col("api_key").isin(*apis) if all_but else F.col("api_key").isin(*apis))
     request = F.when(F.col("interval_ms") == 0, F.xxhash64("writer", "seq")).otherwise(F.lit(0)).alias("request")
     narrowed = table.select("user", "client_id", *record_columns(keys), request)
     return narrowed.where(functools.reduce(lambda a, b: a | b, selected)) if selected else narrowed
