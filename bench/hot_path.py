@@ -108,11 +108,11 @@ def run(config: str, exchange: list[tuple[bytes, list[bytes]]], count: int, prof
             return figure
 
     def measure(proxy: Proxy) -> float:
-        client, upstream, _, _ = connected_pair(proxy, keep=False)
         recorder = None
-        if proxy.config.usage.enabled:
+        if proxy.config.usage.enabled:  # before the pair: a session takes the recorder its services name
             usage = proxy.config.usage
             recorder = proxy.usage = UsageRecorder(usage, proxy.metrics, make_sink(usage, "bench", []), "bench")
+        client, upstream, _, _ = connected_pair(proxy, keep=False)
         sink_write = getattr(recorder.sink, "_write_blocking", None) if recorder else None
 
         def exchanges(n: int) -> None:

@@ -40,7 +40,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from quotagate.protocol.apis import ApiKey, api_name, exceeds_advertised_cap
 from quotagate.protocol.fetch import fetch_max_wait_ms
@@ -82,6 +81,7 @@ from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.flow_control import ByteBudget
 from quotagate.proxy.metrics import PARTIAL_FRAMES_LIMIT, SASL_RECEIVE_LIMIT, ProxyMetrics
 from quotagate.proxy.quota_admin import CLIENT_QUOTA_APIS, QuotaAdmin
+from quotagate.proxy.session_core import InFlight, SessionCore
 from quotagate.proxy.topics import TopicCatalog
 from quotagate.proxy.usage import UsageRecord, UsageRecorder
 from quotagate.quotas import ANONYMOUS, QuotaEngine, QuotaKey
@@ -138,6 +138,9 @@ class SessionServices:
     sasl_max_receive_size: int | None = None
     # What every client's partial frames may hold together (proxy.partial_frames_max_bytes).
     partial_frames: ByteBudget | None = None
+    # The compiled fast lane (session_core) takes the plain exchanges; False: every byte goes
+    # through the general path here (the lane's tests compare the two).
+    fast_lane: bool = True
 
 
 @dataclass(slots=True)
@@ -150,33 +153,16 @@ class MutationInFlight:
     charged: dict[int, int]  # index -> partitions charged for it
 
 
-class InFlight(NamedTuple):
-    correlation_id: int
-    api_key: int
-    api_version: int
-    client_id: str
-    request_size: int  # header + body, without the size prefix
-    sent_at: float  # when forwarded
-    fetch_max_wait_ms: int
-    exempt: bool  # never charged request time
-    # A response the proxy makes itself (the request was not forwarded); sent in its turn.
-    local_response: bytes | None = None
-    # Topics the proxy refused from a forwarded produce, merged back into the broker's answer.
-    refused: dict[str, tuple[int, ...]] | None = None
-    topic_order: tuple[str, ...] = ()
-    # Least throttle the response must carry (a refusal says when to come back).
-    min_throttle_ms: int = 0
-    mutation: MutationInFlight | None = None
-    over_quota: bool = False  # a produce whose charge when read left its entity over quota (usage records)
+class Session(SessionCore):
+    """The proxy's decisions for one client connection; the caller moves the bytes.
 
-
-class Session:
-    """The proxy's decisions for one client connection; the caller moves the bytes."""
+    `client_data` and `broker_data` are SessionCore's: its compiled lane takes the plain exchanges
+    and hands everything else to `_client_data`, `_requests` and `_broker_data` here."""
 
     def __init__(self, services: SessionServices, principal: str | None = None) -> None:
         """`principal`: the user the connection is before any SASL exchange (the mapped subject of a
         verified client certificate), ANONYMOUS if None."""
-        self.services = services
+        super().__init__(services, services.fast_lane)
         self.to_broker: list[bytes | memoryview] = []
         self.to_client: list[bytes | memoryview] = []
         self.muted_until = 0.0
@@ -210,8 +196,9 @@ class Session:
         self.refusal_reason = ""
         self.broker_frames = StreamingFrameSplitter(MAX_RESPONSE_FRAME, STREAM_RESPONSES_FROM, RESPONSE_HEAD_BYTES)
 
-    # the interface -------------------------------------------------------------------------------
-    def client_data(self, data: bytes, now: float) -> None:
+    # the general path (client_data and broker_data, SessionCore's, come here for what their lane
+    # does not take) --------------------------------------------------------------------------------
+    def _client_data(self, data: bytes, now: float) -> None:
         """Bytes from the client. What the broker would close the connection for (bytes that are not
         Kafka requests, a request it cannot parse, a frame over a limit) sets `refusal`; the requests
         before it are forwarded and answered first, as the broker answers them before it reads on."""
@@ -227,6 +214,7 @@ class Session:
             self.pending_refusal = (PROTOCOL_ERROR, str(exc))
         if self.partial_counted or splitter.buffered:
             self._count_partial()
+        self.client_partial = splitter.buffered > 0
         if self.held or not self.connected or self.muted_until > now or self.awaiting_authentication:
             # A read may land after a mute (or before the broker is connected): hold it, in order.
             self.held.extend(frames)
@@ -239,7 +227,7 @@ class Session:
         """The connection is gone: gives back what its partial frame held of the shared budget."""
         self._drop_partial()
 
-    def broker_data(self, data: bytes, now: float) -> None:
+    def _broker_data(self, data: bytes, now: float) -> None:
         """Bytes from the broker. Raises FrameError if they are not responses to what is in flight."""
         out = self.to_client
         start = len(out)
@@ -257,6 +245,7 @@ class Session:
                     if kind is LAST:  # what the proxy answered itself goes after it, in turn
                         self._local_responses(now)
         self.services.metrics.bytes_out += sum(map(len, out[start:] if start else out))
+        self.broker_partial = self.broker_frames.streaming or self.broker_frames.buffered > 0
         if not self.awaiting_authentication and (
             self.held or self.receive_limit is not None or self.pending_refusal is not None
         ):
@@ -308,6 +297,7 @@ class Session:
             self.services.partial_frames.give(self.partial_counted)
         self.partial_counted = 0
         self.client_frames.clear()
+        self.client_partial = False
 
     def _check_partial(self) -> None:
         """Refuses what follows the whole frames once none of them waits any more: a refusal held

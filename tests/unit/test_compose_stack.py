@@ -350,8 +350,11 @@ def test_dockerfile_proxy_image() -> None:
 def test_dockerfile_proxy_image_has_no_pipeline_extra() -> None:
     stages = dockerfile_stages()
     installs = [line for stage in ("base", "proxy") for line in stages[stage] if "pip install" in line]
-    assert installs == ["RUN pip install . && rm -rf /app"], installs
+    assert installs == ["RUN pip install /wheels/quotagate-*.whl && rm -rf /app /wheels"], installs
     assert not any(re.search(r"pyspark|pipeline|\[", line) for line in installs)
+    # the wheel, compiled in a stage of its own (no compiler in the image), without extras
+    assert "COPY --from=wheel /wheels /wheels" in stages["proxy"]
+    assert any("pip wheel --no-deps --wheel-dir /wheels ." in line for line in stages["wheel"])
     assert not any("COPY tests" in line for line in stages["base"] + stages["proxy"])
 
 

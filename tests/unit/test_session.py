@@ -41,10 +41,11 @@ class Cluster:
 
 
 def services_for(
-    config_text: str = "", top_level: str = "", partial_frames: ByteBudget | None = None
+    config_text: str = "", top_level: str = "", partial_frames: ByteBudget | None = None, fast_lane: bool = True
 ) -> SessionServices:
     """The services a proxy hands its sessions, built from a config alone: no proxy, no loop.
-    `partial_frames`: a budget shared with other sessions (else one of their own)."""
+    `partial_frames`: a budget shared with other sessions (else one of their own); `fast_lane`:
+    False sends every byte through the general path."""
     config = parse_config(top_level + PROXY + config_text)
     engine = QuotaEngine(config.quotas, config.windows)
     proxy = config.proxy
@@ -61,6 +62,7 @@ def services_for(
         proxy.max_frame_size,
         sasl_max_receive_size=proxy.sasl_server_max_receive_size if proxy.client_sasl != "none" else None,
         partial_frames=partial_frames or ByteBudget(proxy.partial_frames_max_bytes),
+        fast_lane=fast_lane,
     )
 
 

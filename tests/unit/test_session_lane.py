@@ -1,0 +1,241 @@
+"""The compiled fast lane (session_core) against the general path: the same streams, the same results.
+
+Two sessions with the same configuration, one with the lane and one without, are fed the same random
+streams of client and broker bytes at the same times: Produce (v3-v12, acks 1/-1/0, transactional or
+not, small and over quota, responses with and without KIP-951 endpoints and upstream throttles),
+Fetch (answers small and cut through), Heartbeat, CreateTopics under a mutation quota, requests above
+the advertised cap, reads cut at random places and reads of many frames. After every step each
+side's bytes, the mute and what is held must be equal; at the end so are every counter, every
+entity's metrics and every bucket.
+"""
+
+from __future__ import annotations
+
+import random
+from struct import pack, unpack_from
+
+import pytest
+from kafka.protocol.producer import ProduceRequest
+
+from quotagate.proxy.session import Session
+from tests.unit.messages import produce_response
+from tests.unit.test_connection import FETCH, fetch_v4, header_only_request, heartbeat
+from tests.unit.test_session import create_topics, frames, services_for, taken
+
+PRODUCE = 0
+CONFIGS = {
+    "no_quota": "",
+    "binding": (
+        '[[quotas]]\nclient_id = "app"\nproducer_byte_rate = 20000\nconsumer_byte_rate = 50000\n'
+        "request_percentage = 5\ncontroller_mutation_rate = 1\n"
+        '[[quotas]]\nuser = "<default>"\nproducer_byte_rate = 40000\n'
+    ),
+    "not_binding": (
+        '[[quotas]]\nuser = "<default>"\nclient_id = "<default>"\n'
+        "producer_byte_rate = 1e10\nconsumer_byte_rate = 1e10\nrequest_percentage = 10000\n"
+    ),
+    "shadow": '[[quotas]]\nclient_id = "app"\nproducer_byte_rate = 20000\nshadow = true\n',
+}
+
+
+def produce(correlation_id: int, rng: random.Random) -> bytes:
+    version = rng.choice([3, 7, 8, 9, 10, 12])
+    request = ProduceRequest(
+        version=version,
+        transactional_id=rng.choice([None, "tx-1"]),
+        acks=rng.choice([1, 1, 1, -1, 0]) if rng.random() < 0.2 else 1,
+        timeout_ms=1000,
+        topic_data=[(name, [(0, b"r" * rng.choice([10, 300, 5000]))]) for name in rng.sample(["a", "b", "c"], 2)],
+    )
+    request.with_header(correlation_id=correlation_id, client_id=rng.choice(["app", "app", "other", ""]))
+    return bytes(request.encode(header=True, framed=True))
+
+
+def answer(request: bytes, rng: random.Random) -> bytes:
+    """What a broker answers `request` with (any body will do where the proxy reads only the head)."""
+    api_key, version, correlation_id = unpack_from(">hhi", request, 4)
+    if api_key == PRODUCE:
+        response = produce_response(
+            version,
+            throttle=rng.choice([0, 0, 0, 250]),
+            endpoints=version >= 10 and rng.random() < 0.3,
+            topics=rng.choice([1, 2]),
+            partitions=rng.choice([1, 1, 3]) if version >= 8 else 1,
+        )
+        header = pack(">i", correlation_id) + (b"\x00" if version >= 9 else b"")
+        payload = header + bytes(response.encode())
+    elif api_key == FETCH:
+        size = rng.choice([100, 100, 20_000, 70_000])  # below and above the cut-through size
+        payload = pack(">ii", correlation_id, 0) + bytes([correlation_id % 256]) * size
+    else:  # Heartbeat v0, and CreateTopics v6 in the shape the proxy reads: one topic, no error
+        payload = pack(">i", correlation_id) + (b"\x00\x00" if api_key == 12 else created_body())
+    return pack(">i", len(payload)) + payload
+
+
+def created_body() -> bytes:
+    from kafka.protocol.admin import CreateTopicsResponse
+
+    topic = CreateTopicsResponse.CreatableTopicResult
+    response = CreateTopicsResponse(
+        version=6,
+        throttle_time_ms=0,
+        topics=[topic(version=6, name="t", error_code=0, error_message=None, num_partitions=3, replication_factor=1)],
+    )
+    return b"\x00" + bytes(response.encode())
+
+
+def acks_zero(request: bytes) -> bool:
+    api_key, version = unpack_from(">hh", request, 4)
+    if api_key != PRODUCE:
+        return False
+    client_id_length = unpack_from(">h", request, 12)[0]
+    pos = 14 + max(client_id_length, 0) + (1 if version >= 9 else 0)
+    if version >= 3:
+        if version >= 9:
+            pos += 1 + max(request[pos] - 1, 0)
+        else:
+            pos += 2 + max(unpack_from(">h", request, pos)[0], 0)
+    return unpack_from(">h", request, pos)[0] == 0
+
+
+class Pair:
+    """The same configuration twice: through the lane, and through the general path only."""
+
+    def __init__(self, config: str) -> None:
+        self.lane = Session(services_for(config))
+        self.general = Session(services_for(config, fast_lane=False))
+        self.sessions = (self.lane, self.general)
+        self.to_broker = bytearray()
+        self.to_client = bytearray()
+        self.general_calls = 0  # reads the lane handed to the general path
+        for name in ("_client_data", "_broker_data"):
+            general = getattr(self.lane, name)
+            setattr(self.lane, name, self._counted(general))
+
+    def _counted(self, general):  # type: ignore[no-untyped-def]
+        def call(*args: object) -> None:
+            self.general_calls += 1
+            general(*args)
+
+        return call
+
+    def call(self, method: str, *args: object) -> None:
+        results = []
+        for session in self.sessions:
+            try:
+                getattr(session, method)(*args)
+                results.append(None)
+            except Exception as exc:  # a FrameError from broker_data: both must raise it
+                results.append(type(exc))
+        assert results[0] == results[1], f"{method}: lane {results[0]}, general path {results[1]}"
+        self.compare()
+
+    def compare(self) -> None:
+        lane, general = self.sessions
+        to_broker = taken(lane.to_broker)
+        assert to_broker == taken(general.to_broker)
+        self.to_broker += to_broker
+        to_client = taken(lane.to_client)
+        assert to_client == taken(general.to_client)
+        self.to_client += to_client
+        assert lane.muted_until == general.muted_until
+        assert lane.holding == general.holding
+        assert lane.refusal == general.refusal
+        assert len(lane.in_flight) == len(general.in_flight)
+        assert lane.awaiting_answers == general.awaiting_answers
+
+    def compare_counters(self) -> None:
+        lane, general = (session.services for session in self.sessions)
+        for name in ("bytes_in", "bytes_out", "requests_by_key", "latency_by_key"):
+            assert getattr(lane.metrics, name) == getattr(general.metrics, name), name
+        assert lane.entity_metrics.stats == general.entity_metrics.stats
+        assert lane.entity_metrics.exempt_request_seconds == general.entity_metrics.exempt_request_seconds
+        buckets = {key: (b.tokens, b.updated, type(b)) for key, b in lane.engine.buckets.items()}
+        assert buckets == {key: (b.tokens, b.updated, type(b)) for key, b in general.engine.buckets.items()}
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("seed", range(12))
+def test_the_lane_and_the_general_path_answer_the_same_streams_the_same(config: str, seed: int) -> None:
+    rng = random.Random(seed)
+    pair = Pair(CONFIGS[config])
+    now = 0.0
+    pair.call("broker_connected", now)
+    answered = 0
+    broker_pending = bytearray()
+    correlation_id = 0
+    reads_fed = 0
+    for _ in range(400):
+        now += rng.choice([0.0, 0.0005, 0.002, 0.05])
+        step = rng.random()
+        if step < 0.45 and pair.lane.muted_until <= now:
+            reads = bytearray()
+            for _ in range(rng.choice([1, 1, 1, 2, 5])):
+                correlation_id += 1
+                build = rng.choice([produce, produce, produce, fetch, beat, beat, mutation, above_cap])
+                reads += build(correlation_id, rng)
+            cut = rng.choice([len(reads)] * 4 + [rng.randrange(1, len(reads) + 1)])
+            pair.call("client_data", bytes(reads[:cut]), now)
+            reads_fed += 1
+            if cut < len(reads):
+                pair.call("client_data", bytes(reads[cut:]), now)
+        elif step < 0.5:
+            now = max(now, pair.lane.muted_until)
+            pair.call("unmute", now)
+        else:
+            requests = frames(bytes(pair.to_broker))
+            for request in requests[answered:]:
+                if not acks_zero(request):
+                    broker_pending += answer(request, rng)
+            answered = len(requests)
+            if broker_pending:
+                size = rng.choice([len(broker_pending)] * 3 + [1, 7, 64, 100, 5000, 30_000])
+                chunk = bytes(broker_pending[:size])
+                del broker_pending[:size]
+                pair.call("broker_data", chunk, now)
+                reads_fed += 1
+        if pair.lane.refusal is not None and not pair.lane.awaiting_answers:
+            break
+    pair.compare_counters()
+    if pair.lane.refusal is None:
+        assert pair.general_calls < reads_fed * 0.8, "the lane took almost nothing"
+
+
+def fetch(correlation_id: int, rng: random.Random) -> bytes:
+    return fetch_v4(correlation_id, client_id=rng.choice([b"app", b"other"]))
+
+
+def beat(correlation_id: int, rng: random.Random) -> bytes:
+    return heartbeat(correlation_id)
+
+
+def mutation(correlation_id: int, rng: random.Random) -> bytes:
+    return create_topics(correlation_id)
+
+
+def above_cap(correlation_id: int, rng: random.Random) -> bytes:
+    """Rarely, a request the broker closes the connection for (DescribeQuorum v2: above the cap)."""
+    if rng.random() < 0.97:
+        return heartbeat(correlation_id)
+    return header_only_request(55, 2, correlation_id, body=b"\x01" * 64)
+
+
+def test_the_lane_takes_a_plain_produce_exchange() -> None:
+    """The lane is used at all: a plain produce and its answer leave the general path's splitters untouched."""
+    session = Session(services_for(CONFIGS["not_binding"]))
+    session.broker_connected(0.0)
+    session.client_data(heartbeat(1), 0.0)  # the first request that is not ApiVersions or SASL
+    session.broker_data(answer(heartbeat(1), random.Random(0)), 0.001)
+    taken(session.to_broker), taken(session.to_client)
+    calls = []
+    session._requests = lambda *args: calls.append(args)  # type: ignore[method-assign]
+    session._client_data = lambda *args: calls.append(args)  # type: ignore[method-assign]
+    session._broker_data = lambda *args: calls.append(args)  # type: ignore[method-assign]
+    request = produce(2, random.Random(1))
+    while acks_zero(request):
+        request = produce(2, random.Random(len(request)))
+    session.client_data(request, 0.002)
+    assert taken(session.to_broker) == request
+    session.broker_data(answer(request, random.Random(2)), 0.003)
+    assert unpack_from(">i", taken(session.to_client), 4)[0] == 2
+    assert calls == []
