@@ -11,9 +11,9 @@ BROKERS ?= 1
 
 all: venv kafka-jars
 
-# The virtualenv is rebuilt whenever pyproject.toml changes; the install compiles the session's
-# fast lane (setup.py) in place, so it is redone when its source changes too.
-$(VENV)/.installed: pyproject.toml setup.py quotagate/proxy/session_core.pyx
+# The virtualenv is rebuilt whenever pyproject.toml changes; the install compiles the proxy's
+# Cython modules (setup.py) in place, so it is redone when their sources change too.
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard quotagate/proxy/*.pyx)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, cast
 
-from quotagate.protocol.framing import FrameError
+from quotagate.proxy.connection_core import ClientCore, UpstreamCore
 from quotagate.proxy.flow_control import ReadGate
 from quotagate.proxy.session import PROTOCOL_ERROR, REFUSAL_ANSWERS_TIMEOUT_SECONDS, Session
 from quotagate.security.principal_mapping import NoMatchingRule
@@ -35,8 +35,10 @@ WRITE_BUFFER_HIGH = 1024 * 1024
 WRITE_BUFFER_LOW = 256 * 1024
 
 
-class ClientConnection(asyncio.Protocol):
-    """The client side of a pair: reads requests into the session, writes its answers, mutes."""
+class ClientConnection(ClientCore, asyncio.Protocol):
+    """The client side of a pair: reads requests into the session, writes its answers, mutes.
+
+    `data_received` and `flush`, run per read, are ClientCore's (connection_core.pyx, compiled)."""
 
     def __init__(self, proxy: Proxy, listener: str, upstreams: Sequence[tuple[str, int]]) -> None:
         self.proxy = proxy
@@ -77,11 +79,6 @@ class ClientConnection(asyncio.Protocol):
             self.session = Session(self.proxy.session_services(), principal)
         asyncio.get_running_loop().create_task(self._connect_upstream())
 
-    def data_received(self, data: bytes) -> None:
-        now = self.last_activity = self.clock()
-        self.session.client_data(data, now)  # what the broker would close for comes back as session.refusal
-        self.flush()
-
     def pause_writing(self) -> None:
         if self.upstream is not None:
             self.upstream.reading.pause("client-backpressure")
@@ -99,26 +96,7 @@ class ClientConnection(asyncio.Protocol):
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.close()
 
-    # the session's output ------------------------------------------------------------------------
-    def flush(self) -> None:
-        """Writes what the session queued for either side, and stops reading if it says so."""
-        session = self.session
-        to_broker, to_client = session.to_broker, session.to_client
-        if to_broker and self.upstream is not None:
-            _write(self.upstream.transport, to_broker)
-        if to_client and self.transport is not None:
-            _write(self.transport, to_client)
-        if session.refusal is not None:
-            self._close_when_answered()
-        elif session.muted_until > self.muted_until:  # muted now, or for longer
-            self.proxy.delay_queue.mute(self, session.muted_until)
-            self.reading.pause("quota")  # type: ignore[union-attr]  # set before any read
-        elif session.holding:
-            self.reading.pause("quota")  # type: ignore[union-attr]
-        elif self.reading is not None and self.reading.paused and not self.muted:
-            # What was held for a SaslAuthenticate answer went with the broker's bytes: read again.
-            self.reading.resume("quota")
-
+    # the session's output (ClientCore.flush writes it and calls these for the rare cases) --------
     def _close_when_answered(self) -> None:
         """The session refused the client: reads stop, and the pair closes once the answers to the
         requests before the offender are written (the broker answers them before it closes), or
@@ -207,8 +185,9 @@ class ClientConnection(asyncio.Protocol):
             self.upstream.transport.abort()
 
 
-class UpstreamConnection(asyncio.Protocol):
-    """The broker side of a pair: responses go into the client's session, its answers out."""
+class UpstreamConnection(UpstreamCore, asyncio.Protocol):
+    """The broker side of a pair: responses go into the client's session, its answers out
+    (`data_received` is UpstreamCore's, compiled)."""
 
     def __init__(self, client: ClientConnection) -> None:
         self.client = client
@@ -221,16 +200,6 @@ class UpstreamConnection(asyncio.Protocol):
         transport.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
         self.reading = ReadGate(transport)
 
-    def data_received(self, data: bytes) -> None:
-        client = self.client
-        now = client.last_activity = client.clock()
-        try:
-            client.session.broker_data(data, now)
-        except FrameError as exc:
-            client.protocol_error("broker", exc)
-            return
-        client.flush()
-
     def pause_writing(self) -> None:
         if self.client.reading is not None:
             self.client.reading.pause("upstream-backpressure")
@@ -242,12 +211,3 @@ class UpstreamConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         # A broken upstream gives the client a closed connection (after what was queued), never a hang.
         self.client.close()
-
-
-def _write(transport: asyncio.Transport, queued: list[bytes | memoryview]) -> None:
-    """Writes and empties `queued`: one frame (the usual case) by write(), several by one writelines()."""
-    if len(queued) == 1:
-        transport.write(queued[0])
-    else:
-        transport.writelines(queued)
-    queued.clear()

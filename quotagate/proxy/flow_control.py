@@ -12,25 +12,25 @@ import asyncio
 
 
 class ReadGate:
-    __slots__ = ("_reasons", "_transport")
+    __slots__ = ("_reasons", "_transport", "paused")
 
     def __init__(self, transport: asyncio.ReadTransport) -> None:
         self._transport = transport
         self._reasons: set[str] = set()
-
-    @property
-    def paused(self) -> bool:
-        return bool(self._reasons)
+        # Whether any reason holds: an attribute, read after every read of the connection.
+        self.paused = False
 
     def pause(self, reason: str) -> None:
         if not self._reasons and not self._transport.is_closing():
             self._transport.pause_reading()
         self._reasons.add(reason)
+        self.paused = True
 
     def resume(self, reason: str) -> None:
         if reason not in self._reasons:
             return
         self._reasons.discard(reason)
+        self.paused = bool(self._reasons)
         if not self._reasons and not self._transport.is_closing():
             self._transport.resume_reading()
 

@@ -264,12 +264,6 @@ class Session(SessionCore):
         """Requests are in flight, or a response is still being cut through to the client."""
         return bool(self.in_flight) or self.broker_frames.streaming
 
-    @property
-    def holding(self) -> bool:
-        """Frames are held (or a frame is arriving while a SaslAuthenticate is answered, as the
-        broker reads nothing meanwhile): reading from the client should stay stopped."""
-        return bool(self.held) or (self.awaiting_authentication and self.client_frames.buffered > 0)
-
     # limits on what a client makes the proxy hold -------------------------------------------------
     def _count_partial(self) -> None:
         """Counts the partial frame's growth in the budget shared by every client; over it, the

@@ -245,6 +245,12 @@ cdef class SessionCore:
         self._client_id = ""
         self._entity_key = None
 
+    @property
+    def holding(self):
+        """Frames are held (or a frame is arriving while a SaslAuthenticate is answered, as the
+        broker reads nothing meanwhile): reading from the client should stay stopped."""
+        return bool(self.held) or (self.awaiting_authentication and self.client_partial)
+
     # the interface: the lane first, the general path for the rest ------------------------------
     def client_data(self, data, double now):
         """Bytes from the client (see Session)."""
