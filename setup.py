@@ -1,5 +1,6 @@
-"""The compiled parts of quotagate: the session's fast lane (quotagate/proxy/session_core.pyx) and the
-connections' per-read callbacks (quotagate/proxy/connection_core.pyx).
+"""The compiled parts of quotagate: the session's fast lane (quotagate/proxy/session_core.pyx), the
+connections' per-read callbacks (quotagate/proxy/connection_core.pyx) and the token bucket they and the
+pipeline's replay charge (quotagate/quotas/bucket.pyx).
 
 Everything else is in pyproject.toml; this file only declares the extensions, which Cython turns into
 C at build time (`pip install .`, and `pip install -e .`, which builds it in place).
@@ -11,8 +12,9 @@ from setuptools import Extension, setup
 setup(
     ext_modules=cythonize(
         [
-            Extension(f"quotagate.proxy.{name}", [f"quotagate/proxy/{name}.pyx"])
-            for name in ("session_core", "connection_core")
+            # No fused multiply-add: the bucket's arithmetic must round as Python's does, step by step.
+            Extension(name, [name.replace(".", "/") + ".pyx"], extra_compile_args=["-ffp-contract=off"])
+            for name in ("quotagate.proxy.session_core", "quotagate.proxy.connection_core", "quotagate.quotas.bucket")
         ],
         compiler_directives={"language_level": "3"},
     )

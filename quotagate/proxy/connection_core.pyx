@@ -8,6 +8,8 @@ forwarder's callbacks cost, not a Python frame per call. `flush` does the rare t
 mute, a hold, a resume) through the subclass's Python methods.
 """
 
+from quotagate.proxy.session_core cimport SessionCore
+
 from quotagate.protocol.framing import FrameError
 
 # Reading paused for a quota: a mute, or frames the session holds.
@@ -26,7 +28,7 @@ cdef inline void _write(object transport, list queued) except *:
 cdef class ClientCore:
     """A client connection's per-read work: the session in, its answers out, the mute applied."""
 
-    cdef public object session
+    cdef public SessionCore session
     cdef public object transport
     cdef public UpstreamCore upstream
     cdef public object reading  # ReadGate, set in connection_made
@@ -37,12 +39,12 @@ cdef class ClientCore:
     def data_received(self, data):
         cdef double now = self.clock()
         self.last_activity = now
-        self.session.client_data(data, now)  # what the broker would close for comes back as session.refusal
+        self.session.feed_client(data, now)  # what the broker would close for comes back as session.refusal
         self.flush()
 
     def flush(self):
         """Writes what the session queued for either side, and stops reading if it says so."""
-        session = self.session
+        cdef SessionCore session = self.session
         cdef list queued = session.to_broker
         if queued and self.upstream is not None:
             _write(self.upstream.transport, queued)
@@ -55,7 +57,7 @@ cdef class ClientCore:
         elif muted_until > self.muted_until:  # muted now, or for longer
             self.proxy.delay_queue.mute(self, muted_until)
             self.reading.pause(QUOTA)
-        elif session.holding:
+        elif session.held or (session.awaiting_authentication and session.client_partial):  # session.holding
             self.reading.pause(QUOTA)
         elif self.reading is not None and self.reading.paused and not self.muted:
             # What was held for a SaslAuthenticate answer went with the broker's bytes: read again.
@@ -70,11 +72,11 @@ cdef class UpstreamCore:
     cdef public object reading  # ReadGate, set in connection_made
 
     def data_received(self, data):
-        client = self.client
+        cdef ClientCore client = self.client
         cdef double now = client.clock()
         client.last_activity = now
         try:
-            client.session.broker_data(data, now)
+            client.session.feed_broker(data, now)
         except FrameError as exc:
             client.protocol_error("broker", exc)
             return

@@ -25,6 +25,13 @@ A produce request, start to end:
   (`charge_response`), throttle_time_ms patched, metrics and the usage record written, and the
   client muted again if the response carries a throttle.
 
+`client_data` and `broker_data` come from `SessionCore` (session_core.pyx, compiled): its fast lane
+makes those same decisions, in C, for a plain exchange (no topic thresholds, no usage records, no
+refusal to merge, acks != 0, whole frames, the session authenticated and not muted): a produce is
+admitted and charged in `SessionCore._request`, answered and muted in `SessionCore._response`.
+Everything else comes here: `_client_data`, `_requests`, `_broker_data`. The lane's tests
+(tests/unit/test_session_lane.py) hold the two to the same bytes, counters and buckets.
+
 Authentication: a SaslAuthenticate goes to the broker and what the client sent after it is held until
 the broker answers; the user it claimed is adopted only if that answer ends the exchange with a
 success, so the held requests are charged to the user the broker accepted, never to one it refused.
@@ -37,7 +44,6 @@ cut through: their head is charged and patched and the rest is passed on as it a
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -180,9 +186,8 @@ class Session(SessionCore):
         # The buckets of (user, client id) of the last request: one look-up per entity, not per charge.
         self.entity_buckets: EntityBuckets | None = None
         self.entity_client_id = ""
-        self.in_flight: deque[InFlight] = deque()
-        # Frames read but not forwarded yet: while the broker connects, and while muted.
-        self.held: deque[memoryview] = deque()
+        # SessionCore made `in_flight` (deque[InFlight]) and `held` (deque[memoryview]: frames read but
+        # not forwarded yet, while the broker connects, and while muted).
         self.client_frames = FrameSplitter(services.max_frame_size)
         # The limit on frames before SASL authentication completes, None once it has (or if the
         # listener needs none): the broker's SaslServerAuthenticator reads them with this limit.

@@ -23,12 +23,17 @@ never changed: the lane handles a prefix of a read and the general path the rest
 byte for byte and counter for counter: tests/unit/test_session_lane.py runs the same streams through
 both and compares everything a client or an operator could see.
 
-Charges go through the quota engine's own buckets (`TokenBucket.charge`): one definition of a bucket.
+Charges go through the quota engine's own buckets (`TokenBucket.charge`, compiled too and called
+here without a Python call): one definition of a bucket.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memcmp
+
+from quotagate.quotas.bucket cimport TokenBucket
+
+from collections import deque
 
 from quotagate.protocol.apis import MAX_VERSIONS, is_flexible
 from quotagate.protocol.fetch import REPLICA_ID_IN_BODY_UNTIL
@@ -115,26 +120,21 @@ cdef inline long _i32(const unsigned char* p) noexcept nogil:
     return <int>((<unsigned int>p[0] << 24) | (<unsigned int>p[1] << 16) | (<unsigned int>p[2] << 8) | p[3])
 
 
+cdef inline long long _charge(object bucket, double amount, double now) except? -1:
+    """bucket.charge(amount, now): a C call for the engine's TokenBucket, a Python one for a LeasedBucket."""
+    if isinstance(bucket, TokenBucket):
+        return (<TokenBucket>bucket).charge(amount, now)
+    return bucket.charge(amount, now)
+
+
+cdef inline long long _throttle_ms(object bucket, double now) except? -1:
+    if isinstance(bucket, TokenBucket):
+        return (<TokenBucket>bucket).throttle_ms(now)
+    return bucket.throttle_ms(now)
+
+
 cdef class InFlight:
     """A request between the proxy and its response: what the response will be matched and charged by."""
-
-    cdef readonly int correlation_id
-    cdef readonly int api_key
-    cdef readonly int api_version
-    cdef readonly object client_id
-    cdef readonly Py_ssize_t request_size  # header + body, without the size prefix
-    cdef readonly double sent_at  # when forwarded
-    cdef readonly int fetch_max_wait_ms
-    cdef readonly bint exempt  # never charged request time
-    # A response the proxy makes itself (the request was not forwarded); sent in its turn.
-    cdef readonly object local_response
-    # Topics the proxy refused from a forwarded produce, merged back into the broker's answer.
-    cdef readonly object refused
-    cdef readonly object topic_order
-    # Least throttle the response must carry (a refusal says when to come back).
-    cdef readonly int min_throttle_ms
-    cdef readonly object mutation
-    cdef readonly bint over_quota  # a produce whose charge when read left its entity over quota (usage records)
 
     def __init__(
         self,
@@ -202,34 +202,6 @@ cdef class SessionCore:
     """The state the session's decisions share with the fast lane, and the lane (`client_data`,
     `broker_data`). Subclassed by `Session`, which supplies the general path."""
 
-    cdef public object services
-    cdef public list to_broker
-    cdef public list to_client
-    cdef public double muted_until
-    cdef public object user
-    cdef public bint connected
-    cdef public bint authenticating
-    cdef public bint awaiting_authentication
-    cdef public object receive_limit
-    cdef public object pending_refusal
-    cdef public object refusal
-    cdef public object in_flight
-    cdef public object held
-    cdef public object entity_buckets
-    cdef public object entity_client_id
-    # Kept by the general path: a partial frame is buffered on that side (or a response is being
-    # cut through), so the next read must go through its splitter.
-    cdef public bint client_partial
-    cdef public bint broker_partial
-    cdef public bint fast_lane
-    # services' parts, read per exchange
-    cdef object _engine, _metrics, _entity_metrics, _topic_guard, _rewriters, _cluster, _usage
-    cdef Py_ssize_t _max_frame_size
-    # The last client id's bytes and its decoded str: a connection sends the same one every time.
-    cdef bytes _client_id_raw
-    cdef object _client_id
-    cdef object _entity_key  # (user, client_id) of the entity counters last written
-
     def __init__(self, services, bint fast_lane=True):
         self.services = services
         self._engine = services.engine
@@ -241,6 +213,12 @@ cdef class SessionCore:
         self._usage = services.usage
         self._max_frame_size = services.max_frame_size
         self.fast_lane = fast_lane
+        self._requests_by_key = services.metrics.requests_by_key
+        self._latency_by_key = services.metrics.latency_by_key
+        self.in_flight = deque()
+        self.held = deque()
+        self._in_flight_append = self.in_flight.append
+        self._in_flight_popleft = self.in_flight.popleft
         self._client_id_raw = b""
         self._client_id = ""
         self._entity_key = None
@@ -254,11 +232,18 @@ cdef class SessionCore:
     # the interface: the lane first, the general path for the rest ------------------------------
     def client_data(self, data, double now):
         """Bytes from the client (see Session)."""
-        if not (self.fast_lane and PyBytes_CheckExact(data) and self._client_lane(<bytes>data, now)):
-            self._client_data(data, now)
+        self.feed_client(data, now)
 
     def broker_data(self, data, double now):
         """Bytes from the broker (see Session). Raises FrameError if they are not responses to what is in flight."""
+        self.feed_broker(data, now)
+
+    cdef void feed_client(self, object data, double now) except *:
+        """client_data, for the compiled glue (connection_core) to call without a Python call."""
+        if not (self.fast_lane and PyBytes_CheckExact(data) and self._client_lane(<bytes>data, now)):
+            self._client_data(data, now)
+
+    cdef void feed_broker(self, object data, double now) except *:
         if not (self.fast_lane and PyBytes_CheckExact(data) and self._broker_lane(<bytes>data, now)):
             self._broker_data(data, now)
 
@@ -287,7 +272,7 @@ cdef class SessionCore:
                 return False
             pos += 4 + size
         self._metrics.bytes_in += n
-        cdef Step step = TAKEN
+        cdef int step = TAKEN
         pos = 0
         while pos < n:
             size = _i32(buf + pos)
@@ -307,7 +292,7 @@ cdef class SessionCore:
                 self._requests(rest, now)
         return True
 
-    cdef Step _request(self, bytes data, const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, double now) except *:
+    cdef int _request(self, bytes data, const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, double now) except -1:
         """One request frame (buf[pos:end], prefix included) in the lane, or NOT_TAKEN before any effect."""
         if end - pos < 14:
             return NOT_TAKEN
@@ -359,15 +344,15 @@ cdef class SessionCore:
             max_wait = _i32(buf + at)
             if max_wait < 0:
                 max_wait = 0
-        cdef dict counts = self._metrics.requests_by_key
+        cdef dict counts = self._requests_by_key
         counts[api_key] = counts.get(api_key, 0) + 1
         cdef Py_ssize_t request_size = end - pos - 4
         cdef long throttle = 0
         if kind == PRODUCE and self._engine.limits_anyone:
             bucket = self._lane_buckets(client_id, now).produce
             if bucket is not None:
-                throttle = bucket.charge(request_size, now)
-        self.in_flight.append(
+                throttle = _charge(bucket, request_size, now)
+        self._in_flight_append(
             _in_flight(correlation_id, api_key, version, client_id, request_size, now, max_wait, throttle > 0)
         )
         if throttle > 0:
@@ -424,13 +409,13 @@ cdef class SessionCore:
         cdef Py_ssize_t written = 0
         for piece in out[start:]:
             written += len(piece)
-        self._metrics.bytes_out += written
         if pos < n:
-            self._broker_data(data[pos:], now)
+            self._broker_data(data[pos:], now)  # counted after it, as the general path counts: not if it raises
         elif not self.awaiting_authentication and (
             self.held or self.receive_limit is not None or self.pending_refusal is not None
         ):
             self._release_held(now)
+        self._metrics.bytes_out += written
         return True
 
     cdef bint _response(self, object frame, const unsigned char* buf, Py_ssize_t length, double now) except -1:
@@ -453,7 +438,7 @@ cdef class SessionCore:
             buckets = self._lane_buckets(request.client_id, now)
             if buckets.shadow:
                 return False
-        in_flight.popleft()
+        self._in_flight_popleft()
         cdef int api_key = request.api_key
         response = frame
         rewrite = self._rewriters.get(api_key)
@@ -479,14 +464,14 @@ cdef class SessionCore:
             if api_key == API_PRODUCE:
                 bucket = buckets.produce
                 if bucket is not None:
-                    charged = bucket.throttle_ms(now)
+                    charged = _throttle_ms(bucket, now)
             elif api_key == API_FETCH or api_key == API_SHARE_FETCH:
                 bucket = buckets.fetch
                 if bucket is not None:
-                    charged = bucket.charge(response_size, now)
+                    charged = _charge(bucket, response_size, now)
             bucket = buckets.request
             if charged_time and bucket is not None:
-                time_throttle = min(bucket.charge(request_ms, now), buckets.request_cap_ms)
+                time_throttle = min(_charge(bucket, request_ms, now), buckets.request_cap_ms)
                 if time_throttle > charged:
                     charged = time_throttle
             if charged > throttle:
@@ -504,7 +489,7 @@ cdef class SessionCore:
 
     cdef void _observe_latency(self, int api_key, double seconds) except *:
         """ProxyMetrics.observe_latency without the call, once the key has its entry."""
-        cdef dict by_key = self._metrics.latency_by_key
+        cdef dict by_key = self._latency_by_key
         entry = by_key.get(api_key)
         if entry is None:
             self._metrics.observe_latency(api_key, seconds)
