@@ -6,7 +6,9 @@ not, small and over quota, responses with and without KIP-951 endpoints and upst
 Fetch (answers small and cut through), Heartbeat, CreateTopics under a mutation quota, requests above
 the advertised cap, reads cut at random places and reads of many frames. After every step each
 side's bytes, the mute and what is held must be equal; at the end so are every counter, every
-entity's metrics and every bucket.
+entity's metrics and every bucket. Then hostile bytes (hypothesis' truncations, flips, inflated
+counts and noise, as in test_protocol_fuzz.py): requests, and produce responses, whose walk the
+lane makes in C; each must be refused, or passed, exactly as the general path does.
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ import random
 from struct import pack, unpack_from
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kafka.protocol.producer import ProduceRequest
 
 from quotagate.proxy.session import Session
 from tests.unit.messages import produce_response
 from tests.unit.test_connection import FETCH, fetch_v4, header_only_request, heartbeat
+from tests.unit.test_protocol_fuzz import FUZZ, bad_frames, header_only, produce_request
 from tests.unit.test_session import create_topics, frames, services_for, taken
 
 PRODUCE = 0
@@ -165,15 +170,17 @@ def test_the_lane_and_the_general_path_answer_the_same_streams_the_same(config: 
     broker_pending = bytearray()
     correlation_id = 0
     reads_fed = 0
-    for _ in range(400):
+    builders = [produce, produce, produce, fetch, beat, beat, mutation]
+    for index in range(400):
         now += rng.choice([0.0, 0.0005, 0.002, 0.05])
         step = rng.random()
+        if index == 350 and seed % 3 == 0:  # late in a third of the runs: one the broker closes for
+            builders.append(above_cap)
         if step < 0.45 and pair.lane.muted_until <= now:
             reads = bytearray()
             for _ in range(rng.choice([1, 1, 1, 2, 5])):
                 correlation_id += 1
-                build = rng.choice([produce, produce, produce, fetch, beat, beat, mutation, above_cap])
-                reads += build(correlation_id, rng)
+                reads += rng.choice(builders)(correlation_id, rng)
             cut = rng.choice([len(reads)] * 4 + [rng.randrange(1, len(reads) + 1)])
             pair.call("client_data", bytes(reads[:cut]), now)
             reads_fed += 1
@@ -214,9 +221,7 @@ def mutation(correlation_id: int, rng: random.Random) -> bytes:
 
 
 def above_cap(correlation_id: int, rng: random.Random) -> bytes:
-    """Rarely, a request the broker closes the connection for (DescribeQuorum v2: above the cap)."""
-    if rng.random() < 0.97:
-        return heartbeat(correlation_id)
+    """A request the broker closes the connection for (DescribeQuorum v2: above the cap)."""
     return header_only_request(55, 2, correlation_id, body=b"\x01" * 64)
 
 
@@ -239,3 +244,59 @@ def test_the_lane_takes_a_plain_produce_exchange() -> None:
     session.broker_data(answer(request, random.Random(2)), 0.003)
     assert unpack_from(">i", taken(session.to_client), 4)[0] == 2
     assert calls == []
+
+
+# hostile bytes: the lane parses them in C, so it must refuse exactly what the general path refuses --
+
+FUZZ_SEEDS = [produce_request(v) for v in range(3, 13)] + [
+    bytes(fetch_v4(7))[4:],
+    bytes(heartbeat(7))[4:],
+    header_only(0, 9),
+    header_only(1, 12),
+]
+
+
+@FUZZ
+@given(frame=bad_frames(FUZZ_SEEDS), config=st.sampled_from(sorted(CONFIGS)))
+def test_a_hostile_request_gets_the_same_answer_from_the_lane_and_the_general_path(
+    frame: memoryview, config: str
+) -> None:
+    pair = Pair(CONFIGS[config])
+    pair.call("broker_connected", 0.0)
+    pair.call("client_data", heartbeat(1), 0.0)  # past authentication: the lane is open
+    pair.call("broker_data", answer(heartbeat(1), random.Random(0)), 0.001)
+    pair.call("client_data", bytes(frame) + heartbeat(2), 0.002)
+    pair.call("client_data", bytes(frame), 0.003)
+    pair.compare_counters()
+
+
+def produce_response_bodies(version: int) -> list[bytes]:
+    return [
+        bytes(produce_response(version, throttle, endpoints, topics, partitions).encode())
+        for throttle, endpoints, topics, partitions in [(0, False, 1, 1), (0, True, 2, 3), (30, False, 2, 1)]
+        if version >= 10 or not endpoints
+    ]
+
+
+@FUZZ
+@given(
+    version=st.sampled_from([3, 7, 8, 9, 10, 12]),
+    data=st.data(),
+    config=st.sampled_from(sorted(CONFIGS)),
+)
+def test_a_hostile_response_gets_the_same_treatment_from_the_lane_and_the_general_path(
+    version: int, data: st.DataObject, config: str
+) -> None:
+    request = ProduceRequest(version=version, transactional_id=None, acks=1, timeout_ms=1000,
+                             topic_data=[("a", [(0, b"r" * 10)])])  # fmt: skip
+    request.with_header(correlation_id=5, client_id="app")
+    body = data.draw(bad_frames(produce_response_bodies(version)))[4:]  # hypothesis' cuts and flips
+    header = pack(">i", 5) + (b"\x00" if version >= 9 else b"")
+    response = pack(">i", len(header) + len(body)) + header + bytes(body)
+    pair = Pair(CONFIGS[config])
+    pair.call("broker_connected", 0.0)
+    pair.call("client_data", heartbeat(1), 0.0)
+    pair.call("broker_data", answer(heartbeat(1), random.Random(0)), 0.001)
+    pair.call("client_data", bytes(request.encode(header=True, framed=True)), 0.002)
+    pair.call("broker_data", response, 0.003)
+    pair.compare_counters()
