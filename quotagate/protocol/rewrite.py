@@ -12,15 +12,15 @@ ApiVersions is rewritten too: the proxy caps the versions it lets clients use (s
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from struct import pack, unpack_from
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from quotagate.protocol.apis import MAX_VERSIONS, RESPONSE_CLASSES, ApiKey
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
 from quotagate.protocol.headers import response_body_offset
 from quotagate.protocol.produce import produce_response_has_top_level_tags
+from quotagate.protocol.rewrite_memo import RewriteMemo
 from quotagate.protocol.share import encode_node_endpoints, share_response_node_endpoints
 
 
@@ -204,115 +204,6 @@ def cap_api_versions(api_keys: list) -> list:
             entry.max_version = min(entry.max_version, cap)
         kept.append(entry)
     return kept
-
-
-class _RecordingView:
-    """A ClusterView that passes every call on and remembers it, so that a memo hit can make the
-    same calls again: the proxy learns broker addresses and topics from them."""
-
-    __slots__ = ("advertised", "cluster", "topics")
-
-    def __init__(self, cluster: ClusterView) -> None:
-        self.cluster = cluster
-        self.advertised: list[tuple[int, str, int, tuple[str, int]]] = []
-        self.topics: list[tuple[str, Any, int]] = []
-
-    def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
-        answer = self.cluster.advertise(node_id, host, port)
-        self.advertised.append((node_id, host, port, answer))
-        return answer
-
-    def observe_topics(self, topics: Iterable[tuple[str, Any, int]]) -> None:
-        observed = list(topics)  # the rewriter passes a generator: it can be read once
-        self.topics.extend(observed)
-        self.cluster.observe_topics(observed)
-
-
-class _Rewritten(NamedTuple):
-    """What a memo remembers of one rewrite: the new body (None: the frame went on untouched), the
-    ClusterView calls the rewrite made and what advertise answered, and the bytes it holds."""
-
-    body: bytes | None
-    advertised: tuple[tuple[int, str, int, tuple[str, int]], ...]
-    topics: tuple[tuple[str, Any, int], ...]
-    size: int
-
-
-# What one memo may hold (keys and rewritten bodies together), and the largest body it keeps: a
-# Metadata answer naming every topic of a large cluster is megabytes, and is decoded every time.
-MEMO_MAX_BYTES = 8 * 1024 * 1024
-MEMO_MAX_BODY_BYTES = 2 * 1024 * 1024
-
-
-class RewriteMemo:
-    """Remembers rewritten bodies: clients ask the same Metadata, ApiVersions and FindCoordinator
-    questions over and over, and a hit costs a dict look-up instead of a kafka-python decode and
-    encode (~50-500 µs).
-
-    Exact, byte for byte and in its effects, as the rewriter it wraps. The rewrite of a response is a
-    function of its API version, its body (the bytes after the header: the correlation id differs
-    between answers and is kept from the response at hand) and of what `ClusterView.advertise`
-    answers; so the memo is keyed by (version, body), and a hit makes the same ClusterView calls
-    the rewrite made, in order (the proxy learns a broker's address and the topics from them: a
-    broker that moved back to an address seen before, a topic deleted and described again), and
-    is a hit only if advertise answers as it did then. Bounded LRU: MEMO_MAX_BYTES in all, bodies
-    over MEMO_MAX_BODY_BYTES are rewritten every time."""
-
-    def __init__(
-        self,
-        rewrite: Rewriter,
-        api_key: int,
-        max_entries: int = 256,
-        max_bytes: int = MEMO_MAX_BYTES,
-        max_body_bytes: int = MEMO_MAX_BODY_BYTES,
-    ) -> None:
-        self.rewrite = rewrite
-        self.api_key = api_key
-        self.max_entries = max_entries
-        self.max_bytes = max_bytes
-        self.max_body_bytes = max_body_bytes
-        self.entries: OrderedDict[tuple[int, bytes], _Rewritten] = OrderedDict()
-        self.held_bytes = 0
-        self.hits = 0
-
-    def __call__(self, frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
-        body_offset = response_body_offset(frame, self.api_key, version)
-        key = (version, bytes(frame[body_offset:]))
-        entry = self.entries.get(key)
-        if entry is not None and self._replay(entry, cluster):
-            self.entries.move_to_end(key)
-            self.hits += 1
-            if entry.body is None:
-                return None
-            header = frame[FRAME_SIZE_BYTES:body_offset]
-            return b"".join((pack(">i", len(header) + len(entry.body)), header, entry.body))
-        recording = _RecordingView(cluster)
-        rewritten = self.rewrite(frame, version, recording)
-        # What follows the header of the rewritten frame is its new body.
-        body = None if rewritten is None else bytes(rewritten[body_offset:])
-        size = len(key[1]) + (len(body) if body is not None else 0)
-        if entry is not None:
-            self._drop(key)
-        if len(key[1]) <= self.max_body_bytes:
-            self.entries[key] = _Rewritten(body, tuple(recording.advertised), tuple(recording.topics), size)
-            self.held_bytes += size
-            while len(self.entries) > self.max_entries or self.held_bytes > self.max_bytes:
-                self._drop(next(iter(self.entries)))
-        return rewritten
-
-    @staticmethod
-    def _replay(entry: _Rewritten, cluster: ClusterView) -> bool:
-        """Makes the ClusterView calls of the rewrite again; False if advertise now answers otherwise
-        (the remembered body names the old proxy address: the response is rewritten again)."""
-        for node_id, host, port, answer in entry.advertised:
-            if cluster.advertise(node_id, host, port) != answer:
-                return False
-        if entry.topics:
-            cluster.observe_topics(entry.topics)
-        return True
-
-    def _drop(self, key: tuple[int, bytes]) -> None:
-        self.held_bytes -= self.entries.pop(key).size
 
 
 RESPONSE_REWRITERS: dict[int, Rewriter] = {
