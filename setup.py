@@ -1,7 +1,7 @@
 """The compiled parts of quotagate: the session's fast lane (quotagate/proxy/session_core.pyx), the
 connections' per-read callbacks (quotagate/proxy/connection_core.pyx), the token bucket they and the
-pipeline's replay charge (quotagate/quotas/bucket.pyx) and the memo of rewritten responses
-(quotagate/protocol/rewrite_memo.pyx).
+pipeline's replay charge (quotagate/quotas/bucket.pyx), the memo of rewritten responses
+(quotagate/protocol/rewrite_memo.pyx) and the usual produce response's walk (quotagate/protocol/produce_walk.pyx).
 
 Everything else is in pyproject.toml; this file only declares the extensions, which Cython turns into
 C at build time (`pip install .`, and `pip install -e .`, which builds it in place).
@@ -20,6 +20,7 @@ setup(
                 "quotagate.proxy.connection_core",
                 "quotagate.quotas.bucket",
                 "quotagate.protocol.rewrite_memo",
+                "quotagate.protocol.produce_walk",
             )
         ],
         compiler_directives={"language_level": "3"},

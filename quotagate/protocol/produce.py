@@ -14,6 +14,7 @@ from kafka.protocol.producer import ProduceResponse
 
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
 from quotagate.protocol.headers import encode_count, read_count, read_uvarint, skip_string, skip_tagged_fields
+from quotagate.protocol.produce_walk import usual_flexible_throttle_offset
 
 FLEXIBLE_FROM = 9
 TOPIC_ID_FROM = 13
@@ -32,50 +33,10 @@ def produce_request_acks(frame: memoryview, body_offset: int, version: int) -> i
         raise FrameError("produce request too short to hold acks") from exc
 
 
-def _usual_flexible_throttle_offset(frame: memoryview, pos: int, version: int) -> int | None:
-    """produce_response_throttle_offset for the response every produce gets back, fast: flexible,
-    no record errors, no tagged fields inside, every count and length one byte. None for any other
-    shape (the full walk then handles it, errors included); never a wrong offset."""
-    partition_bytes = 30  # index, error_code, base_offset, log_append_time_ms, log_start_offset
-    by_id = version >= TOPIC_ID_FROM
-    try:
-        topics = frame[pos] - 1
-        pos += 1
-        if topics < 0 or topics >= 0x7F:
-            return None
-        for _ in range(topics):
-            if by_id:
-                pos += 16
-            else:
-                name = frame[pos]  # compact string: length + 1, one byte
-                if name == 0 or name >= 0x80:
-                    return None
-                pos += name
-            partitions = frame[pos] - 1
-            pos += 1
-            if partitions < 0 or partitions >= 0x7F:
-                return None
-            for _ in range(partitions):
-                pos += partition_bytes
-                message = frame[pos + 1]  # after an empty record_errors (one byte: 1)
-                if frame[pos] != 1 or message >= 0x80:
-                    return None
-                pos += 2 + max(message - 1, 0)
-                if frame[pos] != 0:  # the partition's tagged fields
-                    return None
-                pos += 1
-            if frame[pos] != 0:  # the topic's tagged fields
-                return None
-            pos += 1
-    except IndexError:
-        return None
-    return pos if pos + 4 <= len(frame) else None
-
-
 def produce_response_throttle_offset(frame: memoryview, body_offset: int, version: int) -> int:
     """Offset of throttle_time_ms in a produce response (v1+); raises FrameError if truncated."""
     if version >= FLEXIBLE_FROM:
-        usual = _usual_flexible_throttle_offset(frame, body_offset, version)
+        usual = usual_flexible_throttle_offset(frame, body_offset, version)
         if usual is not None:
             return usual
     return _walked_throttle_offset(frame, body_offset, version)

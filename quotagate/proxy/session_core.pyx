@@ -31,6 +31,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SI
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memcmp
 
+from quotagate.protocol.produce_walk cimport usual_throttle_offset
 from quotagate.quotas.bucket cimport TokenBucket
 
 from collections import deque
@@ -60,10 +61,6 @@ cdef enum:
     API_SASL_AUTHENTICATE = 36
     API_SHARE_FETCH = 78
     PRODUCE_FLEXIBLE_FROM = 9
-    # A Produce response's usual shape walked in C: index, error_code, base_offset,
-    # log_append_time_ms, log_start_offset per partition
-    PRODUCE_PARTITION_BYTES = 30
-    PRODUCE_TOPIC_ID_FROM = 13
 
 # Requests that go to the general path whatever their version: authentication, topic mutations
 # (controller mutation quota), client quota APIs (answered by the proxy), ShareFetch (its max wait
@@ -548,44 +545,12 @@ cdef Py_ssize_t _frame_body_size(object frame) except -1:
 
 cdef bint _plain_produce_response(const unsigned char* buf, Py_ssize_t length, int version) noexcept:
     """Whether a Produce response (prefix included) ends with no top-level tagged fields, in the usual
-    shape (flexible, no record errors, no tags inside, one-byte counts): then it names no broker and
-    needs no rewrite. False means "walk it in Python", never "it has tags"."""
+    shape (produce_walk): then it names no broker and needs no rewrite. False means "walk it in
+    Python", never "it has tags"."""
     if version < PRODUCE_FLEXIBLE_FROM:
         return True  # no tagged fields at all before v9
-    cdef Py_ssize_t pos = 4 + 4 + 1  # prefix, correlation id, the response header's empty tags
-    if length < pos + 1 or buf[pos - 1] != 0:
+    if length < 10 or buf[8] != 0:  # prefix, correlation id, the response header's tags: none
         return False
-    cdef int topics = buf[pos] - 1, partitions, name, message, t, p
-    pos += 1
-    if topics < 0 or topics >= 0x7F:
-        return False
-    for t in range(topics):
-        if version >= PRODUCE_TOPIC_ID_FROM:
-            pos += 16
-        else:
-            if pos >= length:
-                return False
-            name = buf[pos]
-            if name == 0 or name >= 0x80:
-                return False
-            pos += name
-        if pos >= length:
-            return False
-        partitions = buf[pos] - 1
-        pos += 1
-        if partitions < 0 or partitions >= 0x7F:
-            return False
-        for p in range(partitions):
-            pos += PRODUCE_PARTITION_BYTES
-            if pos + 2 > length or buf[pos] != 1 or buf[pos + 1] >= 0x80:
-                return False
-            message = buf[pos + 1]
-            pos += 2 + (message - 1 if message > 1 else 0)
-            if pos >= length or buf[pos] != 0:
-                return False
-            pos += 1
-        if pos >= length or buf[pos] != 0:
-            return False
-        pos += 1
+    cdef Py_ssize_t throttle_at = usual_throttle_offset(buf, length, 9, version)
     # throttle_time_ms, then the top-level tagged fields: none, and nothing after them
-    return pos + 5 == length and buf[pos + 4] == 0
+    return throttle_at >= 0 and throttle_at + 5 == length and buf[throttle_at + 4] == 0

@@ -3,6 +3,7 @@ from struct import pack, unpack_from
 import pytest
 from kafka.protocol.admin import DescribeClusterResponse, DescribeConfigsResponse
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
+from quotagate.protocol.produce_walk import usual_flexible_throttle_offset
 
 from quotagate.protocol.apis import (
     FETCH_MAX_VERSION,
@@ -13,11 +14,7 @@ from quotagate.protocol.apis import (
     response_header_is_flexible,
 )
 from quotagate.protocol.headers import response_body_offset
-from quotagate.protocol.produce import (
-    _usual_flexible_throttle_offset,
-    _walked_throttle_offset,
-    produce_response_throttle_offset,
-)
+from quotagate.protocol.produce import _walked_throttle_offset, produce_response_throttle_offset
 from quotagate.protocol.rewrite import RESPONSE_REWRITERS
 from tests.unit.messages import produce_response
 
@@ -174,12 +171,12 @@ def test_the_usual_produce_response_shortcut_agrees_with_the_full_walk_or_declin
     message = produce_response(version, throttle=777, endpoints=endpoints, topics=topics, partitions=partitions)
     frame = response_frame(ApiKey.PRODUCE, version, message)
     body = response_body_offset(frame, ApiKey.PRODUCE, version)
-    offset = _usual_flexible_throttle_offset(frame, body, version)
+    offset = usual_flexible_throttle_offset(frame, body, version)
     if partitions <= 1:
         assert offset is not None and unpack_from(">i", frame, offset)[0] == 777
     for end in range(body, len(frame) + 1):  # truncated anywhere: declines, or agrees with the walk
         cut = frame[:end]
-        shortcut = _usual_flexible_throttle_offset(cut, body, version)
+        shortcut = usual_flexible_throttle_offset(cut, body, version)
         if shortcut is not None:
             assert shortcut == _walked_throttle_offset(cut, body, version)
 
