@@ -36,10 +36,12 @@ from quotagate.quotas.bucket cimport TokenBucket
 
 from collections import deque
 
-from quotagate.protocol.apis import MAX_VERSIONS, is_flexible
+from quotagate.protocol.apis import MAX_VERSIONS, ApiKey, is_flexible
 from quotagate.protocol.fetch import REPLICA_ID_IN_BODY_UNTIL
 from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time
+from quotagate.protocol.mutations import MUTATION_APIS
 from quotagate.proxy.metrics import LATENCY_BUCKETS
+from quotagate.proxy.quota_admin import CLIENT_QUOTA_APIS
 
 # API keys and versions the lane's tables cover (others go to the general path).
 cdef enum:
@@ -63,9 +65,10 @@ cdef enum:
     PRODUCE_FLEXIBLE_FROM = 9
 
 # Requests that go to the general path whatever their version: authentication, topic mutations
-# (controller mutation quota), client quota APIs (answered by the proxy), ShareFetch (its max wait
-# and its response's endpoints).
-GENERAL_APIS = frozenset({17, 36, 19, 20, 37, 48, 49, 78})
+# (controller mutation quota), client quota APIs (answered by the proxy), ShareFetch (its max wait).
+GENERAL_APIS = (
+    {ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.SHARE_FETCH} | MUTATION_APIS | CLIENT_QUOTA_APIS
+)
 
 cdef Kind KIND[KEYS]
 cdef int MAX_VERSION[KEYS]  # -1: no cap
