@@ -23,8 +23,9 @@ never changed: the lane handles a prefix of a read and the general path the rest
 byte for byte and counter for counter: tests/unit/test_session_lane.py runs the same streams through
 both and compares everything a client or an operator could see.
 
-Charges go through the quota engine's own buckets (`TokenBucket.charge`, compiled too and called
-here without a Python call): one definition of a bucket.
+Charges go through the quota engine's own buckets (`TokenBucket.charge`): one definition of a bucket.
+It stays Python: the pipeline ships quotagate's sources to Spark executors as a zip (no compiled
+module can be imported from one), and its what-if replay charges the same buckets there.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
@@ -32,7 +33,6 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memcmp
 
 from quotagate.protocol.produce_walk cimport usual_throttle_offset
-from quotagate.quotas.bucket cimport TokenBucket
 
 from collections import deque
 
@@ -118,19 +118,6 @@ cdef inline int _i16(const unsigned char* p) noexcept nogil:
 
 cdef inline long _i32(const unsigned char* p) noexcept nogil:
     return <int>((<unsigned int>p[0] << 24) | (<unsigned int>p[1] << 16) | (<unsigned int>p[2] << 8) | p[3])
-
-
-cdef inline long long _charge(object bucket, double amount, double now) except? -1:
-    """bucket.charge(amount, now): a C call for the engine's TokenBucket, a Python one for a LeasedBucket."""
-    if isinstance(bucket, TokenBucket):
-        return (<TokenBucket>bucket).charge(amount, now)
-    return bucket.charge(amount, now)
-
-
-cdef inline long long _throttle_ms(object bucket, double now) except? -1:
-    if isinstance(bucket, TokenBucket):
-        return (<TokenBucket>bucket).throttle_ms(now)
-    return bucket.throttle_ms(now)
 
 
 cdef class InFlight:
@@ -351,7 +338,7 @@ cdef class SessionCore:
         if kind == PRODUCE and self._engine.limits_anyone:
             bucket = self._lane_buckets(client_id, now).produce
             if bucket is not None:
-                throttle = _charge(bucket, request_size, now)
+                throttle = bucket.charge(request_size, now)
         self._in_flight_append(
             _in_flight(correlation_id, api_key, version, client_id, request_size, now, max_wait, throttle > 0)
         )
@@ -464,14 +451,14 @@ cdef class SessionCore:
             if api_key == API_PRODUCE:
                 bucket = buckets.produce
                 if bucket is not None:
-                    charged = _throttle_ms(bucket, now)
+                    charged = bucket.throttle_ms(now)
             elif api_key == API_FETCH or api_key == API_SHARE_FETCH:
                 bucket = buckets.fetch
                 if bucket is not None:
-                    charged = _charge(bucket, response_size, now)
+                    charged = bucket.charge(response_size, now)
             bucket = buckets.request
             if charged_time and bucket is not None:
-                time_throttle = min(_charge(bucket, request_ms, now), buckets.request_cap_ms)
+                time_throttle = min(bucket.charge(request_ms, now), buckets.request_cap_ms)
                 if time_throttle > charged:
                     charged = time_throttle
             if charged > throttle:

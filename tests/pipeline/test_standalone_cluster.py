@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,7 +106,6 @@ spark.stop()
 
 def test_whatif_runs_on_a_standalone_cluster_with_two_workers(standalone_master: str) -> None:
     import json
-    import sys
 
     done = subprocess.run(
         [sys.executable, "-c", ON_THE_CLUSTER, standalone_master], capture_output=True, text=True, timeout=280
@@ -115,3 +115,15 @@ def test_whatif_runs_on_a_standalone_cluster_with_two_workers(standalone_master:
     result = json.loads(lines[0].removeprefix("RESULT "))
     assert result["executors"] == 2, result
     assert result["throttled"]["heavy"] > 10 and result["throttled"]["light"] == 0, result
+
+
+def test_what_the_executors_import_of_quotagate_is_pure_python() -> None:
+    """The zip (session.package_zip) carries quotagate's .py files: a compiled module the what-if job
+    needs (the proxy's are, in proxy/ and protocol/) could not be imported from it on a cluster."""
+    code = (
+        "import sys, quotagate.pipeline.whatif, quotagate.pipeline.rollup\n"
+        "print('\\n'.join(f'{n} {m.__file__}' for n, m in sys.modules.items() if n.startswith('quotagate')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    compiled = [line for line in done.stdout.splitlines() if not line.endswith(".py")]
+    assert compiled == [], f"compiled modules the executors would need: {compiled}"
