@@ -57,7 +57,7 @@ cdef class ClientCore:
         elif muted_until > self.muted_until:  # muted now, or for longer
             self.proxy.delay_queue.mute(self, muted_until)
             self.reading.pause(QUOTA)
-        elif session.held or (session.awaiting_authentication and session.client_partial):  # session.holding
+        elif session.is_holding():
             self.reading.pause(QUOTA)
         elif self.reading is not None and self.reading.paused and not self.muted:
             # What was held for a SaslAuthenticate answer went with the broker's bytes: read again.

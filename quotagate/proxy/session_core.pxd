@@ -52,6 +52,7 @@ cdef class SessionCore:
     cdef object _client_id
     cdef object _entity_key  # (user, client_id) of the entity counters last written
 
+    cdef bint is_holding(self) except -1
     cdef void feed_client(self, object data, double now) except *
     cdef void feed_broker(self, object data, double now) except *
     cdef bint _client_lane(self, bytes data, double now) except -1

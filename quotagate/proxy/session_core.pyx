@@ -214,6 +214,9 @@ cdef class SessionCore:
     def holding(self):
         """Frames are held (or a frame is arriving while a SaslAuthenticate is answered, as the
         broker reads nothing meanwhile): reading from the client should stay stopped."""
+        return self.is_holding()
+
+    cdef bint is_holding(self) except -1:
         return bool(self.held) or (self.awaiting_authentication and self.client_partial)
 
     # the interface: the lane first, the general path for the rest ------------------------------
