@@ -19,6 +19,7 @@ from struct import pack, unpack_from
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kafka.protocol.admin import CreateTopicsResponse
 from kafka.protocol.producer import ProduceRequest
 
 from quotagate.proxy.session import Session
@@ -78,8 +79,6 @@ def answer(request: bytes, rng: random.Random) -> bytes:
 
 
 def created_body() -> bytes:
-    from kafka.protocol.admin import CreateTopicsResponse
-
     topic = CreateTopicsResponse.CreatableTopicResult
     response = CreateTopicsResponse(
         version=6,
