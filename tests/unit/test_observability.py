@@ -12,6 +12,7 @@ from quotagate.config.settings import UsageConfig, parse_config
 from quotagate.protocol.apis import ApiKey
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.proxy.session import observe_latency
 from quotagate.proxy.usage import (
     AggregateCollector,
     JsonlSink,
@@ -63,7 +64,7 @@ def test_hot_path_counters_are_exported_as_prometheus_counters_and_a_histogram()
     for api_key in (0, 0, 3):
         metrics.count_request(api_key)
     for seconds in (0.0004, 0.0005, 0.003, 20.0):  # 0.0005 is at a bound: counted in that bucket
-        metrics.observe_latency(0, seconds)
+        observe_latency(metrics.latency_by_key, 0, seconds)
     metrics.bytes_in += 10
     metrics.bytes_out += 7
     text = generate_latest(metrics.registry).decode()
