@@ -7,7 +7,7 @@ KAFKA_LIBS := .cache/kafka/libs
 RIG := $(PY) scripts/kafka_rig.py
 BROKERS ?= 1
 
-.PHONY: all venv kafka-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down demo test test-unit lint docs bench clean
+.PHONY: all venv kafka-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down demo test test-fast lint docs bench clean
 
 all: venv kafka-jars
 
@@ -60,8 +60,11 @@ test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools chromium r
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -rs --durations=15 $(PYTEST_ARGS)
 
-test-unit: venv
-	$(PY) -m pytest -q -m "not cluster" tests/unit
+# The inner loop: tests/unit alone, no Kafka, JVM, socket, process, tool or sleep (tests/unit/conftest.py
+# fails a test that uses one), well under a minute. The rest: tests/loopback (sockets on 127.0.0.1,
+# quotagate as a process), tests/tools (promtool, compose tools, java), tests/integration (Kafka, Redis).
+test-fast: venv
+	$(PY) -m pytest -q tests/unit
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -47,7 +47,7 @@ REPO_ROOT = harness.REPO_ROOT
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from tests.integration.helpers import create_topic  # noqa: E402
+from tests.support.kafka_helpers import create_topic  # noqa: E402
 
 TOPIC = "chaos"
 PARTITIONS = 6

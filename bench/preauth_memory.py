@@ -24,7 +24,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.harness import peak_rss_mb, rss_mb  # noqa: E402
-from tests.proxy_fixtures import free_port_block, start_proxy  # noqa: E402
+from tests.support.proxy_fixtures import free_port_block, start_proxy  # noqa: E402
 
 FRAME_BYTES = 100 * 1024 * 1024  # just under max_frame_size's default (socket.request.max.bytes)
 SEND_BYTES = 90 * 1024 * 1024

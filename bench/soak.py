@@ -51,7 +51,7 @@ REPO_ROOT = harness.REPO_ROOT
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from tests.integration.helpers import create_topic  # noqa: E402
+from tests.support.kafka_helpers import create_topic  # noqa: E402
 
 SAMPLE_SECONDS = 10.0
 WARMUP_SECONDS = 20.0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kafka_fixtures import PORT_OFFSET
+from tests.support.kafka_fixtures import PORT_OFFSET
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PORT_BASE = 21000 + PORT_OFFSET

@@ -23,10 +23,10 @@ from kafka.protocol.admin import CreateTopicsResponse
 from kafka.protocol.producer import ProduceRequest
 
 from quotagate.proxy.session import Session
-from tests.unit.messages import produce_response
-from tests.unit.test_connection import FETCH, fetch_v4, header_only_request, heartbeat
-from tests.unit.test_protocol_fuzz import FUZZ, bad_frames, header_only, produce_request
-from tests.unit.test_session import create_topics, frames, services_for, taken
+from tests.support.broker_double import FETCH, fetch_v4, header_only_request, heartbeat
+from tests.support.fuzz import FUZZ, bad_frames, header_only, produce_request
+from tests.support.messages import produce_response
+from tests.support.session_double import create_topics, frames, services_for, taken
 
 PRODUCE = 0
 CONFIGS = {

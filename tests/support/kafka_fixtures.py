@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 # scripts/ is not a package (kafka_rig is a stdlib-only CLI too), so put it on the path.
-_SCRIPTS = str(Path(__file__).resolve().parents[1] / "scripts")
+_SCRIPTS = str(Path(__file__).resolve().parents[2] / "scripts")
 if _SCRIPTS not in sys.path:
     sys.path.append(_SCRIPTS)
 
