@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 KAFKA_LIBS := .cache/kafka/libs
-RIG := $(PY) scripts/kafka_rig.py
+RIG := $(PY) -m kafka_rig
 BROKERS ?= 1
 
 .PHONY: all venv kafka-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down demo test test-fast lint docs bench clean
@@ -52,7 +52,7 @@ kafka-cluster-down: venv
 	$(RIG) down --name dev3
 
 demo: venv kafka-jars
-	$(PY) scripts/demo.py
+	$(PY) -m scripts.demo
 
 # PYTEST_ARGS adds pytest options, e.g. PYTEST_ARGS="--durations=60" for the slowest phases or -m "not slow".
 PYTEST_ARGS ?=

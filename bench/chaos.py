@@ -4,7 +4,7 @@ be read back through the proxy.
 
     python bench/chaos.py [--phase-seconds 20] [--port-base 25000] [--out bench/results/chaos.json]
 
-The cluster: 3 combined broker+controller nodes (scripts/kafka_rig.py), topic "chaos" with 6
+The cluster: 3 combined broker+controller nodes (kafka_rig), topic "chaos" with 6
 partitions, replication factor 3, min.insync.replicas 2. The producer: confluent-kafka,
 enable.idempotence, acks=all, 1 000 records/s of 200 bytes, keys are sequence numbers; it writes the
 sequence numbers that were acknowledged to a file (bench/run_client.py).

@@ -1,6 +1,6 @@
 """The workloads, each run against one BenchPath and returning plain figures.
 
-Java clients are Kafka's own perf tools from the same 4.2 jars as the broker (scripts/kafka_rig.py
+Java clients are Kafka's own perf tools from the same 4.2 jars as the broker (kafka_rig
 run_tool), so the client side is identical on every path. Every run is bounded twice: by a record
 count (or a duration) and by a subprocess timeout.
 """

@@ -11,7 +11,6 @@ import urllib.error
 import urllib.request
 
 from kafka_rig import fresh_cluster
-
 from tests.support.kafka_fixtures import PORT_OFFSET
 
 FROZEN_PORT = 29792 + PORT_OFFSET  # clear of the session clusters (29092-29494) and tls1 (29592-29595)

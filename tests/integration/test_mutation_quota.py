@@ -19,8 +19,8 @@ from kafka.protocol.admin import (
     CreatePartitionsRequest,
     DeleteTopicsRequest,
 )
-from kafka_rig import java_program
 
+from kafka_rig import java_program
 from tests.support.kafka_helpers import unique_topic
 from tests.support.mutation_client import THROTTLED, assert_throttle, call, cleanup, create
 

@@ -15,8 +15,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from kafka_rig import java_program
 
+from kafka_rig import java_program
 from tests.support.kafka_clients import Acked, confluent_producer_loop, rate_between
 from tests.support.kafka_fixtures import KAFKA_SASL_BOOTSTRAP, SASL_USERS
 from tests.support.kafka_helpers import create_topic, unique_topic

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaProducer
-from kafka_rig import java_program
 
+from kafka_rig import java_program
 from tests.support.kafka_clients import WINDOWS, quota_config
 from tests.support.kafka_helpers import create_topic, unique_topic
 

@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from kafka_rig import java_program
 
+from kafka_rig import java_program
 from quotagate.protocol.apis import ApiKey
 from tests.support.share_messages import GOLDEN
 
