@@ -32,10 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
+from kafka_rig import Cluster, fresh_cluster
 
-from kafka_rig import Cluster, fresh_cluster  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
 
 HOST = "127.0.0.1"
 KAFKA_PORT = 39092
