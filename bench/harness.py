@@ -327,7 +327,7 @@ def launch_quotagate(
     (first_broker_port None: not waited for; behind a SASL-only listener the proxy's own metadata
     requests are refused, and it learns the brokers from the first client's Metadata instead).
 
-    It runs in workdir, not the repo: `python -m` puts the cwd first on sys.path, which would
+    It runs in workdir, not the repo: `python -m` puts the cwd first on the import path, which would
     shadow a PYTHONPATH copy with the repo's own quotagate/."""
     config = workdir / f"{name}.toml"
     config.write_text(config_text)
