@@ -9,9 +9,7 @@ import json
 from quotagate.config.settings import UsageConfig
 from quotagate.protocol.apis import ApiKey
 from quotagate.proxy.metrics import ProxyMetrics
-from quotagate.proxy.usage import (
-    UsageRecorder,
-)
+from quotagate.proxy.usage import UsageRecorder
 from tests.support.http import http_get
 from tests.support.usage import record
 

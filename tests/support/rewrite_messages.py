@@ -8,9 +8,7 @@ from struct import pack
 from kafka.protocol.admin import DescribeConfigsResponse
 from kafka.protocol.metadata import ApiVersionsResponse
 
-from quotagate.protocol.apis import (
-    response_header_is_flexible,
-)
+from quotagate.protocol.apis import response_header_is_flexible
 
 PROXY_HOST = "proxy.example"
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from quotagate.proxy.usage import (
-    UsageRecord,
-)
+from quotagate.proxy.usage import UsageRecord
 
 
 def record(ts_ms: int, client_id: str = "c") -> UsageRecord:
