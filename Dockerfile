@@ -26,7 +26,7 @@ FROM base AS test
 COPY --from=wheel /wheels /wheels
 RUN pip install "$(ls /wheels/quotagate-*.whl)[test]"
 COPY tests ./tests
-COPY scripts/kafka_rig.py ./scripts/kafka_rig.py
+COPY kafka_rig ./kafka_rig
 COPY ops ./ops
 USER quotagate
 ENTRYPOINT ["python", "-m", "pytest", "-p", "no:cacheprovider"]

@@ -4,10 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 KAFKA_LIBS := .cache/kafka/libs
-RIG := $(PY) scripts/kafka_rig.py
+RIG := $(PY) -m kafka_rig
 BROKERS ?= 1
 
-.PHONY: all venv kafka-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down demo test test-unit lint docs bench clean
+.PHONY: all venv kafka-jars kafka-up kafka-down kafka-cluster-up kafka-cluster-down demo test test-fast lint docs bench clean
 
 all: venv kafka-jars
 
@@ -52,7 +52,7 @@ kafka-cluster-down: venv
 	$(RIG) down --name dev3
 
 demo: venv kafka-jars
-	$(PY) scripts/demo.py
+	$(PY) -m scripts.demo
 
 # PYTEST_ARGS adds pytest options, e.g. PYTEST_ARGS="--durations=60" for the slowest phases or -m "not slow".
 PYTEST_ARGS ?=
@@ -61,8 +61,11 @@ test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools chromium r
 	QUOTAGATE_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit  # the same sources, interpreted
 	$(PY) -m pytest -q -rs --durations=15 $(PYTEST_ARGS)
 
-test-unit: venv
-	$(PY) -m pytest -q -m "not cluster" tests/unit
+# The inner loop: tests/unit alone, no Kafka, JVM, socket, process, tool or sleep (tests/unit/conftest.py
+# fails a test that uses one), well under a minute. The rest: tests/loopback (sockets on 127.0.0.1,
+# quotagate as a process), tests/tools (promtool, compose tools, java), tests/integration (Kafka, Redis).
+test-fast: venv
+	$(PY) -m pytest -q tests/unit
 
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -81,38 +84,38 @@ clean:
 # bench/results/latest.json. Figures only: targets are reported, never asserted. See bench/README.md.
 bench: venv kafka-jars
 	bash scripts/ensure_debian_tools.sh haproxy haproxy
-	$(PY) bench/run.py
-	$(PY) bench/hot_path.py
-	$(PY) bench/tls.py
+	$(PY) -m bench.run
+	$(PY) -m bench.hot_path
+	$(PY) -m bench.tls
 	$(MAKE) --no-print-directory bench-shared
 
 # Workers and shared quotas: 1 and 2 workers, local and through Redis; MB/s, requests/s and Redis
 # commands per 10 000 requests (bench/results/shared.json; about 4 minutes). See docs/scaling.md.
 .PHONY: bench-shared
 bench-shared: venv kafka-jars redis-tools
-	$(PY) bench/shared.py $(BENCH_SHARED_ARGS)
+	$(PY) -m bench.shared $(BENCH_SHARED_ARGS)
 
 # The same workloads, shorter and with fewer rounds: under 3 minutes with the Kafka start.
 # TLS on both sides against plaintext on both sides: produce MB/s and the proxy's CPU per GB (~4 min;
 # also the end of make bench). bench/results/tls-latest.json.
 .PHONY: bench-tls
 bench-tls: venv kafka-jars
-	$(PY) bench/tls.py
+	$(PY) -m bench.tls
 
 # What a client can make the proxy hold before it authenticates: RSS with two slow 90 MB frames (~15 s).
 .PHONY: bench-preauth-memory
 bench-preauth-memory: venv
-	$(PY) bench/preauth_memory.py
+	$(PY) -m bench.preauth_memory
 
 # The proxy's Python cost per exchange, in-process, without sockets (~15 s; also the end of make bench).
 .PHONY: bench-hot-path
 bench-hot-path: venv
-	$(PY) bench/hot_path.py
+	$(PY) -m bench.hot_path
 
 # The pipeline's rollup and what-if throughput on 10 M synthetic records, local[2] (bench/pipeline.py).
 .PHONY: bench-pipeline
 bench-pipeline: venv
-	$(PY) bench/pipeline.py
+	$(PY) -m bench.pipeline
 
 # The soak and chaos runs of issue 12 (bench/README.md, "Soak and chaos"); loopback, ports 25092-25809
 # (+ SOAK_PORT_BASE - 25000), every process stopped by pid; results in bench/results/{soak,chaos}.json.
@@ -124,10 +127,10 @@ SOAK_PORT_BASE ?= 25000
 CHAOS_PHASE_SECONDS ?= 20
 .PHONY: soak chaos
 soak: venv kafka-jars
-	$(PY) bench/soak.py --seconds $(SOAK_SECONDS) --port-base $(SOAK_PORT_BASE)
+	$(PY) -m bench.soak --seconds $(SOAK_SECONDS) --port-base $(SOAK_PORT_BASE)
 
 chaos: venv kafka-jars
-	$(PY) bench/chaos.py --phase-seconds $(CHAOS_PHASE_SECONDS) --port-base $(SOAK_PORT_BASE)
+	$(PY) -m bench.chaos --phase-seconds $(CHAOS_PHASE_SECONDS) --port-base $(SOAK_PORT_BASE)
 
 # Two versions of quotagate in the same rounds, beside haproxy and the uvloop floor (bench/floor_forwarder.py):
 # CPU per small produce request of each, and B over A (bench/ab.py; ~2 min). AB_B=DIR: version B's
@@ -137,12 +140,12 @@ AB_ARGS ?=
 .PHONY: bench-ab
 bench-ab: venv kafka-jars
 	bash scripts/ensure_debian_tools.sh haproxy haproxy
-	$(PY) bench/ab.py --b $(AB_B) $(AB_ARGS)
+	$(PY) -m bench.ab --b $(AB_B) $(AB_ARGS)
 
 .PHONY: bench-quick
 bench-quick: venv kafka-jars
 	bash scripts/ensure_debian_tools.sh haproxy haproxy
-	$(PY) bench/run.py --quick
+	$(PY) -m bench.run --quick
 
 # Two parsers of docker-compose.yml for its tests, both offline (no Docker engine is needed or used).
 # First docker-compose v1 from PyPI (`docker-compose config`), in its own venv under .cache.

@@ -16,8 +16,8 @@ Per path and round: CPU µs per request, user and system, from /proc; per round,
 per request over haproxy's and B's over A's. Writes bench/results/ab.json. Uses the bench's ports:
 not at the same time as bench/run.py.
 
-    python bench/ab.py --b ../other-checkout          # A: this checkout, B: the other one
-    python bench/ab.py --rounds 5 --records 10000
+    python -m bench.ab --b ../other-checkout          # A: this checkout, B: the other one
+    python -m bench.ab --rounds 5 --records 10000
 """
 
 from __future__ import annotations
@@ -33,11 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import harness
-import report
-import workloads
-from harness import HOST, BenchPath, Child
-from run import measured
+from bench import harness, report, workloads
+from bench.harness import HOST, BenchPath, Child
+from bench.run import measured
 
 RESULTS = harness.REPO_ROOT / "bench" / "results"
 HAPROXY, FLOOR, A, B = "haproxy", "floor", "A", "B"

@@ -2,9 +2,9 @@
 idempotent acks=all producer keeps writing through the proxy; then every acknowledged record must
 be read back through the proxy.
 
-    python bench/chaos.py [--phase-seconds 20] [--port-base 25000] [--out bench/results/chaos.json]
+    python -m bench.chaos [--phase-seconds 20] [--port-base 25000] [--out bench/results/chaos.json]
 
-The cluster: 3 combined broker+controller nodes (scripts/kafka_rig.py), topic "chaos" with 6
+The cluster: 3 combined broker+controller nodes (kafka_rig), topic "chaos" with 6
 partitions, replication factor 3, min.insync.replicas 2. The producer: confluent-kafka,
 enable.idempotence, acks=all, 1 000 records/s of 200 bytes, keys are sequence numbers; it writes the
 sequence numbers that were acknowledged to a file (bench/run_client.py).
@@ -39,15 +39,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import harness
-from harness import HOST, PROXY_READY_SECONDS, BenchError, Child, rss_mb
+from bench import harness
+from bench.harness import HOST, PROXY_READY_SECONDS, BenchError, Child, rss_mb
 from kafka_rig import Cluster, fresh_cluster, run_tool
+from tests.support.kafka_helpers import create_topic
 
 REPO_ROOT = harness.REPO_ROOT
 BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(REPO_ROOT))
 
-from tests.integration.helpers import create_topic  # noqa: E402
 
 TOPIC = "chaos"
 PARTITIONS = 6

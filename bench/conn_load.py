@@ -25,7 +25,7 @@ import sys
 import time
 from array import array
 
-from harness import cpu_seconds, rss_mb  # /proc readings, as the orchestrator takes them
+from bench.harness import cpu_seconds, rss_mb  # /proc readings, as the orchestrator takes them
 
 API_VERSIONS, METADATA = 18, 3
 

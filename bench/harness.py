@@ -32,10 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
+from kafka_rig import Cluster, fresh_cluster
 
-from kafka_rig import Cluster, fresh_cluster  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
 
 HOST = "127.0.0.1"
 KAFKA_PORT = 39092
@@ -327,7 +327,7 @@ def launch_quotagate(
     (first_broker_port None: not waited for; behind a SASL-only listener the proxy's own metadata
     requests are refused, and it learns the brokers from the first client's Metadata instead).
 
-    It runs in workdir, not the repo: `python -m` puts the cwd first on sys.path, which would
+    It runs in workdir, not the repo: `python -m` puts the cwd first on the import path, which would
     shadow a PYTHONPATH copy with the repo's own quotagate/."""
     config = workdir / f"{name}.toml"
     config.write_text(config_text)

@@ -17,7 +17,7 @@ one v1 record per request (JSONL), and v2 aggregates (Parquet). The flush work t
 its worker thread (rows, encoding, the file write) is counted too, every 10 000 exchanges, since it
 is CPU the proxy process pays.
 
-    .venv/bin/python bench/hot_path.py [--exchanges N] [--profile produce]
+    .venv/bin/python -m bench.hot_path [--exchanges N] [--profile produce]
 """
 
 from __future__ import annotations
@@ -30,10 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from struct import pack
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
@@ -41,8 +38,8 @@ from kafka.protocol.producer import ProduceRequest
 from quotagate.config import parse_config
 from quotagate.proxy.server import Proxy
 from quotagate.proxy.usage import UsageRecorder, make_sink
-from tests.in_process import connected_pair
-from tests.unit.messages import produce_response
+from tests.support.in_process import connected_pair
+from tests.support.messages import produce_response
 
 NON_BINDING = (
     '[[quotas]]\nuser = "<default>"\nclient_id = "<default>"\n'

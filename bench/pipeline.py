@@ -10,7 +10,7 @@ The figures are a session's steady state: both jobs first run once on a small in
 printed), as the first job of a Spark session also pays for compiling its generated code and
 starting the Python workers, a cost per session, not per record. `--cold` leaves that out.
 
-    .venv/bin/python bench/pipeline.py [--records 10000000] [--entities 100] [--cold]
+    .venv/bin/python -m bench.pipeline [--records 10000000] [--entities 100] [--cold]
 """
 
 from __future__ import annotations
@@ -18,9 +18,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pandas as pd
 

@@ -6,7 +6,7 @@ client connections, and has each send a frame announcing FRAME_BYTES slowly (SEN
 1 MiB steps), as a client that never authenticates would. Prints the proxy's RSS before, at its
 peak, and what became of each connection. Loopback only, bounded in time (~15 s). Figures only.
 
-    .venv/bin/python bench/preauth_memory.py [--connections 2] [--proxy-toml 'client_sasl = "none"']
+    .venv/bin/python -m bench.preauth_memory [--connections 2] [--proxy-toml 'client_sasl = "none"']
 """
 
 from __future__ import annotations
@@ -15,16 +15,15 @@ import argparse
 import asyncio
 import json
 import struct
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
+from bench.harness import peak_rss_mb, rss_mb
+from tests.support.proxy_fixtures import free_port_block, start_proxy
 
-from bench.harness import peak_rss_mb, rss_mb  # noqa: E402
-from tests.proxy_fixtures import free_port_block, start_proxy  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
 
 FRAME_BYTES = 100 * 1024 * 1024  # just under max_frame_size's default (socket.request.max.bytes)
 SEND_BYTES = 90 * 1024 * 1024

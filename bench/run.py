@@ -15,8 +15,8 @@ The paths are interleaved inside each round, in a rotated order, so slow drift o
 cache, JIT, a neighbour) spreads over every path instead of landing on one. Writes every figure
 to bench/results/latest.json and prints a table. Figures only: targets are reported, never asserted.
 
-    python bench/run.py            # full: 3 rounds, ~10-12 min
-    python bench/run.py --quick    # under 3 min with Kafka start
+    python -m bench.run            # full: 3 rounds, ~10-12 min
+    python -m bench.run --quick    # under 3 min with Kafka start
 """
 
 from __future__ import annotations
@@ -39,10 +39,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import harness
-import report
-import workloads
-from harness import HOST, BenchPath, Child
+from bench import harness, report, workloads
+from bench.harness import HOST, BenchPath, Child
 
 RESULTS = harness.REPO_ROOT / "bench" / "results"
 

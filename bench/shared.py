@@ -13,7 +13,7 @@ Workloads on each: produce (Java perf test, 1 KiB records, MB/s) and small reque
 one 100 B record per request, requests/s). From the proxies' own counters: Redis commands per
 second and per 10 000 requests. Writes bench/results/shared.json and prints a table. Figures only.
 
-    python bench/shared.py [--quick]
+    python -m bench.shared [--quick]
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import harness
-import workloads
-from harness import HOST, KAFKA_PORT, NON_BINDING_QUOTAS, BenchPath, Child
+from bench import harness, workloads
+from bench.harness import HOST, KAFKA_PORT, NON_BINDING_QUOTAS, BenchPath, Child
 
 RESULTS = harness.REPO_ROOT / "bench" / "results"
 REDIS_PORT = 39379

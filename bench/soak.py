@@ -1,6 +1,6 @@
 """Soak: one broker, quotagate with mixed quotas, mixed real clients at once, for a bounded time.
 
-    python bench/soak.py [--seconds 600] [--port-base 25000] [--byte-rate 262144] [--window-num 11]
+    python -m bench.soak [--seconds 600] [--port-base 25000] [--byte-rate 262144] [--window-num 11]
                          [--out bench/results/soak.json]
 
 Tenants (all SASL/PLAIN users; the proxy's upstream is the broker's SASL_PLAINTEXT listener):
@@ -43,15 +43,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import harness
-from harness import HOST, PROXY_READY_SECONDS, Child, cpu_seconds, rss_mb
+from bench import harness
+from bench.harness import HOST, PROXY_READY_SECONDS, Child, cpu_seconds, rss_mb
 from kafka_rig import DEFAULT_SASL_USERS, Cluster, fresh_cluster, run_tool, tool_command
+from tests.support.kafka_helpers import create_topic
 
 REPO_ROOT = harness.REPO_ROOT
 BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(REPO_ROOT))
 
-from tests.integration.helpers import create_topic  # noqa: E402
 
 SAMPLE_SECONDS = 10.0
 WARMUP_SECONDS = 20.0

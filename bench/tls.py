@@ -12,8 +12,8 @@ Workload: ProducerPerformance, 1 KiB records, acks=1, as fast as it goes; the st
 (after a warm-up) and the proxy's CPU seconds per GB produced. Certificates are made with trustme.
 Writes bench/results/tls-latest.json and prints the ratios. Figures only: nothing is asserted.
 
-    python bench/tls.py            # 3 rounds of 400k records, ~4 min
-    python bench/tls.py --quick    # 2 rounds of 100k records, ~2 min
+    python -m bench.tls            # 3 rounds of 400k records, ~4 min
+    python -m bench.tls --quick    # 2 rounds of 100k records, ~2 min
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import harness
 import trustme
-import workloads
 from cryptography.hazmat.primitives import serialization
-from harness import HOST, BenchPath, Child
+
+from bench import harness, workloads
+from bench.harness import HOST, BenchPath, Child
 from kafka_rig import Cluster, fresh_cluster, secure_listener_overrides
 
 # Clear of bench/run.py's ports (39092-39094, 39300-39329) and of the test suite's.

@@ -1,6 +1,6 @@
 """The workloads, each run against one BenchPath and returning plain figures.
 
-Java clients are Kafka's own perf tools from the same 4.2 jars as the broker (scripts/kafka_rig.py
+Java clients are Kafka's own perf tools from the same 4.2 jars as the broker (kafka_rig
 run_tool), so the client side is identical on every path. Every run is bounded twice: by a record
 count (or a duration) and by a subprocess timeout.
 """
@@ -15,7 +15,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness import REPO_ROOT, BenchError, BenchPath
+from bench.harness import REPO_ROOT, BenchError, BenchPath
 from kafka_rig import run_tool
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -173,7 +173,7 @@ def connections(
 ) -> dict[str, object]:
     """bench/conn_load.py against the path; it samples the proxy itself during the idle phase."""
     cmd = [
-        sys.executable, str(BENCH_DIR / "conn_load.py"), "--port", str(path.port), "--connections", str(count),
+        sys.executable, "-m", "bench.conn_load", "--port", str(path.port), "--connections", str(count),
         "--seconds", str(seconds), "--idle-seconds", str(idle_seconds), "--watch-pid", str(path.pid or 0),
     ]  # fmt: skip
     try:

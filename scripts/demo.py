@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""`make demo`: a local Kafka, quotagate in front of it, traffic that shows a quota working.
+"""`make demo` (`python -m scripts.demo` from the repository root): a local Kafka, quotagate in front
+of it, traffic that shows a quota working.
 
 Starts its own single-broker Kafka (cluster "demo", port 19092) so it never disturbs a Kafka started
 with `make kafka-up`, runs quotagate as a subprocess, sets a producer quota for one client-id with
@@ -19,10 +20,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
+from kafka_rig import fresh_cluster, run_tool
 
-from kafka_rig import fresh_cluster, run_tool  # noqa: E402
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 KAFKA_PORT = 19092
 PROXY_PORT = 19392

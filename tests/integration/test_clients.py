@@ -9,7 +9,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer, Producer
 from kafka import KafkaConsumer, KafkaProducer
 
-from tests.integration.helpers import by_partition, create_topic, payloads, unique_topic
+from tests.support.kafka_helpers import by_partition, create_topic, payloads, unique_topic
 
 COUNT = 3000
 

@@ -8,7 +8,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from tests.integration.helpers import create_topic, unique_topic, wait_until
+from tests.support.kafka_helpers import create_topic, unique_topic, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -117,7 +117,7 @@ def test_clients_ride_through_a_broker_restart_without_losing_acknowledged_data(
 
 def test_a_quota_holds_for_the_cluster_not_per_broker(proxy_factory, kafka_cluster) -> None:
     """One producer writes to partitions led by all 3 brokers; together they get one quota, not 3."""
-    from tests.integration.test_quotas import WINDOWS, Acked, confluent_producer_loop, quota_config, rate_between
+    from tests.support.kafka_clients import WINDOWS, Acked, confluent_producer_loop, quota_config, rate_between
 
     quota = 300_000
     proxy = proxy_factory(

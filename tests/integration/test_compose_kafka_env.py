@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 from kafka.admin import KafkaAdminClient
-from kafka_rig import BROKER_MAIN, DEFAULT_HEAP_OPTS, STORAGE_MAIN, _jvm_cmd, metadata_brokers, run_tool
 
-from tests.proxy_fixtures import free_port_block, start_proxy
-from tests.unit.test_compose_stack import compose_config, kafka_services, quotas_toml
+from kafka_rig import BROKER_MAIN, DEFAULT_HEAP_OPTS, STORAGE_MAIN, metadata_brokers, run_tool
+from kafka_rig.jvm import _jvm_cmd
+from tests.support.compose import compose_config, kafka_services, quotas_toml
+from tests.support.proxy_fixtures import free_port_block, start_proxy
 
 
 def image_property_name(variable: str) -> str:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.proxy_fixtures import ProxyProcess, free_port_block, start_proxy
-from tests.unit.test_compose_stack import compose_config, mounted_source, place_mounts, quotagate_config, quotas_toml
+from tests.support.compose import compose_config, mounted_source, place_mounts, quotagate_config, quotas_toml
+from tests.support.proxy_fixtures import ProxyProcess, free_port_block, start_proxy
 
 ROOT = Path(__file__).resolve().parents[2]
 

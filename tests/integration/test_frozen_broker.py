@@ -11,8 +11,7 @@ import urllib.error
 import urllib.request
 
 from kafka_rig import fresh_cluster
-
-from tests.kafka_fixtures import PORT_OFFSET
+from tests.support.kafka_fixtures import PORT_OFFSET
 
 FROZEN_PORT = 29792 + PORT_OFFSET  # clear of the session clusters (29092-29494) and tls1 (29592-29595)
 FROZEN_CONTROLLER_PORT = 29892 + PORT_OFFSET

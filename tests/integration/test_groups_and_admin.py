@@ -10,7 +10,7 @@ from confluent_kafka.admin import NewTopic as ConfluentNewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from tests.integration.helpers import create_topic, unique_topic, wait_until
+from tests.support.kafka_helpers import create_topic, unique_topic, wait_until
 
 
 class GroupMember(threading.Thread):

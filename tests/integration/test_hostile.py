@@ -14,8 +14,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from tests.integration.helpers import create_topic, unique_topic
-from tests.proxy_fixtures import PROXY_HOST
+from tests.support.kafka_helpers import create_topic, unique_topic
+from tests.support.proxy_fixtures import PROXY_HOST
 
 PRODUCE = 0
 DESCRIBE_QUORUM = 55
@@ -218,7 +218,7 @@ def test_a_frame_over_sasl_server_max_receive_size_before_authentication_is_clos
     """On a SASL listener the broker reads every frame before authentication with a 512 KiB limit
     (its SaslServerAuthenticator): a bigger size prefix closes the connection without an answer, after
     the answers to the requests before it. The proxy learns the listener wants SASL by itself."""
-    from tests.kafka_fixtures import KAFKA_SASL_BOOTSTRAP, KAFKA_SASL_PORT
+    from tests.support.kafka_fixtures import KAFKA_SASL_BOOTSTRAP, KAFKA_SASL_PORT
 
     proxy = proxy_factory(KAFKA_SASL_BOOTSTRAP)
     # ApiVersions v0, then a SaslHandshake announcing 600 kB of which only the header is sent.

@@ -10,9 +10,9 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
-from kafka_rig import java_classpath
 
-from tests.integration.helpers import create_topic, established_connections_to, unique_topic, wait_until
+from kafka_rig import java_classpath
+from tests.support.kafka_helpers import create_topic, established_connections_to, unique_topic, wait_until
 
 
 def broker_port(cluster) -> int:

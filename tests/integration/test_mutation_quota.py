@@ -8,82 +8,21 @@ own bucket, so every test uses fresh ones; a throttled connection is muted, so a
 
 from __future__ import annotations
 
-import itertools
-import socket
 import subprocess
 import time
 from pathlib import Path
-from struct import pack, unpack
 
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import ThrottlingQuotaExceededError
 from kafka.protocol.admin import (
     CreatePartitionsRequest,
-    CreatePartitionsResponse,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
     DeleteTopicsRequest,
-    DeleteTopicsResponse,
 )
+
 from kafka_rig import java_program
-
-from quotagate.protocol.headers import response_body_offset
-from tests.integration.helpers import unique_topic
-
-THROTTLED = 89
-_correlation = itertools.count(1)
-
-
-LAST_CALL_MS = [0.0]
-
-
-def assert_throttle(actual: int, expected: int) -> None:
-    """throttle_time_ms is the time until the bucket is out of debt, as of the response: the time
-    the broker spent on the request (measured around the last call) has already been paid off."""
-    elapsed = LAST_CALL_MS[0]
-    assert expected - elapsed - 150 <= actual <= expected + 50, f"{actual} ms, expected {expected} - {elapsed:.0f}"
-
-
-def call(port: int, request, client_id: str):
-    """Sends one request on a new connection to the proxy and returns the decoded response."""
-    correlation_id = next(_correlation)
-    request.with_header(correlation_id=correlation_id, client_id=client_id)
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
-        started = time.monotonic()
-        sock.sendall(bytes(request.encode(header=True, framed=True)))
-        size = unpack(">i", _read(sock, 4))[0]
-        frame = memoryview(pack(">i", size) + _read(sock, size))
-        LAST_CALL_MS[0] = (time.monotonic() - started) * 1000
-    response_cls = {
-        19: CreateTopicsResponse,
-        20: DeleteTopicsResponse,
-        37: CreatePartitionsResponse,
-    }[request.API_KEY]
-    version = request.API_VERSION
-    return response_cls.decode(frame[response_body_offset(frame, request.API_KEY, version) :], version=version)
-
-
-def _read(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        assert chunk, "the proxy closed the connection"
-        data += chunk
-    return data
-
-
-def create(version: int, names: list[str], partitions: int, validate_only: bool = False) -> CreateTopicsRequest:
-    topic = CreateTopicsRequest.CreatableTopic
-    return CreateTopicsRequest(
-        version=version,
-        topics=[
-            topic(version=version, name=n, num_partitions=partitions, replication_factor=1, assignments=[], configs=[])
-            for n in names
-        ],
-        timeout_ms=30000,
-        validate_only=validate_only,
-    )
+from tests.support.kafka_helpers import unique_topic
+from tests.support.mutation_client import THROTTLED, assert_throttle, call, cleanup, create
 
 
 def mutation_proxy(proxy_factory, kafka, rate: float, window_num: int, window_seconds: float = 1):
@@ -92,16 +31,6 @@ def mutation_proxy(proxy_factory, kafka, rate: float, window_num: int, window_se
         f"controller_quota_window_num = {window_num}\ncontroller_quota_window_size_seconds = {window_seconds}\n"
         f'[[quotas]]\nclient_id = "<default>"\ncontroller_mutation_rate = {rate}\n',
     )
-
-
-def cleanup(kafka, names: list[str]) -> None:
-    admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap)  # direct: no quota
-    try:
-        admin.delete_topics(names)
-    except Exception:
-        pass
-    finally:
-        admin.close()
 
 
 def test_seed_example_seven_topics_of_80_partitions_admitted_then_the_next_create_is_refused(

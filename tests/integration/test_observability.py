@@ -11,9 +11,9 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from tests.integration.helpers import create_topic, produce_usage_records, unique_topic
-from tests.integration.test_quotas import WINDOWS, Acked, confluent_producer_loop, quota_config, run_threads
-from tests.proxy_fixtures import free_port_block
+from tests.support.kafka_clients import WINDOWS, Acked, confluent_producer_loop, quota_config, run_threads
+from tests.support.kafka_helpers import create_topic, produce_usage_records, unique_topic
+from tests.support.proxy_fixtures import free_port_block
 
 
 def read_usage(directory: Path) -> list[dict]:

@@ -15,11 +15,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from kafka_rig import java_program
 
-from tests.integration.helpers import create_topic, unique_topic
-from tests.integration.test_quotas import Acked, confluent_producer_loop, rate_between
-from tests.kafka_fixtures import KAFKA_SASL_BOOTSTRAP, SASL_USERS
+from kafka_rig import java_program
+from tests.support.kafka_clients import Acked, confluent_producer_loop, rate_between
+from tests.support.kafka_fixtures import KAFKA_SASL_BOOTSTRAP, SASL_USERS
+from tests.support.kafka_helpers import create_topic, unique_topic
 
 QUOTA = 200_000  # bytes/s
 

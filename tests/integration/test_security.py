@@ -22,8 +22,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 from cryptography.hazmat.primitives import serialization
 
-from tests.integration.helpers import create_topic, produce_usage_records, unique_topic, wait_until
-from tests.integration.test_quotas import (
+from tests.support.kafka_clients import (
     QUOTA,
     RECORD,
     WINDOWS,
@@ -34,13 +33,14 @@ from tests.integration.test_quotas import (
     rate_between,
     run_threads,
 )
-from tests.kafka_fixtures import (
+from tests.support.kafka_fixtures import (
     PORT_OFFSET,
     SASL_USERS,
     Cluster,
     fresh_cluster,
     secure_listener_overrides,
 )
+from tests.support.kafka_helpers import create_topic, produce_usage_records, unique_topic, wait_until
 
 # Clear of the other test clusters' ports (29092-29492), below 40000 with any offset up to 10000.
 SASL_SSL_PORT = 29592 + PORT_OFFSET

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaProducer
-from kafka_rig import java_program
 
-from tests.integration.helpers import create_topic, unique_topic
-from tests.integration.test_quotas import WINDOWS, quota_config
+from kafka_rig import java_program
+from tests.support.kafka_clients import WINDOWS, quota_config
+from tests.support.kafka_helpers import create_topic, unique_topic
 
 QUOTA = 100_000  # bytes/s
 RECORD = 1000  # bytes of value per record

@@ -11,9 +11,7 @@ import urllib.request
 
 import pytest
 
-from tests.integration.helpers import create_topic, unique_topic
-from tests.integration.test_mutation_quota import THROTTLED, call, cleanup, create
-from tests.integration.test_quotas import (
+from tests.support.kafka_clients import (
     QUOTA,
     WINDOWS,
     Acked,
@@ -22,6 +20,8 @@ from tests.integration.test_quotas import (
     rate_between,
     run_threads,
 )
+from tests.support.kafka_helpers import create_topic, unique_topic
+from tests.support.mutation_client import THROTTLED, call, cleanup, create
 
 
 def shared_proxies(proxy_factory, kafka, redis_server, extra_toml: str, count: int = 3, proxy_toml: str = "") -> list:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kafka_fixtures import PORT_OFFSET
+from tests.support.kafka_fixtures import PORT_OFFSET
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PORT_BASE = 21000 + PORT_OFFSET
@@ -37,12 +37,12 @@ def test_quick_soak_holds_every_quota_and_chaos_loses_no_acknowledged_record(tmp
     soak_json, chaos_json = tmp_path / "soak.json", tmp_path / "chaos.json"
     runs = {
         "soak": subprocess.Popen(
-            [sys.executable, "bench/soak.py", "--seconds", "60", "--port-base", str(PORT_BASE),
+            [sys.executable, "-m", "bench.soak", "--seconds", "60", "--port-base", str(PORT_BASE),
              "--byte-rate", "65536", "--window-num", "2", "--out", str(soak_json)],
             cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         ),
         "chaos": subprocess.Popen(
-            [sys.executable, "bench/chaos.py", "--phase-seconds", "8", "--port-base", str(PORT_BASE),
+            [sys.executable, "-m", "bench.chaos", "--phase-seconds", "8", "--port-base", str(PORT_BASE),
              "--out", str(chaos_json)],
             cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         ),

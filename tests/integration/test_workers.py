@@ -10,7 +10,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from tests.integration.helpers import create_topic, unique_topic, wait_until
+from tests.support.kafka_helpers import create_topic, unique_topic, wait_until
 
 
 def children(pid: int) -> list[int]:

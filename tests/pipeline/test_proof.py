@@ -25,8 +25,8 @@ import pytest
 from quotagate.pipeline.ingest import classify, ingest, problems_in, read_usage_files, read_usage_topic
 from quotagate.pipeline.whatif import whatif
 from quotagate.quotas import QuotaWindows
-from tests.integration.helpers import create_topic, unique_topic
-from tests.integration.test_quotas import Acked, confluent_producer_loop, kafka_python_producer_loop
+from tests.support.kafka_clients import Acked, confluent_producer_loop, kafka_python_producer_loop
+from tests.support.kafka_helpers import create_topic, unique_topic
 
 QUOTA = 200_000  # bytes/s
 WINDOWS = QuotaWindows(quota_window_num=2)  # a 2 s burst: the run measures throttling, not the burst

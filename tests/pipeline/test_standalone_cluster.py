@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.proxy_fixtures import free_port_block
+from tests.support.proxy_fixtures import free_port_block
 
 
 def spark_class(*args: str, log: Path) -> subprocess.Popen[bytes]:

@@ -1,12 +1,6 @@
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from quotagate.config import ConfigError, parse_config
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_minimal_config_gets_documented_defaults() -> None:
@@ -44,25 +38,6 @@ def test_bad_config_names_the_key_and_the_problem(text: str, key: str, problem: 
         parse_config(text)
     assert info.value.key == key
     assert problem in info.value.problem
-
-
-def test_check_config_accepts_the_shipped_example() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "quotagate", "check-config", str(REPO_ROOT / "examples/quotagate.toml")],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stderr
-
-
-def test_check_config_exits_non_zero_naming_the_key(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.toml"
-    bad.write_text('[proxy]\nbootstrap_servers = ["k:1"]\nport = 0\n')
-    result = subprocess.run(
-        [sys.executable, "-m", "quotagate", "check-config", str(bad)], capture_output=True, text=True
-    )
-    assert result.returncode == 2
-    assert "proxy.port: must be an integer in 1..65535, got 0" in result.stderr
 
 
 QUOTA_BASE = '[proxy]\nbootstrap_servers = ["k:1"]\n'

@@ -8,19 +8,14 @@ meaning stops the generator by name.
 from __future__ import annotations
 
 import difflib
-import importlib.metadata
-import os
 import re
-import subprocess
-import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from quotagate import __version__, compiled
-from quotagate.config import ConfigError, load_config, parse_config
+from quotagate.config import ConfigError, parse_config
 from quotagate.config import reference as reference_module
 from quotagate.config.reference import (
     ARRAY_OF_TABLES,
@@ -30,6 +25,7 @@ from quotagate.config.reference import (
     effective_toml,
     reference_markdown,
 )
+from tests.support.configs import FULL
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "configuration.md"
@@ -127,51 +123,7 @@ def test_a_key_without_a_meaning_stops_the_generator_naming_it(monkeypatch: pyte
         reference_markdown()
 
 
-def test_config_reference_command_prints_the_reference() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "quotagate", "config-reference"], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == reference_markdown()
-
-
 # ------------------------------------------------------------------------------------------- effective config
-
-FULL = """
-quota_window_num = 5
-quota_window_size_seconds = 0.5
-
-[proxy]
-bootstrap_servers = ["kafka-1:9092", "[::1]:9093"]
-listen_host = "0.0.0.0"
-advertised_host = "quotagate.internal"
-broker_port_base = 20000
-connect_timeout_seconds = 2.5
-
-[metrics]
-max_entities = 7
-
-[[quotas]]
-user = "<default>"
-client_id = "<default>"
-producer_byte_rate = 1048576
-request_percentage = 12.5
-
-[[quotas]]
-client_id = "odd \\"id\\" \\u0001"
-controller_mutation_rate = 20
-
-[topic_thresholds]
-total_bytes_in_per_sec = 1000
-[topic_thresholds.topics]
-"orders-v1" = 400
-"a b" = 100
-
-[usage]
-enabled = true
-sink = "kafka"
-kafka_bootstrap_servers = ["k:1"]
-"""
 
 
 @pytest.mark.parametrize(
@@ -206,36 +158,3 @@ def test_effective_configuration_marks_the_defaults_it_filled_in() -> None:
     minimal = effective_toml(parse_config(MINIMAL), tomllib.loads(MINIMAL)).splitlines()
     assert "broker_port_base = 9193  # default: port + 1" in minimal
     assert "# [topic_thresholds]: not set" in minimal and "# [[quotas]]: none" in minimal
-
-
-def test_check_config_prints_the_effective_configuration(tmp_path: Path) -> None:
-    path = tmp_path / "quotagate.toml"
-    path.write_text(FULL)
-    result = subprocess.run(
-        [sys.executable, "-m", "quotagate", "check-config", str(path)], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(f"# {path}: OK.")
-    assert parse_config(result.stdout) == load_config(path)
-    assert "metadata_refresh_seconds = 30  # default" in result.stdout.splitlines()
-
-
-def test_version_is_the_package_version() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "quotagate", "--version"], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [f"quotagate {__version__}", f"core: {compiled.core_build()}"]
-    assert importlib.metadata.version("quotagate") == __version__
-
-
-def test_version_says_which_core_runs() -> None:
-    for no_extensions, build in (("1", "pure Python"), ("", compiled.core_build())):
-        result = subprocess.run(
-            [sys.executable, "-m", "quotagate", "--version"],
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**os.environ, "QUOTAGATE_NO_EXTENSIONS": no_extensions},
-        )
-        assert result.stdout.splitlines()[1] == f"core: {build}", result.stderr

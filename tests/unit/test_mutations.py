@@ -1,18 +1,13 @@
 """Topic mutations cut to the admitted topics, refusals answered and merged in the client's order."""
 
-from struct import pack
-
 import pytest
 from kafka.protocol.admin import (
-    CreatePartitionsRequest,
     CreatePartitionsResponse,
-    CreateTopicsRequest,
     CreateTopicsResponse,
-    DeleteTopicsRequest,
     DeleteTopicsResponse,
 )
 
-from quotagate.protocol.apis import ApiKey, is_flexible
+from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.headers import peek_request_header, response_body_offset
 from quotagate.protocol.mutations import (
     QUOTA_EXCEEDED_MESSAGE,
@@ -22,53 +17,15 @@ from quotagate.protocol.mutations import (
     merge_refusals,
     refusal_response,
 )
-
-NAMES = ["t0", "t1", "t2"]
-
-
-def framed(message, correlation_id: int = 4) -> memoryview:
-    message.with_header(correlation_id=correlation_id, client_id="admin")
-    return memoryview(bytes(message.encode(header=True, framed=True)))
-
-
-def create_topics(version: int) -> CreateTopicsRequest:
-    topic = CreateTopicsRequest.CreatableTopic
-    return CreateTopicsRequest(
-        version=version,
-        topics=[
-            topic(
-                version=version, name=n, num_partitions=10 * (i + 1), replication_factor=1, assignments=[], configs=[]
-            )
-            for i, n in enumerate(NAMES)
-        ],
-        timeout_ms=1000,
-        **({"validate_only": False} if version >= 1 else {}),
-    )
-
-
-def delete_topics(version: int) -> DeleteTopicsRequest:
-    if version >= 6:
-        state = DeleteTopicsRequest.DeleteTopicState
-        return DeleteTopicsRequest(
-            version=version, topics=[state(version=version, name=n) for n in NAMES], timeout_ms=1000
-        )
-    return DeleteTopicsRequest(version=version, topic_names=NAMES, timeout_ms=1000)
-
-
-def create_partitions(version: int) -> CreatePartitionsRequest:
-    topic = CreatePartitionsRequest.CreatePartitionsTopic
-    return CreatePartitionsRequest(
-        version=version,
-        topics=[topic(version=version, name=n, count=5, assignments=None) for n in NAMES],
-        timeout_ms=1000,
-        validate_only=False,
-    )
-
-
-CASES = (
-    [(ApiKey.CREATE_TOPICS, v, create_topics) for v in range(2, 8)]
-    + [(ApiKey.DELETE_TOPICS, v, delete_topics) for v in range(1, 7)]
-    + [(ApiKey.CREATE_PARTITIONS, v, create_partitions) for v in range(0, 4)]
+from tests.support.mutation_messages import (
+    CASES,
+    NAMES,
+    create_partitions,
+    create_topics,
+    delete_topics,
+    framed,
+    response_frame,
+    result_entries,
 )
 
 
@@ -93,32 +50,6 @@ def test_create_topics_asks_for_its_partition_counts_and_minus_one_for_the_broke
     request = decode_mutation(frame, peek_request_header(frame).body_offset, ApiKey.CREATE_TOPICS, 7)
     assert [t.requested for t in request.topics] == [10, -1, 30]
     assert request.strict and not request.validate_only
-
-
-def result_entries(api_key: int, version: int, names: list[str]) -> object:
-    if api_key == ApiKey.CREATE_TOPICS:
-        entry = CreateTopicsResponse.CreatableTopicResult
-        extra = {"num_partitions": 10, "replication_factor": 1, "configs": []} if version >= 5 else {}
-        return CreateTopicsResponse(
-            version=version,
-            throttle_time_ms=0,
-            topics=[entry(version=version, name=n, error_code=0, **extra) for n in names],
-        )
-    if api_key == ApiKey.DELETE_TOPICS:
-        entry = DeleteTopicsResponse.DeletableTopicResult
-        return DeleteTopicsResponse(
-            version=version, throttle_time_ms=0, responses=[entry(version=version, name=n, error_code=0) for n in names]
-        )
-    entry = CreatePartitionsResponse.CreatePartitionsTopicResult
-    return CreatePartitionsResponse(
-        version=version, throttle_time_ms=0, results=[entry(version=version, name=n, error_code=0) for n in names]
-    )
-
-
-def response_frame(api_key: int, version: int, message) -> bytes:
-    header = pack(">i", 4) + (b"\x00" if is_flexible(api_key, version) else b"")
-    body = bytes(message.encode(version=version))
-    return pack(">i", len(header) + len(body)) + header + body
 
 
 @pytest.mark.parametrize(("api_key", "version", "build"), CASES)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from quotagate.proxy.usage import (
     UsageRecorder,
 )
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable
-from tests.unit.test_connection import rig  # noqa: F401  (fixture)
+from tests.support.usage import record
 
 
 def metrics_text(collector: EntityMetrics) -> str:
@@ -53,10 +52,6 @@ def test_throttle_time_is_counted_under_the_group_of_the_api() -> None:
     assert 'quotagate_fetch_throttle_time_seconds_total{client_id="c",user="u"} 1.5' in text
     assert 'quotagate_request_throttle_time_seconds_total{client_id="c",user="u"} 0.25' in text
     assert 'quotagate_throttled_responses_total{client_id="c",group="fetch",user="u"} 1.0' in text
-
-
-def record(ts_ms: int, client_id: str = "c") -> UsageRecord:
-    return UsageRecord(ts_ms, "alice", client_id, 0, 9, ("orders",), 1200, 60, 0, 1.5, 0, "ok")
 
 
 def test_hot_path_counters_are_exported_as_prometheus_counters_and_a_histogram() -> None:
@@ -197,42 +192,12 @@ async def test_aggregates_land_in_hourly_parquet_files_readable_once_closed(tmp_
     assert [(r["v"], r["requests"], r["bytes_in"], r["topic"]) for r in first] == [(2, 2, 2400, "orders")]
 
 
-class StuckSink:
-    def __init__(self) -> None:
-        self.release = asyncio.Event()
-
-    async def write(self, records: list[dict]) -> None:
-        await self.release.wait()
-
-    async def close(self) -> None:
-        return None
-
-
 class BrokenSink:
     async def write(self, records: list[dict]) -> None:
         raise OSError("disk full")
 
     async def close(self) -> None:
         return None
-
-
-async def test_a_stuck_sink_bounds_memory_and_counts_what_it_drops() -> None:
-    metrics = ProxyMetrics()
-    sink = StuckSink()
-    config = UsageConfig(enabled=True, records="request", buffer_records=100, flush_interval_seconds=0.01)
-    recorder = UsageRecorder(config, metrics, sink)
-    task = asyncio.create_task(recorder.run())
-    await asyncio.sleep(0.05)
-    for i in range(100):
-        recorder.add(record(i))
-    await asyncio.sleep(0.05)  # the flush takes those 100 and gets stuck in the sink
-    for i in range(250):
-        recorder.add(record(i))  # the hot path never waits: 100 kept, 150 dropped
-    assert len(recorder.collector) == 100
-    assert metrics.usage_dropped_total._value.get() == 150
-    sink.release.set()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_a_failing_sink_drops_the_batch_and_keeps_going() -> None:
@@ -256,38 +221,3 @@ def test_usage_config_is_validated_with_the_key_named() -> None:
         parse_config('[proxy]\nbootstrap_servers = ["k:1"]\n[usage]\nsink = "s3"\n')
     with pytest.raises(ConfigError, match=r"usage\.records"):
         parse_config('[proxy]\nbootstrap_servers = ["k:1"]\n[usage]\nrecords = "all"\n')
-
-
-async def http_get(port: int, path: str) -> tuple[int, str]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    data = await reader.read()
-    writer.close()
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split()[1]), body.decode()
-
-
-async def test_admin_endpoints_serve_metrics_health_readiness_and_quota_state(rig) -> None:  # noqa: F811
-    proxy, _broker, _port = rig
-    from tests.proxy_fixtures import free_port_block
-
-    port = free_port_block(1)
-    from quotagate.proxy.admin_http import AdminHttpServer
-
-    server = AdminHttpServer(proxy)
-    await server.start("127.0.0.1", port)
-    try:
-        proxy.entity_metrics.record_response("alice", "app", ApiKey.PRODUCE, 100, 10, 1.0, 0, now=0.0)
-        status, body = await http_get(port, "/metrics")
-        assert status == 200 and "quotagate_requests_total" in body and 'client_id="app"' in body
-        assert (await http_get(port, "/healthz"))[0] == 200
-        status, body = await http_get(port, "/readyz")
-        assert status == 503 and "no bootstrap server reachable" in body  # the double answers no metadata
-        proxy._set_upstream_reachable(True)
-        assert (await http_get(port, "/readyz"))[0] == 200
-        status, body = await http_get(port, "/quotas")
-        state = json.loads(body)
-        assert status == 200 and state["entities"][0]["user"] == "alice"
-        assert (await http_get(port, "/nope"))[0] == 404
-    finally:
-        await server.stop()

@@ -7,22 +7,19 @@ it they fail rather than skip, so that a run cannot pass without checking the ru
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
-import subprocess
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-OPS = ROOT / "ops"
-DASHBOARD = OPS / "grafana" / "quotagate-dashboard.json"
-ALERTS = OPS / "prometheus" / "alerts.yml"
-ALERTS_TEST = OPS / "prometheus" / "alerts_test.yml"
-PROMETHEUS_EXAMPLE = OPS / "prometheus" / "prometheus.example.yml"
-ENSURE_SCRIPT = ROOT / "scripts" / "ensure_debian_tools.sh"
+from tests.support.ops_assets import (
+    ALERTS,
+    ALERTS_TEST,
+    OPS,
+    ROOT,
+    alert_rule_chunks,
+    dashboard_panels,
+    grafana_to_promql,
+    load_dashboard,
+)
 
 # The metrics quotagate exports (docs: ops/README.md).
 ENTITY_METRICS = {
@@ -96,13 +93,6 @@ REQUIRED_ALERTS = {
 # ------------------------------------------------------------------------------------------- helpers
 
 
-def grafana_to_promql(expr: str) -> str:
-    """The expression with Grafana's variables replaced by values that make plain PromQL."""
-    expr = expr.replace("$__rate_interval", "1m").replace("$__interval", "1m").replace("$__range", "1h")
-    expr = expr.replace("${__range_s}", "3600").replace("$__range_s", "3600")
-    return re.sub(r"\$\{\w+(?::\w+)?\}|\$\w+", ".*", expr)  # dashboard variables only appear in =~ matchers
-
-
 def promql_identifiers(expr: str) -> tuple[set[str], set[str]]:
     """(metric names, function names) used by a PromQL expression, found by a small tokenizer."""
     text = grafana_to_promql(expr)
@@ -135,18 +125,6 @@ def check_expr(where: str, expr: str) -> list[str]:
     return sorted(set(problems))
 
 
-def load_dashboard() -> dict[str, Any]:
-    return json.loads(DASHBOARD.read_text())
-
-
-def dashboard_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
-    panels = []
-    for panel in dashboard["panels"]:
-        panels.append(panel)
-        panels.extend(panel.get("panels", []))  # panels inside collapsed rows
-    return panels
-
-
 def dashboard_exprs(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
     """(where, expr) for every panel target."""
     exprs = []
@@ -159,16 +137,6 @@ def dashboard_exprs(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
 def variable_query(variable: dict[str, Any]) -> str:
     query = variable.get("query")
     return query.get("query", "") if isinstance(query, dict) else query or ""
-
-
-def alert_rule_chunks(text: str) -> list[tuple[str, str]]:
-    """(name, text) of each rule in a rules file, split at `- alert:` / `- record:` lines."""
-    chunks: list[tuple[str, str]] = []
-    for match in re.finditer(
-        r"^\s*- (?:alert|record):\s*(\S+)\s*\n(.*?)(?=^\s*- (?:alert|record):|\Z)", text, re.M | re.S
-    ):
-        chunks.append((match.group(1), match.group(2)))
-    return chunks
 
 
 def rule_expr(chunk: str) -> str:
@@ -190,22 +158,6 @@ def rule_expr(chunk: str) -> str:
             return value[1:-1]
         return value
     raise AssertionError(f"no expr in rule:\n{chunk}")
-
-
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.fail(
-            "promtool is not on PATH, so the Prometheus rules cannot be checked. "
-            "Run `make prometheus-tools` (scripts/ensure_debian_tools.sh installs Debian's prometheus package), "
-            "then run the tests again.",
-            pytrace=False,
-        )
-    return path
-
-
-def run_promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([promtool(), *args], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
 
 
 # ------------------------------------------------------------------------------------------- tokenizer
@@ -331,19 +283,6 @@ def test_dashboard_covers_the_main_metrics() -> None:
     assert not missing, f"metrics no panel shows: {sorted(missing)}"
 
 
-def test_dashboard_exprs_parse(tmp_path: Path) -> None:
-    """promtool parses every dashboard query (Grafana's variables replaced) as a recording rule."""
-    lines = ["groups:", "  - name: dashboard", "    rules:"]
-    for panel in dashboard_panels(load_dashboard()):
-        for target in panel.get("targets", []):
-            lines.append(f"      - record: dashboard:panel_{panel['id']}_{target['refId']}")
-            lines.append(f"        expr: {json.dumps(grafana_to_promql(target['expr']))}")
-    rules = tmp_path / "dashboard_rules.yml"
-    rules.write_text("\n".join(lines) + "\n")
-    result = run_promtool("check", "rules", str(rules))
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
 # ------------------------------------------------------------------------------------------- alerts
 
 
@@ -380,42 +319,7 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
     assert names <= quiet, f"alerts never tested not firing: {sorted(names - quiet)}"
 
 
-def test_promtool_check_rules() -> None:
-    result = run_promtool("check", "rules", str(ALERTS.relative_to(ROOT)))
-    assert result.returncode == 0, result.stdout + result.stderr
-    found = re.search(r"SUCCESS: (\d+) rules found", result.stdout + result.stderr)
-    assert found and int(found.group(1)) == len(alert_rule_chunks(ALERTS.read_text())), result.stdout
-
-
-def test_promtool_test_rules() -> None:
-    result = run_promtool("test", "rules", str(ALERTS_TEST.relative_to(ROOT)))
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS" in result.stdout + result.stderr
-
-
-def test_promtool_check_config() -> None:
-    result = run_promtool("check", "config", str(PROMETHEUS_EXAMPLE.relative_to(ROOT)))
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "1 rule files found" in result.stdout + result.stderr  # alerts.yml, by relative path
-
-
 # ------------------------------------------------------------------------------------------- tooling and docs
-
-
-def test_ensure_prometheus_script() -> None:
-    subprocess.run(["bash", "-n", str(ENSURE_SCRIPT)], check=True, timeout=30)
-    promtool()  # installed: the script must then be a no-op that prints the versions
-    result = subprocess.run(
-        ["bash", str(ENSURE_SCRIPT), "prometheus", "promtool", "prometheus"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "promtool, version" in result.stdout and "prometheus, version" in result.stdout, result.stdout
-    assert "installing" not in result.stderr
 
 
 def test_makefile_has_prometheus_tools_target() -> None:

@@ -21,7 +21,7 @@ from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.proxy.session import Session
 from quotagate.quotas import DEFAULT, QuotaEntity, QuotaKey, QuotaTable
 from quotagate.quotas.admin import effective
-from tests.unit.test_session import services_for
+from tests.support.session_double import services_for
 
 FILE_QUOTAS = """
 [[quotas]]
@@ -294,7 +294,7 @@ def test_file_shadow_flag_must_be_a_boolean() -> None:
 
 def test_a_shadow_produce_quota_mutes_nothing_and_its_usage_record_says_what_it_would_have_done() -> None:
     from quotagate.proxy.usage import RequestCollector
-    from tests.unit.test_session import produce, produce_answer
+    from tests.support.session_double import produce, produce_answer
 
     services = services_for('[[quotas]]\nclient_id = "app"\nproducer_byte_rate = 1000\nshadow = true\n')
 

@@ -14,7 +14,7 @@ from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.rewrite import RESPONSE_REWRITERS, RewriteMemo, response_rewriters, rewrite_metadata
 from quotagate.proxy.topics import TopicCatalog
-from tests.unit.test_rewrite import api_versions_message, response_frame
+from tests.support.rewrite_messages import api_versions_message, response_frame
 
 
 class Cluster:

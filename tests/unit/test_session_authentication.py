@@ -19,7 +19,7 @@ from quotagate.protocol.sasl import exchange_complete, jws_claim, user_from_auth
 from quotagate.proxy.metrics import SASL_RECEIVE_LIMIT
 from quotagate.proxy.session import Session
 from quotagate.quotas import ANONYMOUS
-from tests.unit.test_session import correlation_ids, produce, produce_answer, session_with, taken
+from tests.support.session_double import correlation_ids, produce, produce_answer, session_with, taken
 
 ALICE_QUOTA = '[[quotas]]\nuser = "alice"\nproducer_byte_rate = 1000\n'
 

@@ -33,10 +33,10 @@ from quotagate.config.settings import UsageConfig
 from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.proxy.session import Session, SessionPolicy
 from quotagate.proxy.usage import UsageRecorder
-from tests.unit.messages import produce_response
-from tests.unit.test_connection import FETCH, fetch_v4, header_only_request, heartbeat
-from tests.unit.test_protocol_fuzz import FUZZ, bad_frames, header_only, produce_request
-from tests.unit.test_session import create_topics, frames, services_for, taken
+from tests.support.broker_double import FETCH, fetch_v4, header_only_request, heartbeat
+from tests.support.fuzz import FUZZ, bad_frames, header_only, produce_request
+from tests.support.messages import produce_response
+from tests.support.session_double import create_topics, frames, services_for, taken
 
 PRODUCE = 0
 CONFIGS = {

@@ -9,88 +9,42 @@ NOT_LEADER_OR_FOLLOWER (6), and NodeEndpoints naming its leader, node 2 at kafka
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
 from struct import pack, unpack_from
 
 import pytest
-from kafka_rig import java_program
 
-from quotagate.protocol.apis import SHARE_MAX_VERSION, ApiKey, is_flexible, response_header_is_flexible
+from quotagate.protocol.apis import ApiKey, is_flexible, response_header_is_flexible
 from quotagate.protocol.framing import FrameError
 from quotagate.protocol.headers import peek_request_header
 from quotagate.protocol.rewrite import RESPONSE_REWRITERS, response_rewriters
 from quotagate.protocol.share import share_fetch_max_wait_ms, share_response_node_endpoints
 from quotagate.quotas import ANONYMOUS
 from quotagate.quotas.charging import request_time_ms
-from tests.unit.messages import compact, share_response_body
-from tests.unit.test_rewrite import PROXY_HOST, Recorder
-from tests.unit.test_session import session_with, taken
+from tests.support.messages import compact, share_response_body
+from tests.support.rewrite_messages import PROXY_HOST, Recorder
+from tests.support.session_double import session_with, taken
+from tests.support.share_messages import CORRELATION_ID, GOLDEN, response_frame, share_fetch_request
 
-GOLDEN: dict[tuple[int, int], bytes] = {
-    (ApiKey.SHARE_FETCH, 1): bytes.fromhex(
-        "0000000700000000007530020102030405060708090a0b0c0d0e0f100300000000000000000000000000010000000300"
-        "4d000000000000000000000040ffffffff02943629b5000000000000ffffffffffffffffffffffffffffffffffffffff"
-        "ffffffffffffffffffff000000011c000000066b65790a76616c75650002000000000000000000000000000000000001"
-        "00000000000100060f6e6f7420746865206c6561646572000000000000020000000400010100000200000002116b6166"
-        "6b612d322e696e7465726e616c00002384077261636b2d620000"
-    ),
-    (ApiKey.SHARE_FETCH, 2): bytes.fromhex(
-        "0000000700000000007530020102030405060708090a0b0c0d0e0f100300000000000000000000000000010000000300"
-        "4d000000000000000000000040ffffffff02943629b5000000000000ffffffffffffffffffffffffffffffffffffffff"
-        "ffffffffffffffffffff000000011c000000066b65790a76616c75650002000000000000000000000000000000000001"
-        "00000000000100060f6e6f7420746865206c6561646572000000000000020000000400010100000200000002116b6166"
-        "6b612d322e696e7465726e616c00002384077261636b2d620000"
-    ),
-    (ApiKey.SHARE_ACKNOWLEDGE, 1): bytes.fromhex(
-        "00000007000000020102030405060708090a0b0c0d0e0f10020000000100060000000002000000040000000200000002"
-        "116b61666b612d322e696e7465726e616c00002384000000"
-    ),
-    (ApiKey.SHARE_ACKNOWLEDGE, 2): bytes.fromhex(
-        "0000000700000000007530020102030405060708090a0b0c0d0e0f100200000001000600000000020000000400000002"
-        "00000002116b61666b612d322e696e7465726e616c00002384000000"
-    ),
-}
 # The record batch of partition 0 in the golden ShareFetch bodies (one record, key "key", value "value").
 GOLDEN_RECORDS = bytes.fromhex(
     "000000000000000000000040ffffffff02943629b5000000000000ffffffffffffffffffffffffffffffffffffffffff"
     "ffffffffffffffffff000000011c000000066b65790a76616c756500"
 )
 VERSIONS = [(api_key, version) for api_key in (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE) for version in (1, 2)]
-CORRELATION_ID = 5
 
 
 def golden_like(api_key: int, version: int, endpoints: list[tuple[int, str, int, str | None]], **kwargs) -> bytes:
-    """The golden body's content, encoded by tests/unit/messages.py, with other endpoints if asked."""
+    """The golden body's content, encoded by tests/support/messages.py, with other endpoints if asked."""
     partitions = [(0, 0, None, GOLDEN_RECORDS), (1, 6, "not the leader", b"")]
     if api_key == ApiKey.SHARE_ACKNOWLEDGE:
         partitions = [(1, 6, None, b"")]
     return share_response_body(api_key, version, partitions, endpoints, **kwargs)
 
 
-def response_frame(api_key: int, body: bytes) -> memoryview:
-    header = pack(">i", CORRELATION_ID) + b"\x00"  # every share response has a flexible header
-    return memoryview(pack(">i", len(header) + len(body)) + header + body)
-
-
 @pytest.mark.parametrize(("api_key", "version"), VERSIONS)
 def test_the_test_encoder_writes_the_bytes_kafka_writes(api_key: int, version: int) -> None:
     rack = "rack-b" if api_key == ApiKey.SHARE_FETCH else None
     assert golden_like(api_key, version, [(2, "kafka-2.internal", 9092, rack)]) == GOLDEN[(api_key, version)]
-
-
-@pytest.mark.java
-def test_the_golden_bodies_are_what_kafka_encodes() -> None:
-    source = Path(__file__).resolve().parents[1] / "java" / "ShareResponseBytes.java"
-    result = subprocess.run(java_program(source), capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    printed = {}
-    for line in result.stdout.split("\n"):
-        if line:
-            name, version, body = line.split()
-            api_key = ApiKey.SHARE_FETCH if name == "fetch" else ApiKey.SHARE_ACKNOWLEDGE
-            printed[(api_key, int(version.removeprefix("v")))] = bytes.fromhex(body)
-    assert printed == GOLDEN
 
 
 def test_share_apis_are_flexible_in_every_version() -> None:
@@ -148,15 +102,6 @@ def test_a_share_fetch_announcing_two_billion_partitions_is_refused_at_once() ->
     body = pack(">ih", 0, 0) + b"\x00" + pack(">i", 0) + b"\x02" + bytes(16) + b"\xff\xff\xff\xff\x07" + bytes(40)
     with pytest.raises(FrameError):
         RESPONSE_REWRITERS[ApiKey.SHARE_FETCH](response_frame(ApiKey.SHARE_FETCH, body), 1, Recorder())
-
-
-def share_fetch_request(correlation_id: int, max_wait_ms: int, version: int = SHARE_MAX_VERSION) -> bytes:
-    """A ShareFetch request header v2 and the body's head (group, member, epoch, max wait, min and
-    max bytes, max records, batch size, v2's acquire mode and renew flag), no topics."""
-    header = pack(">hhih", ApiKey.SHARE_FETCH, version, correlation_id, 3) + b"app" + b"\x00"
-    body = compact("group") + compact("member-1") + pack(">iiiiii", 0, max_wait_ms, 1, 65536, 500, 500)
-    body += (b"\x00\x00" if version >= 2 else b"") + b"\x01\x01\x00"  # no topics, no forgotten, no tags
-    return pack(">i", len(header) + len(body)) + header + body
 
 
 @pytest.mark.parametrize("version", [1, 2])

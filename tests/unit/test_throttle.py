@@ -8,7 +8,7 @@ from quotagate.protocol.apis import RESPONSE_CLASSES, ApiKey, response_header_is
 from quotagate.protocol.framing import FrameError
 from quotagate.protocol.headers import response_body_offset
 from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time, throttle_time_offset
-from tests.unit.messages import produce_response as shared_produce_response
+from tests.support.messages import produce_response as shared_produce_response
 
 UPSTREAM = 1234
 HIGHER = 5000

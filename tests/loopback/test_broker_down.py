@@ -7,8 +7,8 @@ import asyncio
 
 from quotagate.config import parse_config
 from quotagate.proxy.server import Proxy
-from tests.proxy_fixtures import free_port_block
-from tests.unit.test_connection import BrokerDouble, assert_closed, heartbeat, read_response
+from tests.support.broker_double import BrokerDouble, assert_closed, heartbeat, read_response
+from tests.support.proxy_fixtures import free_port_block
 
 
 async def refused(port: int) -> bool:

@@ -113,7 +113,7 @@ def test_sighup_reloads_the_config_of_a_running_proxy(tmp_path: Path) -> None:
     import sys
     import time
 
-    from tests.proxy_fixtures import free_port_block
+    from tests.support.proxy_fixtures import free_port_block
 
     first = free_port_block(3)
     path = tmp_path / "q.toml"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from tests.unit.test_connection import BrokerDouble, assert_closed, heartbeat, proxy_in_front_of, read_response
+from tests.support.broker_double import BrokerDouble, assert_closed, heartbeat, proxy_in_front_of, read_response
 
 
 class SlowBrokerDouble(BrokerDouble):

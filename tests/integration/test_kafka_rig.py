@@ -15,7 +15,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaTimeoutError
 
-from tests.kafka_fixtures import (
+from tests.support.kafka_fixtures import (
     KAFKA_BOOTSTRAP,
     KAFKA_SASL_BOOTSTRAP,
     KAFKA_SASL_PORT,

@@ -1,96 +1,50 @@
-#!/usr/bin/env python3
-"""Run a real KRaft Apache Kafka (combined broker+controller nodes) from the jars in
-.cache/kafka/libs, for tests, benchmarks and local development.
-
-Stdlib only, so it works before the project's venv exists.
-
-Library::
-
-    cluster = start_cluster("dev", brokers=3, base_port=9092)
-    cluster.bootstrap            # "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
-    # Optional second client listener, SASL_PLAINTEXT with the PLAIN mechanism:
-    cluster = start_cluster("sasl", base_port=9092, sasl_users={"alice": "alice-secret"}, sasl_base_port=9492)
-    cluster.sasl_bootstrap       # "127.0.0.1:9492"
-    cluster.stop_node(2); cluster.start_node(2)
-    cluster.stop()
-    # SASL_SSL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER unsecured) and SSL (client auth required)
-    # listeners on a 1-node cluster, from PEM files (see secure_listener_overrides):
-    cluster = start_cluster("tls", base_port=9594, overrides=secure_listener_overrides(...))
-
-CLI::
-
-    python scripts/kafka_rig.py up [--brokers N] [--base-port P] [--name NAME] [--fresh] [--sasl]
-    python scripts/kafka_rig.py status [--name NAME]
-    python scripts/kafka_rig.py down [--name NAME] [--wipe]
-    python scripts/kafka_rig.py tool MAIN_CLASS_OR_ALIAS ARGS...
-"""
+"""KRaft clusters of combined broker+controller nodes, each a JVM the rig started and stops by pid; a
+cluster's state lives in its workdir (.cache/kafka/run/NAME), so a later process can attach to it."""
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
-import glob
-import io
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import struct
 import subprocess
-import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-KAFKA_DIR = REPO_ROOT / "kafka"
-LIBS_DIR = REPO_ROOT / ".cache" / "kafka" / "libs"
-RUN_DIR = REPO_ROOT / ".cache" / "kafka" / "run"
+from kafka_rig.jvm import (
+    BROKER_MAIN,
+    DEFAULT_HEAP_OPTS,
+    REPO_ROOT,
+    SHORT_JVM_OPTS,
+    STORAGE_MAIN,
+    TOOL_HEAP_OPTS,
+    KafkaRigError,
+    _jvm_cmd,
+    ensure_jars,
+)
+from kafka_rig.metadata import metadata_brokers
+from kafka_rig.processes import HOST, _cmdline, _owned_pid, _port_open, _tail, _wait_gone
+
+# Resolved: node dirs are matched against /proc/PID/cmdline, and a worktree's .cache may be a symlink.
+RUN_DIR = (REPO_ROOT / ".cache" / "kafka" / "run").resolve()
 # Features finalized when a cluster is formatted. A 4.2 broker serves share groups (KIP-932) when
 # share.version >= 1 or the internal group.share.enable is true (KafkaApis.isShareGroupProtocolEnabled);
 # group.coordinator.rebalance.protocols plays no part. Kafka 4.2's format already picks share.version 1
 # (its latest production level, which needs metadata version 4.2-IV0); it is named here so that the
 # share-group tests do not rest on a default.
 FORMAT_FEATURES = ("share.version=1",)
-LOG4J_CONFIG = KAFKA_DIR / "log4j2.yaml"
-
-HOST = "127.0.0.1"
-BROKER_MAIN = "kafka.Kafka"
-STORAGE_MAIN = "kafka.tools.StorageTool"
-DEFAULT_HEAP_OPTS = "-Xmx512m -Xms256m"
-TOOL_HEAP_OPTS = "-Xmx256m"
-# Same GC flags as Kafka's kafka-run-class.sh, so numbers are comparable to a stock install.
-JVM_PERFORMANCE_OPTS = (
-    "-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 "
-    "-XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true"
-)
-# Short-lived JVMs (the admin tools, the tests' single-file Java programs) start in about half the
-# CPU with C1 only and the serial GC: kafka-configs --describe 3.0 -> 1.7 s user and 14.6 -> 7.5 s
-# wall, a source-file launch 2.3 -> 1.3 s user, on the shared 2-core machine at a load average of 20.
-# Brokers and the perf tools keep Kafka's flags: they run long and their throughput is measured.
-SHORT_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Djava.awt.headless=true"
-SHORT_LIVED_TOOLS = frozenset(
-    {
-        "org.apache.kafka.tools.TopicCommand",
-        "kafka.admin.ConfigCommand",
-        STORAGE_MAIN,
-        "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-        "org.apache.kafka.tools.MetadataQuorumCommand",
-        "org.apache.kafka.tools.ConsoleProducer",
-        "org.apache.kafka.tools.consumer.ConsoleConsumer",
-    }
-)
 STOP_TIMEOUT = 30.0
 # A node whose controller quorum is gone can never finish its controlled shutdown (it
 # waits for the controller for minutes), so don't wait the full STOP_TIMEOUT for it.
 NO_QUORUM_STOP_TIMEOUT = 5.0
 STATE_FILE = "cluster.json"
-
 # Name of the optional SASL_PLAINTEXT client listener (also its security protocol).
 SASL_LISTENER = "SASL_PLAINTEXT"
 # `up --sasl`: these users, on base port + SASL_PORT_OFFSET (+ node index).
@@ -104,248 +58,6 @@ DEFAULT_SASL_USERS: dict[str, str] = {
 # User names become JAAS option names (`user_<name>`), so keep them to plain word chars.
 _SASL_USER_RE = re.compile(r"[A-Za-z0-9_-]+")
 
-# Short names for the tool classes we use most (`kafka_rig.py tool topics --list ...`).
-TOOL_ALIASES: dict[str, str] = {
-    "topics": "org.apache.kafka.tools.TopicCommand",
-    "configs": "kafka.admin.ConfigCommand",
-    "storage": STORAGE_MAIN,
-    "consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
-    "producer-perf": "org.apache.kafka.tools.ProducerPerformance",
-    "consumer-perf": "org.apache.kafka.tools.ConsumerPerformance",
-    "console-producer": "org.apache.kafka.tools.ConsoleProducer",
-    "console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
-    "metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
-}
-
-
-class KafkaRigError(RuntimeError):
-    """Anything that stops the rig from giving you a working cluster."""
-
-
-# --------------------------------------------------------------------------- jars / java
-
-
-def java_classpath() -> str:
-    """Classpath for every Kafka class; java expands the `dir/*` wildcard itself."""
-    return str(LIBS_DIR / "*")
-
-
-def _java() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").exists():
-        return str(Path(java_home) / "bin" / "java")
-    found = shutil.which("java")
-    if not found:
-        raise KafkaRigError("java not found on PATH (need a JDK 17+ to run Kafka 4.x)")
-    return found
-
-
-def ensure_jars() -> None:
-    """Fetch the Kafka jars with Maven unless they are already in .cache/kafka/libs."""
-    wanted = ("kafka_2.13-*.jar", "log4j-slf4j-impl-*.jar")
-    if all(glob.glob(str(LIBS_DIR / pattern)) for pattern in wanted):
-        return
-    mvn = shutil.which("mvn")
-    if not mvn:
-        raise KafkaRigError(
-            f"Kafka jars missing from {LIBS_DIR} and `mvn` is not installed; "
-            "install Maven (apt-get install maven) and re-run"
-        )
-    # outputDirectory must be absolute: Maven resolves a relative one against the
-    # pom's dir (kafka/), not the shell's cwd.
-    cmd = [
-        mvn,
-        "-q",
-        "-f",
-        str(KAFKA_DIR / "pom.xml"),
-        "dependency:copy-dependencies",
-        f"-DoutputDirectory={LIBS_DIR}",
-        "-DincludeScope=runtime",
-    ]
-    done = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True)
-    if done.returncode != 0 or not glob.glob(str(LIBS_DIR / "kafka_2.13-*.jar")):
-        raise KafkaRigError(f"`{' '.join(cmd)}` failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
-
-
-def _log4j_opts(logs_dir: Path | None) -> list[str]:
-    opts = [f"-Dlog4j2.configurationFile={LOG4J_CONFIG}"]
-    if logs_dir is None:
-        opts.append("-Dkafka.file.level=OFF")  # tools: WARN+ to stderr only, no file
-    else:
-        opts.append(f"-Dkafka.logs.dir={logs_dir}")
-    return opts
-
-
-def _jvm_cmd(
-    main_class: str, args: Sequence[str], heap: str, logs_dir: Path | None, jvm_opts: str = JVM_PERFORMANCE_OPTS
-) -> list[str]:
-    return [
-        _java(),
-        *heap.split(),
-        *jvm_opts.split(),
-        *_log4j_opts(logs_dir),
-        *os.environ.get("KAFKA_OPTS", "").split(),
-        "-cp",
-        java_classpath(),
-        TOOL_ALIASES.get(main_class, main_class),
-        *args,
-    ]
-
-
-def tool_command(main_class: str, *args: str) -> list[str]:
-    """The command line of a Kafka tool class (or a TOOL_ALIASES name), for callers that run it in
-    the background themselves (run_tool waits for it)."""
-    ensure_jars()
-    short_lived = TOOL_ALIASES.get(main_class, main_class) in SHORT_LIVED_TOOLS
-    return _jvm_cmd(main_class, args, TOOL_HEAP_OPTS, None, SHORT_JVM_OPTS if short_lived else JVM_PERFORMANCE_OPTS)
-
-
-def java_program(source: Path, *args: str) -> list[str]:
-    """The command line of a single-file Java program (compiled at launch) on the Kafka classpath."""
-    return [_java(), *TOOL_HEAP_OPTS.split(), *SHORT_JVM_OPTS.split(), "-cp", java_classpath(), str(source), *args]
-
-
-def run_tool(
-    main_class: str,
-    *args: str,
-    timeout: float = 120,
-    check: bool = True,
-    input: str | None = None,
-    capture: bool = True,
-) -> subprocess.CompletedProcess[str]:
-    """Run a Kafka tool class (or a TOOL_ALIASES name) from the same jars.
-
-    Output is captured as text unless capture=False (then it goes to our stdout/stderr).
-    With check=True a non-zero exit raises KafkaRigError carrying the tool's output.
-    """
-    cmd = tool_command(main_class, *args)
-    try:
-        done = subprocess.run(
-            cmd,
-            input=input,
-            stdin=None if input is not None else subprocess.DEVNULL,
-            capture_output=capture,
-            text=True,
-            timeout=timeout,
-            cwd=REPO_ROOT,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise KafkaRigError(f"{main_class} {' '.join(args)} timed out after {timeout}s") from exc
-    if check and done.returncode != 0:
-        raise KafkaRigError(
-            f"{main_class} {' '.join(args)} exited {done.returncode}\n"
-            f"--- stdout\n{done.stdout or ''}--- stderr\n{done.stderr or ''}"
-        )
-    return done
-
-
-# --------------------------------------------------------------------------- processes
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""
-    return raw.replace(b"\0", b" ").decode(errors="replace")
-
-
-def _pid_alive(pid: int) -> bool:
-    """True if pid runs and is not a zombie (a dead child we never reaped)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    # Field 3 (after the parenthesised comm, which may contain spaces) is the state.
-    return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X", "")
-
-
-def _owned_pid(pid: int, marker: str) -> bool:
-    """A live pid whose command line mentions our dir, i.e. one the rig started.
-
-    Guards against killing an unrelated process that reused a stale pid."""
-    return _pid_alive(pid) and marker in _cmdline(pid)
-
-
-def _wait_gone(pid: int, proc: subprocess.Popen[bytes] | None, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc is not None:
-            if proc.poll() is not None:
-                return True
-        elif not _pid_alive(pid):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
-
-
-def _port_open(port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        with path.open("rb") as fh:
-            fh.seek(0, io.SEEK_END)
-            fh.seek(max(0, fh.tell() - 64 * 1024))
-            text = fh.read().decode(errors="replace")
-    except OSError:
-        return f"(no {path.name})"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-# --------------------------------------------------------------------------- Metadata probe
-
-
-def _kstr(value: str) -> bytes:
-    raw = value.encode()
-    return struct.pack(">h", len(raw)) + raw
-
-
-def metadata_brokers(port: int, timeout: float = 3.0) -> tuple[list[int], int]:
-    """Ask one node for cluster metadata; return (sorted broker ids, controller id).
-
-    A raw Metadata v4 request (Kafka 4 dropped v0-v3) keeps this module stdlib-only.
-    Fenced brokers are not listed, so "all N ids present" means the cluster is usable."""
-    body = struct.pack(">hhi", 3, 4, 1) + _kstr("kafka-rig")  # api key, version, correlation
-    body += struct.pack(">ib", 0, 0)  # topics: empty array (none), allow_auto_topic_creation
-    with socket.create_connection((HOST, port), timeout=timeout) as sock:
-        sock.settimeout(timeout)
-        sock.sendall(struct.pack(">i", len(body)) + body)
-        size = struct.unpack(">i", _recv_exact(sock, 4))[0]
-        buf = _recv_exact(sock, size)
-    pos = 8  # correlation id, throttle_time_ms
-    (count,) = struct.unpack_from(">i", buf, pos)
-    pos += 4
-    ids: list[int] = []
-    for _ in range(count):
-        (node_id,) = struct.unpack_from(">i", buf, pos)
-        pos += 4
-        (host_len,) = struct.unpack_from(">h", buf, pos)
-        pos += 2 + host_len + 4  # host, port
-        (rack_len,) = struct.unpack_from(">h", buf, pos)
-        pos += 2 + max(rack_len, 0)
-        ids.append(node_id)
-    (cid_len,) = struct.unpack_from(">h", buf, pos)
-    pos += 2 + max(cid_len, 0)
-    (controller_id,) = struct.unpack_from(">i", buf, pos)
-    return sorted(ids), controller_id
-
-
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    chunks = bytearray()
-    while len(chunks) < size:
-        chunk = sock.recv(size - len(chunks))
-        if not chunk:
-            raise ConnectionError("connection closed mid-response")
-        chunks += chunk
-    return bytes(chunks)
-
 
 def _random_kafka_uuid() -> str:
     """A Kafka Uuid string (base64url of 16 bytes, no padding), like `StorageTool random-uuid`."""
@@ -353,9 +65,6 @@ def _random_kafka_uuid() -> str:
         text = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
         if not text.startswith("-"):  # Kafka avoids these: they look like CLI flags
             return text
-
-
-# --------------------------------------------------------------------------- cluster
 
 
 @dataclass
@@ -466,7 +175,7 @@ class Cluster:
             if old != layout:
                 raise KafkaRigError(
                     f"cluster {name!r} in {workdir} was created as {old}, not {layout}; "
-                    f"stop and wipe it first (kafka_rig.py down --name {name} --wipe)"
+                    f"stop and wipe it first (python -m kafka_rig down --name {name} --wipe)"
                 )
             cluster_id = str(saved["cluster_id"])
             dir_ids = {int(k): str(v) for k, v in saved["directory_ids"].items()}
@@ -493,7 +202,7 @@ class Cluster:
         if old_sasl is not None and old_sasl != sasl and cluster.alive_nodes():
             raise KafkaRigError(
                 f"cluster {name!r} in {workdir} is running with {_describe_sasl(old_sasl)}, but "
-                f"{_describe_sasl(sasl)} was asked for; stop it first (kafka_rig.py down --name {name})"
+                f"{_describe_sasl(sasl)} was asked for; stop it first (python -m kafka_rig down --name {name})"
             )
         if old_sasl != sasl:
             workdir.mkdir(parents=True, exist_ok=True)
@@ -613,7 +322,7 @@ class Cluster:
         props.update(self.overrides)
         node.dir.mkdir(parents=True, exist_ok=True)
         node.properties.write_text(
-            f"# Generated by scripts/kafka_rig.py for cluster {self.name!r}; rewritten on start.\n"
+            f"# Generated by kafka_rig for cluster {self.name!r}; rewritten on start.\n"
             + "".join(f"{k}={_escape_property(v)}\n" for k, v in props.items())
         )
 
@@ -713,7 +422,7 @@ class Cluster:
         with node.out_log.open("ab") as out:
             out.write(f"\n=== {time.strftime('%F %T')} starting: {' '.join(cmd)}\n".encode())
             out.flush()
-            # New session: the JVM must outlive `kafka_rig.py up` and ignore the
+            # New session: the JVM must outlive `python -m kafka_rig up` and ignore the
             # terminal's Ctrl-C; we stop it explicitly by pid.
             node.proc = subprocess.Popen(
                 cmd,
@@ -987,135 +696,3 @@ def fresh_cluster(
         sasl_users=sasl_users,
         sasl_base_port=sasl_base_port,
     )
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def _print_nodes(cluster: Cluster, out: IO[str]) -> None:
-    for node in cluster.nodes:
-        state = f"pid {node.pid}" if node.alive else "stopped"
-        sasl = f", SASL {HOST}:{node.sasl_port}" if node.sasl_port is not None else ""
-        print(f"  node {node.node_id}: {HOST}:{node.port}{sasl} ({state}) {node.dir}", file=out)
-
-
-def _print_bootstrap(cluster: Cluster, out: IO[str]) -> None:
-    print(f"bootstrap: {cluster.bootstrap}", file=out)
-    if cluster.has_sasl:
-        users = ", ".join(f"{user}/{password}" for user, password in cluster.sasl_users.items())
-        print(f"sasl bootstrap: {cluster.sasl_bootstrap} (SASL_PLAINTEXT, PLAIN; users {users})", file=out)
-
-
-def _cmd_up(args: argparse.Namespace) -> int:
-    name = args.name or ("dev" if args.brokers in (None, 1) else f"dev{args.brokers}")
-    saved = Cluster.attach(name)
-    if args.fresh and saved is not None:
-        saved.stop()
-        shutil.rmtree(saved.workdir, ignore_errors=True)
-        saved = None
-    # Unspecified --brokers/--base-port mean "as it was created", so a plain `up` always
-    # brings back an existing cluster.
-    brokers = args.brokers or (saved.size if saved else 1)
-    base_port = args.base_port or (saved.nodes[0].port if saved else 9092)
-    ctrl_port = args.controller_base_port or (saved.nodes[0].controller_port if saved and not args.base_port else None)
-    # Neither --sasl nor --no-sasl: as saved. --sasl: the default users on base port + 400.
-    sasl_users: Mapping[str, str] | None = None
-    sasl_port: int | None = None
-    if args.sasl is None and saved is not None and saved.has_sasl:
-        sasl_users, sasl_port = saved.sasl_users, saved.sasl_base_port
-    elif args.sasl:
-        sasl_users, sasl_port = DEFAULT_SASL_USERS, base_port + SASL_PORT_OFFSET
-    started = time.monotonic()
-    cluster = Cluster.create(
-        name,
-        brokers,
-        base_port,
-        controller_base_port=ctrl_port,
-        wait=args.wait,
-        sasl_users=sasl_users,
-        sasl_base_port=sasl_port,
-    )
-    if len(cluster.alive_nodes()) == cluster.size and cluster.is_ready():
-        print(f"cluster {name!r} already running and ready")
-    else:
-        cluster.start()
-        print(f"cluster {name!r} ready in {time.monotonic() - started:.1f}s")
-    _print_nodes(cluster, sys.stdout)
-    _print_bootstrap(cluster, sys.stdout)
-    return 0
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    cluster = Cluster.attach(args.name)
-    if cluster is None:
-        print(f"no cluster {args.name!r} in {RUN_DIR}")
-        return 1
-    status = cluster.probe()
-    ready = len(cluster.alive_nodes()) == cluster.size and not any(status.values())
-    sasl = f"; SASL bootstrap {cluster.sasl_bootstrap}" if cluster.has_sasl else ""
-    print(f"cluster {args.name!r}: {'ready' if ready else 'NOT ready'}; bootstrap {cluster.bootstrap}{sasl}")
-    _print_nodes(cluster, sys.stdout)
-    for node_id, why in status.items():
-        if why:
-            print(f"  node {node_id}: {why}")
-    return 0 if ready else 1
-
-
-def _cmd_down(args: argparse.Namespace) -> int:
-    cluster = Cluster.attach(args.name)
-    if cluster is None:
-        print(f"no cluster {args.name!r} in {RUN_DIR}")
-    else:
-        running = cluster.alive_nodes()
-        cluster.stop()
-        print(f"cluster {args.name!r}: stopped {len(running)} node(s)")
-    if args.wipe:
-        shutil.rmtree(RUN_DIR / args.name, ignore_errors=True)
-        print(f"wiped {RUN_DIR / args.name}")
-    return 0
-
-
-def _cmd_tool(args: argparse.Namespace) -> int:
-    # Streamed, not captured, and no timeout: console consumers etc. run until Ctrl-C.
-    done = run_tool(args.main_class, *args.args, timeout=10**9, check=False, capture=False)
-    return done.returncode
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    up = sub.add_parser("up", help="start a cluster (no-op if it is already up)")
-    up.add_argument("--brokers", type=int, help="default 1 (or as the saved cluster was created)")
-    up.add_argument("--base-port", type=int, help="first client port; default 9092 (or as saved)")
-    up.add_argument("--controller-base-port", type=int, help="default base port + 100")
-    up.add_argument("--name", help='default "dev", or "devN" for N brokers')
-    up.add_argument("--wait", type=float, default=90.0, help="readiness timeout, seconds")
-    up.add_argument("--fresh", action="store_true", help="stop and wipe it first")
-    up.add_argument(
-        "--sasl",
-        action=argparse.BooleanOptionalAction,
-        help=f"add a SASL_PLAINTEXT (PLAIN) listener on base port + {SASL_PORT_OFFSET} with users "
-        f"{', '.join(f'{u}/{p}' for u, p in DEFAULT_SASL_USERS.items())}; default: as saved (else off)",
-    )
-    status = sub.add_parser("status", help="is the cluster running and ready?")
-    status.add_argument("--name", default="dev")
-    down = sub.add_parser("down", help="stop the processes of a cluster started by `up`")
-    down.add_argument("--name", default="dev")
-    down.add_argument("--wipe", action="store_true", help="also delete its data")
-    tool = sub.add_parser("tool", help="run a Kafka tool class, e.g. `tool topics --list ...`")
-    tool.add_argument("main_class", help=f"class name or alias: {', '.join(TOOL_ALIASES)}")
-    tool.add_argument("args", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
-    handlers = {"up": _cmd_up, "status": _cmd_status, "down": _cmd_down, "tool": _cmd_tool}
-    try:
-        return handlers[args.command](args)
-    except KafkaRigError as exc:
-        print(f"kafka_rig: {exc}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:  # `kafka_rig.py up | head -1`: not an error worth a traceback
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.proxy_fixtures import PROXY_HOST, free_port_block
+from tests.support.proxy_fixtures import PROXY_HOST, free_port_block
 
 
 @dataclass

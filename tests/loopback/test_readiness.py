@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from quotagate.proxy.server import Proxy
-from tests.unit.test_connection import BrokerDouble, proxy_in_front_of
+from tests.support.broker_double import BrokerDouble, proxy_in_front_of
 
 
 class FreezableBrokerDouble(BrokerDouble):

@@ -14,7 +14,7 @@ from quotagate.config import parse_config
 from quotagate.config.settings import ConfigError
 from quotagate.proxy.connection_limits import REFUSED, ConnectionLimits, LimitSettings
 from quotagate.proxy.server import Proxy
-from tests.unit.test_connection import BrokerDouble, assert_closed, heartbeat, proxy_in_front_of, read_response
+from tests.support.broker_double import BrokerDouble, assert_closed, heartbeat, proxy_in_front_of, read_response
 
 
 def limits(max_per_ip: int = 10, overrides: dict[str, int] | None = None, rate: float = 1e9, burst: float = 1e9):

@@ -1,0 +1,138 @@
+"""A session built from a configuration alone (no proxy, no loop, no socket), and the request and
+response bytes the session tests feed it."""
+
+from __future__ import annotations
+
+from struct import pack, unpack_from
+
+from kafka.protocol.admin import CreateTopicsRequest
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from quotagate.config import parse_config
+from quotagate.protocol.rewrite import response_rewriters
+from quotagate.proxy.entity_metrics import EntityMetrics
+from quotagate.proxy.flow_control import ByteBudget
+from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.proxy.session import Session, SessionServices
+from quotagate.proxy.topics import TopicCatalog
+from quotagate.quotas import QuotaEngine, QuotaKey
+from quotagate.quotas.topic_thresholds import TopicThresholdGuard
+
+PROXY = '[proxy]\nbootstrap_servers = ["127.0.0.1:1"]\nport = 1\n'
+
+
+class Cluster:
+    """What the rewriters tell about brokers and topics; nothing here reads Metadata."""
+
+    def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        return "127.0.0.1", 40000 + node_id
+
+    def observe_topics(self, topics: object) -> None:
+        pass
+
+
+def services_for(
+    config_text: str = "", top_level: str = "", partial_frames: ByteBudget | None = None, whole_reads: bool = True
+) -> SessionServices:
+    """The services a proxy hands its sessions, built from a config alone: no proxy, no loop.
+    `partial_frames`: a budget shared with other sessions (else one of their own); `whole_reads`:
+    False sends every read through the splitters."""
+    config = parse_config(top_level + PROXY + config_text)
+    engine = QuotaEngine(config.quotas, config.windows)
+    proxy = config.proxy
+    return SessionServices(
+        engine,
+        TopicThresholdGuard(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE)),
+        TopicCatalog(),
+        ProxyMetrics(),
+        EntityMetrics(lambda: engine, lambda: 0.0, config.metrics.max_entities),
+        response_rewriters(),
+        Cluster(),
+        None,
+        0.0,  # wall_offset: usage records read the test clock as epoch seconds
+        proxy.max_frame_size,
+        sasl_max_receive_size=proxy.sasl_server_max_receive_size if proxy.client_sasl != "none" else None,
+        partial_frames=partial_frames or ByteBudget(proxy.partial_frames_max_bytes),
+        whole_reads=whole_reads,
+    )
+
+
+def session_with(config: str = "", top_level: str = "") -> tuple[Session, QuotaEngine]:
+    """A session whose broker connection is up, and the engine it charges."""
+    session = Session(services_for(config, top_level))
+    session.broker_connected(0.0)
+    return session, session.services.engine
+
+
+def create_topics(correlation_id: int) -> bytes:
+    topic = CreateTopicsRequest.CreatableTopic(
+        version=6, name="t", num_partitions=3, replication_factor=1, assignments=[], configs=[]
+    )
+    request = CreateTopicsRequest(version=6, topics=[topic], timeout_ms=1000, validate_only=False)
+    request.with_header(correlation_id=correlation_id, client_id="app")
+    return bytes(request.encode(header=True, framed=True))
+
+
+def produce(correlation_id: int, topics: dict[str, bytes], version: int = 8) -> bytes:
+    request = ProduceRequest(
+        version=version,
+        transactional_id=None,
+        acks=1,
+        timeout_ms=1000,
+        topic_data=[(name, [(0, records)]) for name, records in topics.items()],
+    )
+    request.with_header(correlation_id=correlation_id, client_id="app")
+    return bytes(request.encode(header=True, framed=True))
+
+
+def produce_answer(correlation_id: int, topics: list[str], version: int = 8) -> bytes:
+    """What a broker answers a produce of `topics` (partition 0 each), throttle 0."""
+    topic, partition = (
+        ProduceResponse.TopicProduceResponse,
+        ProduceResponse.TopicProduceResponse.PartitionProduceResponse,
+    )
+    response = ProduceResponse(
+        version=version,
+        responses=[
+            topic(
+                version=version,
+                name=name,
+                partition_responses=[
+                    partition(
+                        version=version,
+                        index=0,
+                        error_code=0,
+                        base_offset=7,
+                        log_append_time_ms=-1,
+                        log_start_offset=0,
+                        record_errors=[],
+                        error_message=None,
+                    )
+                ],
+            )
+            for name in topics
+        ],
+        throttle_time_ms=0,
+    )
+    payload = pack(">i", correlation_id) + bytes(response.encode())
+    return pack(">i", len(payload)) + payload
+
+
+def frames(buffer: bytes) -> list[bytes]:
+    pos, out = 0, []
+    while pos + 4 <= len(buffer):
+        size = unpack_from(">i", buffer, pos)[0]
+        out.append(buffer[pos : pos + 4 + size])
+        pos += 4 + size
+    assert pos == len(buffer), "a partial frame"
+    return out
+
+
+def taken(queue: list[bytes | memoryview]) -> bytes:
+    data = b"".join(queue)
+    queue.clear()
+    return data
+
+
+def correlation_ids(data: bytes, offset: int) -> list[int]:
+    return [unpack_from(">i", frame, offset)[0] for frame in frames(data)]
