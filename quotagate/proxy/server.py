@@ -164,6 +164,12 @@ class Proxy:
         if not 0 < port < 65536:
             log.error("broker %d would be served on port %d: lower proxy.broker_port_base", node_id, port)
             return
+        if not self.config.proxy.expects_node(node_id):
+            log.warning(
+                "broker %d is outside proxy.broker_node_ids %s: its port %d was not checked against the other "
+                "ports; widen the range",
+                node_id, list(self.config.proxy.broker_node_ids), port,
+            )  # fmt: skip
         name = f"broker-{node_id}"
         sock = self._bind(name, port)
         if sock is None:
@@ -210,7 +216,7 @@ class Proxy:
     async def start_admin_http(self) -> None:
         """Serves /metrics, /healthz, /readyz and /quotas on the metrics port."""
         metrics = self.config.metrics
-        port = metrics.port + self.worker  # one endpoint per worker (see docs/scaling.md)
+        port = metrics.worker_port(self.worker)  # one endpoint per worker (see docs/scaling.md)
         self.admin_http = AdminHttpServer(self)
         await self.admin_http.start(metrics.host, port)
         log.info("metrics on http://%s:%d/metrics (also /healthz, /readyz, /quotas)", metrics.host, port)
