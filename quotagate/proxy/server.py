@@ -349,19 +349,13 @@ class Proxy:
         task.add_done_callback(self._tasks.discard)
 
     def apply_config(self, config: Config) -> None:
-        """Applies a reloaded configuration: quotas and [admin] live, listener, metrics, TLS and [cluster]
-        settings at restart. Certificate files are read again (a SIGHUP lands here too)."""
-        restart_only = ("proxy", "metrics", "proxy_tls", "upstream_tls", "cluster")
-        if any(getattr(config, name) != getattr(self.config, name) for name in restart_only):
-            log.warning(
-                "[proxy], [metrics], [cluster] and TLS settings take effect at the next restart; quotas apply now"
-            )
+        """Applies a reloaded configuration: what config.reload.RELOAD_RULES says a reload applies
+        (quotas, windows, thresholds, [admin] but its state_file); the watcher logs the keys that wait
+        for a restart. Certificate files are read again (a SIGHUP lands here too)."""
         now = self.loop.time()
         self.engine.update(self.quota_admin.file_changed(config.quotas), config.windows, now)
         self.topic_guard.update(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE), now)
         self.quota_admin.set_alter_principals(config.admin.alter_principals)
-        if config.admin.state_file != self.config.admin.state_file:
-            log.warning("[admin] state_file changes take effect at the next restart")
         self.config = replace(
             self.config,
             quotas=config.quotas,
@@ -381,7 +375,8 @@ class Proxy:
         def count(ok: bool) -> None:
             self.metrics.config_reloads_total.labels("applied" if ok else "rejected").inc()
 
-        watcher = ConfigWatcher(path, self.apply_config, count)
+        watcher = ConfigWatcher(path, self.apply_config, count, started=self.config)
+        self.metrics.config_restart_pending_keys.set_function(lambda: len(watcher.last_report.restart))
         self._spawn(watcher.watch())
         return watcher
 
