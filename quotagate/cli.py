@@ -129,8 +129,13 @@ def _run_workers(config_path: str, log_level: str, worker: int | None) -> int:
 
     if worker is not None:
         return uvloop.run(_run(config_path, worker, None))
+    from quotagate.config.written_paths import check_written_folders
+
+    config = load_config(config_path)
+    for key, folder in check_written_folders(config):  # before any worker or listener starts
+        logging.getLogger("quotagate").info("%s: writing under %s", key, folder)
     workers = Workers(config_path, log_level)
-    workers.fork(load_config(config_path).proxy.workers)
+    workers.fork(config.proxy.workers)
     try:
         return uvloop.run(_run(config_path, 0, workers))
     finally:
@@ -147,11 +152,10 @@ async def _exit_when_orphaned(proxy: Proxy, parent: int) -> None:
 
 
 async def _run(config_path: str, worker: int, workers: Workers | None) -> int:
-    from quotagate.config.quota_state import state_path
     from quotagate.proxy.server import Proxy
 
     config = load_config(config_path)
-    proxy = Proxy(config, state_path=state_path(config.admin.state_file, config_path), worker=worker)
+    proxy = Proxy(config, state_path=Path(config.admin.state_file), worker=worker)
     try:
         await proxy.start_admin_http()
         await proxy.start()

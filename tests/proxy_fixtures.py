@@ -21,6 +21,9 @@ PROXY_HOST = "127.0.0.1"
 
 def port_is_free(port: int) -> bool:
     with socket.socket() as sock:
+        # As the proxy binds (asyncio sets SO_REUSEADDR): a port other connections left in TIME_WAIT
+        # is free for it, and a busy machine has thousands of those.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((PROXY_HOST, port))
         except OSError:

@@ -1,5 +1,5 @@
 """The state file: quotas set through Kafka's admin APIs (kafka-configs.sh, Admin.alterClientQuotas),
-kept beside the configuration file so they survive a restart.
+kept in [admin] state_file (by default beside the configuration file) so they survive a restart.
 
 JSON, written atomically: a temporary file in the same folder, fsync'd, renamed over the old one,
 then the folder fsync'd, so a crash leaves either the old state or the new one, never half of
@@ -21,13 +21,6 @@ from quotagate.quotas.admin import ApiQuotas
 from quotagate.quotas.entities import QuotaEntity, QuotaKey
 
 STATE_VERSION = 1
-
-
-def state_path(state_file: str, config_path: str | Path) -> Path:
-    """[admin] state_file, relative to the config file's folder; by default `quotagate.toml` ->
-    `quotagate.toml.quotas.json` beside it."""
-    config = Path(config_path)
-    return config.parent / state_file if state_file else config.with_name(config.name + ".quotas.json")
 
 
 def load_state(path: Path) -> ApiQuotas:

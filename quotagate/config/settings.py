@@ -14,7 +14,7 @@ generator and the tests. A new key is one field:
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -330,7 +330,11 @@ class UsageConfig:
     )
     directory: str = field(
         default="usage",
-        metadata={"doc": 'Root of the date=YYYY-MM-DD/hour=HH/ partitioned files (sink = "parquet" or "jsonl").'},
+        metadata={
+            "doc": 'Root of the date=YYYY-MM-DD/hour=HH/ partitioned files (sink = "parquet" or "jsonl"); '
+            "relative to the config file's folder. Created if missing; the proxy refuses to start (exit 2) "
+            "when it cannot write there."
+        },
     )
     max_file_bytes: int = field(
         default=64 * 1024 * 1024,
@@ -392,9 +396,10 @@ class AdminConfig:
     state_file: str = field(
         default="",
         metadata={
-            "doc": "Where quotas set through the API are kept (JSON, written atomically). Per entity and key, "
-            "a value set through the API wins over this file's; a key the API removed stays removed while "
-            "this file sets it; /quotas shows which source each quota came from.",
+            "doc": "Where quotas set through the API are kept (JSON, written atomically); relative to the config "
+            "file's folder. Per entity and key, a value set through the API wins over this file's; a key the API "
+            "removed stays removed while this file sets it; /quotas shows which source each quota came from. "
+            "When alter_principals is not empty the proxy refuses to start (exit 2) if it cannot write its folder.",
             "default": "the config file's path + .quotas.json",
         },
     )
@@ -494,11 +499,24 @@ class Config:
 
 
 def load_config(path: str | Path) -> Config:
+    """The file's configuration, with the paths the proxy writes made absolute."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError("file", f"cannot read {path}: {exc.strerror}") from exc
-    return parse_config(text)
+    return _with_absolute_paths(parse_config(text), Path(path).absolute())
+
+
+def _with_absolute_paths(config: Config, path: Path) -> Config:
+    """[admin] state_file and [usage] directory taken from the config file's folder when relative
+    (never from wherever the process was started); the state file defaults to FILE.quotas.json."""
+    state_file = path.parent / config.admin.state_file if config.admin.state_file else Path(f"{path}.quotas.json")
+    directory = path.parent / config.usage.directory
+    return replace(
+        config,
+        admin=replace(config.admin, state_file=str(state_file)),
+        usage=replace(config.usage, directory=str(directory)),
+    )
 
 
 def parse_config(text: str) -> Config:
