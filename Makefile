@@ -67,10 +67,13 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# docs/configuration.md, generated from the config dataclasses' field metadata; a test fails when it is stale.
+# docs/configuration.md, generated from the config dataclasses' field metadata, and docs/metrics.md, from the
+# metric collectors; a test fails when either is stale.
 docs: venv
 	$(PY) -m quotagate config-reference > docs/configuration.md.tmp
 	mv docs/configuration.md.tmp docs/configuration.md
+	$(PY) -m quotagate metrics-reference > docs/metrics.md.tmp
+	mv docs/metrics.md.tmp docs/metrics.md
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

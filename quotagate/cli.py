@@ -1,7 +1,8 @@
 """Command line: `quotagate run --config FILE`, `quotagate check-config FILE` (validates the file and
 prints the effective configuration), `quotagate probe --config FILE [--ready]` (a container health
-check of the running proxy), `quotagate config-reference` (docs/configuration.md), `quotagate pipeline JOB` (the usage
-pipeline on Spark, with the `pipeline` extra) and `quotagate --version`."""
+check of the running proxy), `quotagate config-reference` (docs/configuration.md), `quotagate
+metrics-reference` (docs/metrics.md), `quotagate pipeline JOB` (the usage pipeline on Spark, with the
+`pipeline` extra) and `quotagate --version`."""
 
 from __future__ import annotations
 
@@ -237,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     probe.add_argument("--ready", action="store_true", help="ask /readyz: listeners up and a broker answered")
     probe.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer (default 3)")
     commands.add_parser("config-reference", help="print the reference of every key (docs/configuration.md)")
+    commands.add_parser("metrics-reference", help="print the reference of every metric (docs/metrics.md)")
     from quotagate.pipeline.cli import add_parser as add_pipeline_parser
 
     add_pipeline_parser(commands)
@@ -257,6 +259,11 @@ def main(argv: list[str] | None = None) -> int:
             from quotagate.config.reference import reference_markdown
 
             print(reference_markdown(), end="")
+            return 0
+        if args.command == "metrics-reference":
+            from quotagate.proxy.metrics_reference import metrics_markdown
+
+            print(metrics_markdown(), end="")
             return 0
         return _run_workers(args.config, args.log_level, args.worker)
     except ConfigError as exc:
