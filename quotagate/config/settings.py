@@ -399,7 +399,9 @@ class AdminConfig:
             "doc": "Where quotas set through the API are kept (JSON, written atomically); relative to the config "
             "file's folder. Per entity and key, a value set through the API wins over this file's; a key the API "
             "removed stays removed while this file sets it; /quotas shows which source each quota came from. "
-            "When alter_principals is not empty the proxy refuses to start (exit 2) if it cannot write its folder.",
+            "Beside it (quotas.json -> quotas.buckets.json) a process that shares no quota keeps its buckets' "
+            "levels across restarts. When it writes there (those levels, or alter_principals not empty) the proxy "
+            "refuses to start (exit 2) if it cannot write the folder.",
             "default": "the config file's path + .quotas.json",
         },
     )

@@ -1,6 +1,7 @@
 """The folders the proxy writes, checked before it opens a listener: the state file's ([admin]
-state_file, when alter_principals lets anyone alter quotas through the API) and the usage records'
-([usage] directory, for the file sinks). A folder it cannot write is a ConfigError naming the key at
+state_file: the quotas set through the API when alter_principals lets anyone alter them, and the
+buckets' levels of a process that shares no quota) and the usage records' ([usage] directory, for
+the file sinks). A folder it cannot write is a ConfigError naming the key at
 start, instead of a failed AlterClientQuotas or dropped usage records once clients are connected.
 
 load_config has made both paths absolute (relative ones are taken from the config file's folder).
@@ -19,7 +20,8 @@ def written_folders(config: Config) -> list[tuple[str, Path]]:
     """(key, folder) of every folder this configuration makes the proxy write."""
     folders = []
     admin = config.admin
-    if admin.quota_api == "proxy" and admin.alter_principals and admin.state_file:
+    api_writes = admin.quota_api == "proxy" and bool(admin.alter_principals)
+    if admin.state_file and (api_writes or not config.shares_quotas):
         folders.append(("admin.state_file", Path(admin.state_file).parent))
     if config.usage.enabled and config.usage.sink in ("parquet", "jsonl"):
         folders.append(("usage.directory", Path(config.usage.directory)))

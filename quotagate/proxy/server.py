@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from quotagate.config import Config
-from quotagate.config.quota_state import load_state
+from quotagate.config.quota_state import levels_path, load_levels, load_state, save_levels
 from quotagate.config.reload import DEFAULT_POLL_SECONDS, ConfigWatcher
 from quotagate.protocol.discovery import (
     decode_discovery,
@@ -56,6 +56,7 @@ BOOTSTRAP = "bootstrap"
 # for a minute, not for the life of the process.
 STATE_EXPIRY_SECONDS = 30.0
 BUCKET_IDLE_SECONDS = 60.0
+LEVELS_SAVE_SECONDS = 5.0
 # Idle connections are looked for every quarter of connections_max_idle_ms, at most this far apart.
 IDLE_CHECK_MAX_SECONDS = 5.0
 SHUTDOWN_POLL_SECONDS = 0.02
@@ -102,6 +103,17 @@ class Proxy:
         # One engine and one delay queue for every listener: an entity's connections to all the
         # brokers draw on the same buckets, so quotas hold for the cluster.
         self.engine = QuotaEngine(self.quota_admin.quotas, config.windows, bucket_factory)
+        # A process alone keeps its buckets' levels beside the state file, so that a restart does not
+        # forgive debts (shared buckets live in Redis). Saved periodically and at stop, never per request.
+        self.levels_path = levels_path(state_path) if state_path is not None and not config.shares_quotas else None
+        self._levels_saved = self.levels_path is not None and self.levels_path.exists()
+        if self.levels_path is not None:
+            levels, saved_at = load_levels(self.levels_path)
+            if levels:
+                restored = self.engine.restore(levels, time.time() - saved_at, self.loop.time())
+                log.info(
+                    "restored %d of %d bucket levels saved %.0f s ago", restored, len(levels), time.time() - saved_at
+                )
         self.delay_queue = DelayQueue(self.loop)
         self.entity_metrics = EntityMetrics(lambda: self.engine, self.loop.time, config.metrics.max_entities)
         self.metrics.registry.register(self.entity_metrics)
@@ -198,6 +210,8 @@ class Proxy:
         self._spawn(self._expire_idle_state_periodically())
         self._spawn(self._close_idle_periodically())
         self._spawn(self._probe_periodically())
+        if self.levels_path is not None:
+            self._spawn(self._save_levels_periodically())
         if self.tls.listener is not None or self.tls.upstream is not None:
             self._spawn(self._watch_certificates())
         if self.shared_quotas is not None:
@@ -331,6 +345,7 @@ class Proxy:
             log.warning("shutdown_timeout_seconds passed with %d requests unanswered; closing", unanswered)
         for client in list(self.clients):
             client.close()
+        self.save_levels()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -521,6 +536,26 @@ class Proxy:
                 raise FrameError("the probe's answer does not match its request")
         finally:
             writer.close()
+
+    def save_levels(self) -> None:
+        """Writes the local buckets' levels (QuotaEngine.levels) for the next start; a failure is logged."""
+        if self.levels_path is None:
+            return
+        levels = self.engine.levels(self.loop.time())
+        if not levels and not self._levels_saved:
+            return  # nothing to keep, and nothing kept to replace
+        try:
+            save_levels(self.levels_path, levels, time.time())
+        except OSError as exc:
+            log.error("bucket levels not saved to %s: %s", self.levels_path, exc)
+            return
+        self._levels_saved = bool(levels)
+
+    async def _save_levels_periodically(self) -> None:
+        """A crash (no SIGTERM) forgives at most LEVELS_SAVE_SECONDS of use."""
+        while True:
+            await asyncio.sleep(LEVELS_SAVE_SECONDS)
+            self.save_levels()
 
     async def _probe_periodically(self) -> None:
         while True:

@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.integration.helpers import create_topic, unique_topic, wait_until
-from tests.proxy_fixtures import REPO_ROOT, free_port_block, port_is_free
+from tests.proxy_fixtures import REPO_ROOT, ProxyProcess, free_port_block, port_is_free
 
 
 def scrape(metrics_port: int) -> str:
@@ -163,3 +163,47 @@ def test_as_the_images_unprivileged_user_with_a_read_only_config_folder(
     records = [json.loads(line) for path in (data / "usage").rglob("*.jsonl") for line in path.read_text().splitlines()]
     assert any(r["client_id"] == "image-app" and r["api_key"] == 0 for r in records), f"{len(records)} records"
     assert sorted(p.name for p in etc.iterdir()) == ["quotagate.toml"], "the proxy wrote into its config folder"
+
+
+# ------------------------------------------------------------------- a restart keeps the debts
+
+
+def restarted(proxy: ProxyProcess) -> ProxyProcess:
+    """The same configuration (and so the same ports and state file) in a new process."""
+    proxy.stop()
+    log_path = proxy.log_path.with_suffix(".restarted.log")
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "quotagate", "--log-level", "DEBUG", "run", "--config", str(proxy.config_path)],
+            stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+    again = ProxyProcess(process, proxy.config_path, log_path, proxy.port, proxy.broker_port_base, proxy.metrics_port)
+    wait_until(lambda: "quotagate ready" in again.log_text(), 20, "the proxy ready again")
+    return again
+
+
+def throttled_produce_responses(proxy: ProxyProcess, client_id: str) -> float:
+    pattern = rf'^quotagate_throttled_responses_total\{{[^}}]*client_id="{client_id}",group="produce"[^}}]*\}} (\S+)'
+    return sum(float(value) for value in re.findall(pattern, scrape(proxy.metrics_port), re.M))
+
+
+def test_a_restart_keeps_a_clients_debt(proxy_factory, kafka) -> None:
+    # 50 kB/s with the default 11 windows: a 550 kB burst. One 900 kB batch leaves ~350 kB of debt (7 s).
+    proxy = proxy_factory(kafka.bootstrap, '[[quotas]]\nclient_id = "restart-app"\nproducer_byte_rate = 50000\n')
+    topic = unique_topic("restart")
+    create_topic(kafka.bootstrap, topic, partitions=1)
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "client.id": "restart-app", "linger.ms": 200})
+    for _ in range(9):
+        producer.produce(topic, b"x" * 100_000)
+    assert producer.flush(30) == 0
+    assert throttled_produce_responses(proxy, "restart-app") >= 1
+    again = restarted(proxy)  # SIGTERM: the levels are saved as the proxy stops
+    try:
+        assert re.search(r"restored 1 of 1 bucket levels saved \d+ s ago", again.log_text()), again.log_text()[-2000:]
+        producer = Producer({"bootstrap.servers": again.bootstrap, "client.id": "restart-app", "linger.ms": 0})
+        producer.produce(topic, b"small")
+        assert producer.flush(30) == 0
+        # A fresh process with a full bucket would not throttle 5 bytes: the debt came through the restart.
+        wait_until(lambda: throttled_produce_responses(again, "restart-app") >= 1, 10, "the small produce throttled")
+    finally:
+        again.stop()

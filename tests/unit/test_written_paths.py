@@ -41,11 +41,12 @@ def test_the_state_file_defaults_to_beside_the_config_file(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("text", "keys"),
     [
-        ("", []),  # nobody may alter quotas and no usage records: nothing is written
-        ('[admin]\nalter_principals = ["admin"]\n', ["admin.state_file"]),
-        ('[admin]\nalter_principals = ["admin"]\nquota_api = "forward"\n', []),
-        ("[usage]\nenabled = true\n", ["usage.directory"]),
-        ('[usage]\nenabled = true\nsink = "kafka"\n', []),
+        ("", ["admin.state_file"]),  # the buckets' levels, beside the state file
+        ("workers = 2\n", []),  # shared buckets, nobody may alter quotas and no usage records
+        ('workers = 2\n[admin]\nalter_principals = ["admin"]\n', ["admin.state_file"]),
+        ('workers = 2\n[admin]\nalter_principals = ["admin"]\nquota_api = "forward"\n', []),
+        ("workers = 2\n[usage]\nenabled = true\n", ["usage.directory"]),
+        ('workers = 2\n[usage]\nenabled = true\nsink = "kafka"\n', []),
     ],
 )
 def test_only_the_folders_the_configuration_writes_are_checked(tmp_path: Path, text: str, keys: list[str]) -> None:
@@ -70,7 +71,7 @@ def test_a_folder_the_proxy_cannot_write_is_refused_naming_the_key(tmp_path: Pat
 def test_a_writable_folder_is_created_and_left_clean(tmp_path: Path) -> None:
     text = PROXY + f'[usage]\nenabled = true\ndirectory = "{tmp_path}/data/usage"\n'
     folders = check_written_folders(load_config(write(tmp_path / "quotagate.toml", text)))
-    assert folders == [("usage.directory", tmp_path / "data" / "usage")]
+    assert folders == [("admin.state_file", tmp_path), ("usage.directory", tmp_path / "data" / "usage")]
     assert list((tmp_path / "data" / "usage").iterdir()) == [], "the write check left a file behind"
 
 
