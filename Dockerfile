@@ -1,5 +1,7 @@
 # quotagate container image: the proxy only (Kafka runs elsewhere). Build: docker build -t quotagate .
-# The configuration comes from a volume at /etc/quotagate (quotagate.toml in it); the image ships none.
+# The configuration comes from a volume at /etc/quotagate (quotagate.toml in it, read-only is fine); the
+# image ships none. What the proxy writes goes to the /var/lib/quotagate volume, which its user owns: point
+# [admin] state_file and [usage] directory there (the proxy refuses to start if it cannot write them).
 # The `test` stage is the image docker-compose.yml runs tests/stack from; the last stage is the proxy.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -42,8 +44,9 @@ LABEL org.opencontainers.image.title="quotagate" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=wheel /wheels /wheels
 RUN pip install /wheels/quotagate-*.whl && rm -rf /app /wheels
+RUN mkdir -p /var/lib/quotagate && chown quotagate:quotagate /var/lib/quotagate
 WORKDIR /
-VOLUME ["/etc/quotagate"]
+VOLUME ["/etc/quotagate", "/var/lib/quotagate"]
 USER quotagate
 # 9192: bootstrap listener; 9193+N: broker node N (9194-9196 for nodes 1-3); 9190: metrics and health.
 EXPOSE 9190 9192 9194 9195 9196

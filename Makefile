@@ -56,7 +56,7 @@ demo: venv kafka-jars
 
 # PYTEST_ARGS adds pytest options, e.g. PYTEST_ARGS="--durations=60" for the slowest phases or -m "not slow".
 PYTEST_ARGS ?=
-test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools chromium redis-tools
+test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools helm-tool chromium redis-tools
 	$(VENV)/bin/ruff check .
 	QUOTAGATE_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit  # the same sources, interpreted
 	$(PY) -m pytest -q -rs --durations=15 $(PYTEST_ARGS)
@@ -71,10 +71,13 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# docs/configuration.md, generated from the config dataclasses' field metadata; a test fails when it is stale.
+# docs/configuration.md, generated from the config dataclasses' field metadata, and docs/metrics.md, from the
+# metric collectors; a test fails when either is stale.
 docs: venv
 	$(PY) -m quotagate config-reference > docs/configuration.md.tmp
 	mv docs/configuration.md.tmp docs/configuration.md
+	$(PY) -m quotagate metrics-reference > docs/metrics.md.tmp
+	mv docs/metrics.md.tmp docs/metrics.md
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache
@@ -164,6 +167,17 @@ $(COMPOSE_CHECK): scripts/compose_check/main.go scripts/compose_check/go.mod scr
 
 .PHONY: compose-tools
 compose-tools: $(COMPOSE_VENV)/.installed $(COMPOSE_CHECK)
+
+# Helm, built from its Go module (the network reaches only package registries: no release binary), renders
+# and lints deploy/helm/quotagate in its test; cached under .cache/helm like compose-check (~6 min the first time).
+HELM_VERSION := v3.22.0
+HELM := .cache/helm/$(HELM_VERSION)/helm
+$(HELM):
+	mkdir -p $(dir $(HELM))
+	$(GO_ENV) GOBIN=$(CURDIR)/$(dir $(HELM)) nice go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+.PHONY: helm-tool
+helm-tool: $(HELM)
 
 # Headless Chromium (Debian's package) renders the pipeline's HTML report in its test.
 .PHONY: chromium

@@ -192,7 +192,8 @@ def run(phase: float, base: int, workdir: Path, say: Callable[[str], None]) -> d
         servers = ", ".join(f'"{HOST}:{node.port}"' for node in cluster.nodes)
         config = (
             f'[proxy]\nbootstrap_servers = [{servers}]\nlisten_host = "{HOST}"\nadvertised_host = "{HOST}"\n'
-            f"port = {ports['proxy']}\nbroker_port_base = {ports['proxy']}\nmetadata_refresh_seconds = 5\n"
+            f"port = {ports['proxy']}\nbroker_port_base = {ports['proxy']}\n"
+            "broker_node_ids = [1, 8]\nmetadata_refresh_seconds = 5\n"
             f'[metrics]\nhost = "{HOST}"\nport = {ports["metrics"]}\n'
         )
         proxy = harness.launch_quotagate(

@@ -300,7 +300,7 @@ def start_haproxy(workdir: Path) -> Child:
 def quotagate_config(base: int, quotas: bool) -> str:
     return (
         f'[proxy]\nbootstrap_servers = ["{HOST}:{KAFKA_PORT}"]\nlisten_host = "{HOST}"\n'
-        f'advertised_host = "{HOST}"\nport = {base}\nbroker_port_base = {base}\n'
+        f'advertised_host = "{HOST}"\nport = {base}\nbroker_port_base = {base}\nbroker_node_ids = [1, 8]\n'
         f'[metrics]\nhost = "{HOST}"\nport = {base + 9}\n' + (NON_BINDING_QUOTAS if quotas else "")
     )
 

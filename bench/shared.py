@@ -69,7 +69,7 @@ def start_quotagate(workdir: Path, name: str) -> Child:
     config = workdir / f"{name}.toml"
     config.write_text(
         f'[proxy]\nbootstrap_servers = ["{HOST}:{KAFKA_PORT}"]\nlisten_host = "{HOST}"\nport = {base}\n'
-        f"broker_port_base = {base}\nworkers = {workers}\n"
+        f"broker_port_base = {base}\nbroker_node_ids = [1, 8]\nworkers = {workers}\n"
         f'[metrics]\nhost = "{HOST}"\nport = {base + 9}\n'
         + (f'[cluster]\nredis_url = "redis://{HOST}:{REDIS_PORT}/0"\n' if shared else "")
         + NON_BINDING_QUOTAS

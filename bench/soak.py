@@ -430,6 +430,7 @@ def run(seconds: float, ports: Ports, workdir: Path, quotas: SoakQuotas) -> dict
         config = (
             quotas.toml() + f'[proxy]\nbootstrap_servers = ["{HOST}:{ports.sasl}"]\nlisten_host = "{HOST}"\n'
             f'advertised_host = "{HOST}"\nport = {ports.proxy}\nbroker_port_base = {ports.proxy}\n'
+            "broker_node_ids = [1, 8]\n"
             f'[metrics]\nhost = "{HOST}"\nport = {ports.metrics}\n'
         )
         proxy = harness.launch_quotagate(

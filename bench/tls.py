@@ -78,7 +78,7 @@ def start_quotagate(workdir: Path, name: str, pki: dict[str, Path]) -> Child:
     config = workdir / f"{name}.toml"
     text = (
         f'[proxy]\nbootstrap_servers = ["{HOST}:{SSL_PORT if tls else KAFKA_PORT}"]\nlisten_host = "{HOST}"\n'
-        f"port = {base}\nbroker_port_base = {base}\n[metrics]\nport = {base + 9}\n"
+        f"port = {base}\nbroker_port_base = {base}\nbroker_node_ids = [1, 8]\n[metrics]\nport = {base + 9}\n"
     )
     if tls:
         text += (

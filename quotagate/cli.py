@@ -1,7 +1,8 @@
 """Command line: `quotagate run --config FILE`, `quotagate check-config FILE` (validates the file and
 prints the effective configuration), `quotagate probe --config FILE [--ready]` (a container health
-check of the running proxy), `quotagate config-reference` (docs/configuration.md), `quotagate pipeline JOB` (the usage
-pipeline on Spark, with the `pipeline` extra) and `quotagate --version`."""
+check of the running proxy), `quotagate config-reference` (docs/configuration.md), `quotagate
+metrics-reference` (docs/metrics.md), `quotagate pipeline JOB` (the usage pipeline on Spark, with the
+`pipeline` extra) and `quotagate --version`."""
 
 from __future__ import annotations
 
@@ -129,8 +130,13 @@ def _run_workers(config_path: str, log_level: str, worker: int | None) -> int:
 
     if worker is not None:
         return uvloop.run(_run(config_path, worker, None))
+    from quotagate.config.written_paths import check_written_folders
+
+    config = load_config(config_path)
+    for key, folder in check_written_folders(config):  # before any worker or listener starts
+        logging.getLogger("quotagate").info("%s: writing under %s", key, folder)
     workers = Workers(config_path, log_level)
-    workers.fork(load_config(config_path).proxy.workers)
+    workers.fork(config.proxy.workers)
     try:
         return uvloop.run(_run(config_path, 0, workers))
     finally:
@@ -147,11 +153,10 @@ async def _exit_when_orphaned(proxy: Proxy, parent: int) -> None:
 
 
 async def _run(config_path: str, worker: int, workers: Workers | None) -> int:
-    from quotagate.config.quota_state import state_path
     from quotagate.proxy.server import Proxy
 
     config = load_config(config_path)
-    proxy = Proxy(config, state_path=state_path(config.admin.state_file, config_path), worker=worker)
+    proxy = Proxy(config, state_path=Path(config.admin.state_file), worker=worker)
     try:
         await proxy.start_admin_http()
         await proxy.start()
@@ -244,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     probe.add_argument("--ready", action="store_true", help="ask /readyz: listeners up and a broker answered")
     probe.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer (default 3)")
     commands.add_parser("config-reference", help="print the reference of every key (docs/configuration.md)")
+    commands.add_parser("metrics-reference", help="print the reference of every metric (docs/metrics.md)")
     from quotagate.pipeline.cli import add_parser as add_pipeline_parser
 
     add_pipeline_parser(commands)
@@ -264,6 +270,11 @@ def main(argv: list[str] | None = None) -> int:
             from quotagate.config.reference import reference_markdown
 
             print(reference_markdown(), end="")
+            return 0
+        if args.command == "metrics-reference":
+            from quotagate.proxy.metrics_reference import metrics_markdown
+
+            print(metrics_markdown(), end="")
             return 0
         return _run_workers(args.config, args.log_level, args.worker)
     except ConfigError as exc:

@@ -1,5 +1,5 @@
 """The state file: quotas set through Kafka's admin APIs (kafka-configs.sh, Admin.alterClientQuotas),
-kept beside the configuration file so they survive a restart.
+kept in [admin] state_file (by default beside the configuration file) so they survive a restart.
 
 JSON, written atomically: a temporary file in the same folder, fsync'd, renamed over the old one,
 then the folder fsync'd, so a crash leaves either the old state or the new one, never half of
@@ -11,6 +11,8 @@ either. A key the API removed while the file sets it is kept as null (see quotas
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -18,16 +20,11 @@ from typing import Any
 
 from quotagate.config.settings import ConfigError
 from quotagate.quotas.admin import ApiQuotas
+from quotagate.quotas.engine import BucketId
 from quotagate.quotas.entities import QuotaEntity, QuotaKey
 
+log = logging.getLogger("quotagate.config")
 STATE_VERSION = 1
-
-
-def state_path(state_file: str, config_path: str | Path) -> Path:
-    """[admin] state_file, relative to the config file's folder; by default `quotagate.toml` ->
-    `quotagate.toml.quotas.json` beside it."""
-    config = Path(config_path)
-    return config.parent / state_file if state_file else config.with_name(config.name + ".quotas.json")
 
 
 def load_state(path: Path) -> ApiQuotas:
@@ -58,7 +55,48 @@ def save_state(path: Path, quotas: ApiQuotas) -> None:
         {"user": entity.user, "client_id": entity.client_id, "values": {k.value: v for k, v in values.items()}}
         for entity, values in quotas.items()
     ]
-    text = json.dumps({"version": STATE_VERSION, "quotas": entries}, indent=1) + "\n"
+    write_atomically(path, json.dumps({"version": STATE_VERSION, "quotas": entries}, indent=1) + "\n")
+
+
+# The bucket levels beside the state file: what a restart would otherwise forgive (QuotaEngine.levels).
+#     {"version": 1, "saved_at": 1795600000.5, "buckets": [{"id": ["producer_byte_rate", "user", "alice", null],
+#      "tokens": -52000.0}]}
+# saved_at is wall-clock time: the next process refills each balance for the time it was down.
+
+
+def levels_path(state_path: Path) -> Path:
+    """quotas.json -> quotas.buckets.json beside it."""
+    return state_path.with_suffix(".buckets.json")
+
+
+def save_levels(path: Path, levels: dict[BucketId, float], saved_at: float) -> None:
+    buckets = [{"id": [str(part) if part is not None else None for part in bucket_id], "tokens": tokens}
+               for bucket_id, tokens in levels.items()]  # fmt: skip
+    write_atomically(path, json.dumps({"version": STATE_VERSION, "saved_at": saved_at, "buckets": buckets}) + "\n")
+
+
+def load_levels(path: Path) -> tuple[dict[BucketId, float], float]:
+    """The saved levels and when they were saved; none if the file is missing or unreadable (a lost
+    file forgives debts, as before, rather than stopping the proxy)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("version") != STATE_VERSION:
+            raise ValueError(f"version {data.get('version')!r}")
+        levels = {tuple(entry["id"]): float(entry["tokens"]) for entry in data["buckets"]}
+        saved_at = float(data["saved_at"])
+    except FileNotFoundError:
+        return {}, 0.0
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        log.warning("bucket levels not restored from %s: %s", path, exc)
+        return {}, 0.0
+    if not all(math.isfinite(tokens) for tokens in levels.values()) or not math.isfinite(saved_at):
+        log.warning("bucket levels not restored from %s: a number is not finite", path)
+        return {}, 0.0
+    return levels, saved_at
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Temp file in the same folder, fsync'd, renamed over `path`, then the folder fsync'd."""
     folder = path.parent
     fd, temp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=folder)
     try:

@@ -16,6 +16,7 @@ from dataclasses import MISSING, Field, dataclass, fields, is_dataclass
 from types import NoneType, UnionType
 from typing import Any, get_args, get_origin, get_type_hints
 
+from quotagate.config.reload import RELOAD_RULES, reload_rule
 from quotagate.config.settings import Config
 from quotagate.quotas import QuotaKey, QuotaTable
 
@@ -146,7 +147,39 @@ def reference_markdown() -> str:
             default = key.default if key.default_is_text else f"`{key.default}`"
             cells = (f"`{key.name}`", key.toml_type, default or "–", key.meaning)
             lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + reload_markdown()) + "\n"
+
+
+def reload_markdown() -> list[str]:
+    """The section on reloads, from RELOAD_RULES: what each section (or key) does on a reload."""
+    lines = [
+        "",
+        "## What a reload applies",
+        "",
+        "The proxy reads the file again when its content changes (checked every 0.5 s) and on SIGHUP. A file that",
+        "fails validation is refused and the running configuration stays. A valid one is applied, and the log",
+        "names each changed key: `config reloaded from FILE: N changed keys applied (...); M wait for a restart",
+        "(...)`, with a warning listing the latter. `quotagate_config_restart_pending_keys` counts the keys that",
+        "changed since the start and wait for a restart; it goes back to 0 when the file is back as it was, or",
+        "at the restart.",
+        "",
+        "| section or key | on reload | how |",
+        "| --- | --- | --- |",
+    ]
+    for section in config_sections():
+        name = section.header or "top-level keys"
+        whole = next((rule for rule in RELOAD_RULES if (rule.section, rule.key) == (section.attribute, "")), None)
+        if whole is not None:
+            lines.append(f"| {name} | {_effect(whole.applied)} | {whole.how} |")
+        for key in section.keys:
+            rule = reload_rule(section.attribute, key.name)  # a key without a rule fails here, and in the tests
+            if rule is not whole:
+                lines.append(f"| {name} `{key.name}` | {_effect(rule.applied)} | {rule.how} |")
+    return lines
+
+
+def _effect(applied: bool) -> str:
+    return "applied" if applied else "at restart"
 
 
 # ------------------------------------------------------------------------------------------- effective TOML

@@ -14,7 +14,7 @@ generator and the tests. A new key is one field:
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ DEFAULT_PARTIAL_FRAMES_MAX_BYTES = 256 * 1024 * 1024
 CLIENT_SASL_MODES = ("auto", "required", "none")
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
 MAX_INT32 = 2**31 - 1  # Kafka's "no limit" for its connection limits
+DEFAULT_BROKER_NODE_IDS = (0, 9)
 
 
 class ConfigError(ValueError):
@@ -165,13 +166,28 @@ class ProxyConfig:
         default=1,
         metadata={
             "doc": "Processes serving the same ports on this host (SO_REUSEPORT), one core each. Worker i serves "
-            "its metrics on metrics.port + i. With more than one, the quotas are shared through [cluster] "
-            "redis_url, or each worker enforces 1/workers of them without it.",
+            "its metrics on metrics.port + i (or metrics.worker_ports). With more than one, the quotas are shared "
+            "through [cluster] redis_url, or each worker enforces 1/workers of them without it.",
+        },
+    )
+    # The broker listeners' ports must be known before the cluster names its brokers, so that
+    # check-config can keep them clear of the other ports and a firewall or Service can open them.
+    broker_node_ids: tuple[int, int] = field(
+        default=DEFAULT_BROKER_NODE_IDS,
+        metadata={
+            "doc": "The broker node ids the proxy expects, [first, last]: their listeners take ports "
+            "broker_port_base + first .. broker_port_base + last, which no other port of the proxy may use. "
+            "A broker outside the range is still served, with a warning naming this key.",
+            "type": "array of two integers",
         },
     )
 
     def broker_port(self, node_id: int) -> int:
         return self.broker_port_base + node_id
+
+    def expects_node(self, node_id: int) -> bool:
+        first, last = self.broker_node_ids
+        return first <= node_id <= last
 
 
 CLIENT_AUTH_MODES = ("none", "requested", "required")
@@ -234,6 +250,14 @@ class MetricsConfig:
     host: str = field(
         default="127.0.0.1", metadata={"doc": "Address it binds to; 0.0.0.0 to let Prometheus on another host scrape."}
     )
+    worker_ports: tuple[int, ...] = field(
+        default=(),
+        metadata={
+            "doc": "The metrics port of each worker, worker 0 first, one per proxy.workers (worker 0's is then "
+            "metrics.port's too). Empty: worker i uses metrics.port + i.",
+            "type": "array of integers",
+        },
+    )
     # Entities (user, client-id) exported with series of their own; the rest fold into "other".
     max_entities: int = field(
         default=500,
@@ -242,6 +266,14 @@ class MetricsConfig:
             'summed into user="other" (about 15 series per entity).'
         },
     )
+
+    def worker_port(self, worker: int) -> int:
+        """The port of worker `worker`'s /metrics, /healthz, /readyz and /quotas."""
+        return self.worker_ports[worker] if self.worker_ports else self.port + worker
+
+    def worker_port_key(self, worker: int) -> str:
+        """The key that sets worker `worker`'s metrics port, for messages."""
+        return f"metrics.worker_ports[{worker}]" if self.worker_ports else "metrics.port"
 
 
 @dataclass(frozen=True)
@@ -298,7 +330,11 @@ class UsageConfig:
     )
     directory: str = field(
         default="usage",
-        metadata={"doc": 'Root of the date=YYYY-MM-DD/hour=HH/ partitioned files (sink = "parquet" or "jsonl").'},
+        metadata={
+            "doc": 'Root of the date=YYYY-MM-DD/hour=HH/ partitioned files (sink = "parquet" or "jsonl"); '
+            "relative to the config file's folder. Created if missing; the proxy refuses to start (exit 2) "
+            "when it cannot write there."
+        },
     )
     max_file_bytes: int = field(
         default=64 * 1024 * 1024,
@@ -360,9 +396,12 @@ class AdminConfig:
     state_file: str = field(
         default="",
         metadata={
-            "doc": "Where quotas set through the API are kept (JSON, written atomically). Per entity and key, "
-            "a value set through the API wins over this file's; a key the API removed stays removed while "
-            "this file sets it; /quotas shows which source each quota came from.",
+            "doc": "Where quotas set through the API are kept (JSON, written atomically); relative to the config "
+            "file's folder. Per entity and key, a value set through the API wins over this file's; a key the API "
+            "removed stays removed while this file sets it; /quotas shows which source each quota came from. "
+            "Beside it (quotas.json -> quotas.buckets.json) a process that shares no quota keeps its buckets' "
+            "levels across restarts. When it writes there (those levels, or alter_principals not empty) the proxy "
+            "refuses to start (exit 2) if it cannot write the folder.",
             "default": "the config file's path + .quotas.json",
         },
     )
@@ -462,11 +501,24 @@ class Config:
 
 
 def load_config(path: str | Path) -> Config:
+    """The file's configuration, with the paths the proxy writes made absolute."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError("file", f"cannot read {path}: {exc.strerror}") from exc
-    return parse_config(text)
+    return _with_absolute_paths(parse_config(text), Path(path).absolute())
+
+
+def _with_absolute_paths(config: Config, path: Path) -> Config:
+    """[admin] state_file and [usage] directory taken from the config file's folder when relative
+    (never from wherever the process was started); the state file defaults to FILE.quotas.json."""
+    state_file = path.parent / config.admin.state_file if config.admin.state_file else Path(f"{path}.quotas.json")
+    directory = path.parent / config.usage.directory
+    return replace(
+        config,
+        admin=replace(config.admin, state_file=str(state_file)),
+        usage=replace(config.usage, directory=str(directory)),
+    )
 
 
 def parse_config(text: str) -> Config:
@@ -483,10 +535,12 @@ def parse_config(text: str) -> Config:
     proxy_tls = proxy.pop("tls", None)
     upstream = _section(data, "upstream", required=False)
     _reject_unknown("upstream.", upstream, {"tls"})
-    metrics = _section(data, "metrics", required=False)
+    proxy_config = _parse_proxy(proxy)
+    metrics_config = _parse_metrics(_section(data, "metrics", required=False), proxy_config.workers)
+    _check_ports(proxy_config, metrics_config)
     return Config(
-        proxy=_parse_proxy(proxy),
-        metrics=_parse_metrics(metrics),
+        proxy=proxy_config,
+        metrics=metrics_config,
         proxy_tls=_parse_listener_tls(proxy_tls),
         upstream_tls=_parse_upstream_tls(upstream.get("tls")),
         quotas=_parse_quotas(data.get("quotas", [])),
@@ -733,6 +787,7 @@ def _parse_proxy(table: dict[str, Any]) -> ProxyConfig:
         advertised_host = listen_host
     port = _port(table, "proxy.port", DEFAULT_PORT)
     broker_port_base = _integer(table, "proxy.broker_port_base", port + 1, 1, 65535)
+    broker_node_ids = _broker_node_ids(table, broker_port_base)
     return ProxyConfig(
         bootstrap_servers=bootstrap,
         listen_host=listen_host,
@@ -759,7 +814,55 @@ def _parse_proxy(table: dict[str, Any]) -> ProxyConfig:
         readiness_timeout_seconds=_positive(table, "proxy.readiness_timeout_seconds", 2.0),
         oauthbearer_principal_claim=_string(table, "proxy.oauthbearer_principal_claim", "sub") or "sub",
         workers=_integer(table, "proxy.workers", 1, 1, 256),
+        broker_node_ids=broker_node_ids,
     )
+
+
+def _broker_node_ids(table: dict[str, Any], broker_port_base: int) -> tuple[int, int]:
+    key = "proxy.broker_node_ids"
+    value = table.get("broker_node_ids", list(DEFAULT_BROKER_NODE_IDS))
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(isinstance(item, int) and not isinstance(item, bool) for item in value)
+    ):
+        raise ConfigError(key, f"must be an array of two integers [first, last], got {value!r}")
+    first, last = value
+    if not 0 <= first <= last:
+        raise ConfigError(key, f"must be [first, last] with 0 <= first <= last, got {value!r}")
+    if broker_port_base + last > 65535:
+        raise ConfigError(
+            key,
+            f"broker {last} would be served on port {broker_port_base + last}, above 65535: "
+            "lower proxy.broker_port_base or the last node id",
+        )
+    return first, last
+
+
+def _check_ports(proxy: ProxyConfig, metrics: MetricsConfig) -> None:
+    """Refuses two listeners on one port, naming both keys: the bootstrap port, the broker range and
+    every worker's metrics port. Whatever the hosts they bind: one port, one purpose, which is what
+    firewall rules, load balancers and Services are written for."""
+    first, last = proxy.broker_node_ids
+    low, high = proxy.broker_port(first), proxy.broker_port(last)
+    claims = [
+        (proxy.port, proxy.port, "proxy.port", "the bootstrap listener"),
+        (low, high, "proxy.broker_port_base", f"brokers {first}..{last} (proxy.broker_node_ids) on {low}..{high}"),
+    ]
+    for worker in range(proxy.workers):
+        port = metrics.worker_port(worker)
+        what = f"port {port}"
+        if worker and not metrics.worker_ports:
+            what = f"worker {worker}'s metrics port {port} (metrics.port + {worker})"
+        if port > 65535:
+            raise ConfigError(metrics.worker_port_key(worker), f"{what} is above 65535")
+        claims.append((port, port, metrics.worker_port_key(worker), what))
+    for index, (low, high, key, what) in enumerate(claims):
+        for other_low, other_high, other_key, other_what in claims[:index]:
+            if low <= other_high and other_low <= high:
+                raise ConfigError(
+                    key, f"{what} overlaps {other_key} ({other_what}): every listener needs a port of its own"
+                )
 
 
 def _per_ip_overrides(table: dict[str, Any]) -> tuple[tuple[str, int], ...]:
@@ -780,10 +883,26 @@ def _per_ip_overrides(table: dict[str, Any]) -> tuple[tuple[str, int], ...]:
     return tuple(overrides)
 
 
-def _parse_metrics(table: dict[str, Any]) -> MetricsConfig:
+def _parse_metrics(table: dict[str, Any], workers: int) -> MetricsConfig:
     _reject_unknown("metrics.", table, {f.name for f in fields(MetricsConfig)})
+    port = _port(table, "metrics.port", DEFAULT_METRICS_PORT)
+    worker_ports = table.get("worker_ports", [])
+    if not isinstance(worker_ports, list):
+        raise ConfigError("metrics.worker_ports", f"must be an array of ports, got {worker_ports!r}")
+    for index, value in enumerate(worker_ports):
+        _checked_integer(f"metrics.worker_ports[{index}]", value, 1, 65535)
+    if worker_ports and len(worker_ports) != workers:
+        raise ConfigError(
+            "metrics.worker_ports",
+            f"gives {len(worker_ports)} ports for proxy.workers = {workers}: give one per worker",
+        )
+    if worker_ports and "port" in table and port != worker_ports[0]:
+        raise ConfigError(
+            "metrics.worker_ports", f"worker 0's port {worker_ports[0]} is not metrics.port = {port}: leave one out"
+        )
     return MetricsConfig(
-        port=_port(table, "metrics.port", DEFAULT_METRICS_PORT),
+        port=worker_ports[0] if worker_ports else port,
+        worker_ports=tuple(worker_ports),
         host=_string(table, "metrics.host", "127.0.0.1"),
         max_entities=_integer(table, "metrics.max_entities", 500, 1, 100_000),
     )

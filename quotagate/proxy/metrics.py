@@ -76,6 +76,11 @@ class ProxyMetrics:
         self.config_reloads_total = Counter(
             "quotagate_config_reloads", "Configuration reloads, by result", ["result"], registry=self.registry
         )
+        self.config_restart_pending_keys = Gauge(
+            "quotagate_config_restart_pending_keys",
+            "Keys changed in the configuration file since the start that take effect only at a restart",
+            registry=self.registry,
+        )
         self.frames_refused_total = Counter(
             "quotagate_frames_refused",
             "Client connections closed for a frame over a memory limit: sasl_server_max_receive_size (before "

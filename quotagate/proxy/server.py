@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from quotagate.config import Config
-from quotagate.config.quota_state import load_state
+from quotagate.config.quota_state import levels_path, load_levels, load_state, save_levels
 from quotagate.config.reload import DEFAULT_POLL_SECONDS, ConfigWatcher
 from quotagate.protocol.discovery import (
     decode_discovery,
@@ -56,6 +56,7 @@ BOOTSTRAP = "bootstrap"
 # for a minute, not for the life of the process.
 STATE_EXPIRY_SECONDS = 30.0
 BUCKET_IDLE_SECONDS = 60.0
+LEVELS_SAVE_SECONDS = 5.0
 # Idle connections are looked for every quarter of connections_max_idle_ms, at most this far apart.
 IDLE_CHECK_MAX_SECONDS = 5.0
 SHUTDOWN_POLL_SECONDS = 0.02
@@ -102,6 +103,17 @@ class Proxy:
         # One engine and one delay queue for every listener: an entity's connections to all the
         # brokers draw on the same buckets, so quotas hold for the cluster.
         self.engine = QuotaEngine(self.quota_admin.quotas, config.windows, bucket_factory)
+        # A process alone keeps its buckets' levels beside the state file, so that a restart does not
+        # forgive debts (shared buckets live in Redis). Saved periodically and at stop, never per request.
+        self.levels_path = levels_path(state_path) if state_path is not None and not config.shares_quotas else None
+        self._levels_saved = self.levels_path is not None and self.levels_path.exists()
+        if self.levels_path is not None:
+            levels, saved_at = load_levels(self.levels_path)
+            if levels:
+                restored = self.engine.restore(levels, time.time() - saved_at, self.loop.time())
+                log.info(
+                    "restored %d of %d bucket levels saved %.0f s ago", restored, len(levels), time.time() - saved_at
+                )
         self.delay_queue = DelayQueue(self.loop)
         self.entity_metrics = EntityMetrics(lambda: self.engine, self.loop.time, config.metrics.max_entities)
         self.metrics.registry.register(self.entity_metrics)
@@ -164,6 +176,12 @@ class Proxy:
         if not 0 < port < 65536:
             log.error("broker %d would be served on port %d: lower proxy.broker_port_base", node_id, port)
             return
+        if not self.config.proxy.expects_node(node_id):
+            log.warning(
+                "broker %d is outside proxy.broker_node_ids %s: its port %d was not checked against the other "
+                "ports; widen the range",
+                node_id, list(self.config.proxy.broker_node_ids), port,
+            )  # fmt: skip
         name = f"broker-{node_id}"
         sock = self._bind(name, port)
         if sock is None:
@@ -192,6 +210,8 @@ class Proxy:
         self._spawn(self._expire_idle_state_periodically())
         self._spawn(self._close_idle_periodically())
         self._spawn(self._probe_periodically())
+        if self.levels_path is not None:
+            self._spawn(self._save_levels_periodically())
         if self.tls.listener is not None or self.tls.upstream is not None:
             self._spawn(self._watch_certificates())
         if self.shared_quotas is not None:
@@ -210,7 +230,7 @@ class Proxy:
     async def start_admin_http(self) -> None:
         """Serves /metrics, /healthz, /readyz and /quotas on the metrics port."""
         metrics = self.config.metrics
-        port = metrics.port + self.worker  # one endpoint per worker (see docs/scaling.md)
+        port = metrics.worker_port(self.worker)  # one endpoint per worker (see docs/scaling.md)
         self.admin_http = AdminHttpServer(self)
         await self.admin_http.start(metrics.host, port)
         log.info("metrics on http://%s:%d/metrics (also /healthz, /readyz, /quotas)", metrics.host, port)
@@ -322,6 +342,7 @@ class Proxy:
             log.warning("shutdown_timeout_seconds passed with %d requests unanswered; closing", unanswered)
         for client in list(self.clients):
             client.close()
+        self.save_levels()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
@@ -340,19 +361,13 @@ class Proxy:
         task.add_done_callback(self._tasks.discard)
 
     def apply_config(self, config: Config) -> None:
-        """Applies a reloaded configuration: quotas and [admin] live, listener, metrics, TLS and [cluster]
-        settings at restart. Certificate files are read again (a SIGHUP lands here too)."""
-        restart_only = ("proxy", "metrics", "proxy_tls", "upstream_tls", "cluster")
-        if any(getattr(config, name) != getattr(self.config, name) for name in restart_only):
-            log.warning(
-                "[proxy], [metrics], [cluster] and TLS settings take effect at the next restart; quotas apply now"
-            )
+        """Applies a reloaded configuration: what config.reload.RELOAD_RULES says a reload applies
+        (quotas, windows, thresholds, [admin] but its state_file); the watcher logs the keys that wait
+        for a restart. Certificate files are read again (a SIGHUP lands here too)."""
         now = self.loop.time()
         self.engine.update(self.quota_admin.file_changed(config.quotas), config.windows, now)
         self.topic_guard.update(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE), now)
         self.quota_admin.set_alter_principals(config.admin.alter_principals)
-        if config.admin.state_file != self.config.admin.state_file:
-            log.warning("[admin] state_file changes take effect at the next restart")
         self.config = replace(
             self.config,
             quotas=config.quotas,
@@ -372,7 +387,8 @@ class Proxy:
         def count(ok: bool) -> None:
             self.metrics.config_reloads_total.labels("applied" if ok else "rejected").inc()
 
-        watcher = ConfigWatcher(path, self.apply_config, count)
+        watcher = ConfigWatcher(path, self.apply_config, count, started=self.config)
+        self.metrics.config_restart_pending_keys.set_function(lambda: len(watcher.last_report.restart))
         self._spawn(watcher.watch())
         return watcher
 
@@ -517,6 +533,26 @@ class Proxy:
                 raise FrameError("the probe's answer does not match its request")
         finally:
             writer.close()
+
+    def save_levels(self) -> None:
+        """Writes the local buckets' levels (QuotaEngine.levels) for the next start; a failure is logged."""
+        if self.levels_path is None:
+            return
+        levels = self.engine.levels(self.loop.time())
+        if not levels and not self._levels_saved:
+            return  # nothing to keep, and nothing kept to replace
+        try:
+            save_levels(self.levels_path, levels, time.time())
+        except OSError as exc:
+            log.error("bucket levels not saved to %s: %s", self.levels_path, exc)
+            return
+        self._levels_saved = bool(levels)
+
+    async def _save_levels_periodically(self) -> None:
+        """A crash (no SIGTERM) forgives at most LEVELS_SAVE_SECONDS of use."""
+        while True:
+            await asyncio.sleep(LEVELS_SAVE_SECONDS)
+            self.save_levels()
 
     async def _probe_periodically(self) -> None:
         while True:

@@ -225,6 +225,37 @@ class QuotaEngine:
             self.generation += 1
         return len(expired)
 
+    def levels(self, now: float) -> dict[BucketId, float]:
+        """The balance of every local bucket that is not full (in debt, or spent below its burst):
+        what a restart would otherwise forgive. Shared buckets are kept by Redis, not here."""
+        return {
+            bucket_id: bucket.tokens_at(now)
+            for bucket_id, bucket in list(self.buckets.items())
+            if isinstance(bucket, TokenBucket) and not bucket.is_full(now)
+        }
+
+    def restore(self, levels: dict[BucketId, float], elapsed: float, now: float) -> int:
+        """Puts back balances saved `elapsed` seconds ago (by `levels`), each refilled at its current
+        rate for that time, into the buckets the current quotas give; a bucket no quota gives any more
+        is dropped. Returns how many were restored."""
+        restored = 0
+        for bucket_id, tokens in levels.items():
+            key, _scope, user, client_id = bucket_id
+            try:
+                quota_key = QuotaKey(key)
+            except ValueError:
+                continue
+            resolution = self.table.resolve(user or "", client_id or "", quota_key)
+            if resolution is None or resolution.bucket_id != bucket_id:
+                continue
+            bucket = self._bucket(resolution, now)
+            if isinstance(bucket, TokenBucket):
+                bucket.tokens, bucket.updated = min(tokens, bucket.burst), now - max(elapsed, 0.0)
+                bucket.refill(now)
+                restored += 1
+        self.generation += 1
+        return restored
+
     def _burst(self, resolution: Resolution) -> float:
         return tokens_per_second(resolution.key, resolution.value) * self.windows.burst_seconds(resolution.key)
 

@@ -61,3 +61,13 @@ def test_a_killed_worker_is_started_again_and_workers_stop_when_worker_0_is_gone
     proxy.process.kill()  # worker 0 dies without a chance to stop the others
     proxy.process.wait()
     wait_until(lambda: not any(alive(pid) for pid in survivors), 20, f"workers {survivors} stopping as orphans")
+
+
+def test_workers_serve_their_metrics_on_the_ports_set_explicitly(proxy_factory, kafka) -> None:
+    # Worker 1 serves on metrics_port + 2 (in the fixture's block), not on metrics.port + 1.
+    proxy = proxy_factory(
+        kafka.bootstrap, proxy_toml="workers = 2\n", metrics_toml=lambda port: f"worker_ports = [{port}, {port + 2}]\n"
+    )
+    wait_until(lambda: healthz(proxy.metrics_port + 2) == 200, 20, "worker 1 serving on its explicit port")
+    assert healthz(proxy.metrics_port) == 200
+    assert healthz(proxy.metrics_port + 1) == 0, "something serves on metrics.port + 1"

@@ -115,9 +115,10 @@ def test_sighup_reloads_the_config_of_a_running_proxy(tmp_path: Path) -> None:
 
     from tests.support.proxy_fixtures import free_port_block
 
-    first = free_port_block(3)
+    # The broker, the bootstrap port, brokers 0..9 (proxy.broker_node_ids) from first + 2, metrics.
+    first = free_port_block(13)
     path = tmp_path / "q.toml"
-    base = f'[proxy]\nbootstrap_servers = ["127.0.0.1:{first}"]\nport = {first + 1}\n[metrics]\nport = {first + 2}\n'
+    base = f'[proxy]\nbootstrap_servers = ["127.0.0.1:{first}"]\nport = {first + 1}\n[metrics]\nport = {first + 12}\n'
     path.write_text(base)
     log = tmp_path / "log"
     env = {**os.environ, "QUOTAGATE_CONFIG_POLL_SECONDS": "3600"}

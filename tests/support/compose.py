@@ -72,7 +72,18 @@ def bind_mounts(service: dict[str, Any]) -> list[tuple[Path, str]]:
     mounts = []
     for volume in service.get("volumes", []):
         source, target, *_ = volume.split(":") if isinstance(volume, str) else (volume["source"], volume["target"])
-        mounts.append((Path(source), target))
+        if "/" in source:  # a named volume's source is its name
+            mounts.append((Path(source), target))
+    return mounts
+
+
+def named_volumes(service: dict[str, Any]) -> dict[str, str]:
+    """target in the container -> mode ("rw", "ro") of the service's named volumes."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        source, target, *mode = volume.split(":")
+        if "/" not in source:
+            mounts[target] = mode[0] if mode else "rw"
     return mounts
 
 

@@ -21,6 +21,9 @@ PROXY_HOST = "127.0.0.1"
 
 def port_is_free(port: int) -> bool:
     with socket.socket() as sock:
+        # As the proxy binds (asyncio sets SO_REUSEADDR): a port other connections left in TIME_WAIT
+        # is free for it, and a busy machine has thousands of those.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((PROXY_HOST, port))
         except OSError:
@@ -71,10 +74,16 @@ class ProxyProcess:
 
 
 def start_proxy(
-    bootstrap: str, workdir: Path, extra_toml: str = "", wait: float = 20.0, proxy_toml: str = ""
+    bootstrap: str,
+    workdir: Path,
+    extra_toml: str = "",
+    wait: float = 20.0,
+    proxy_toml: str = "",
+    metrics_toml: Callable[[int], str] | None = None,
 ) -> ProxyProcess:
     # One block of 14: bootstrap port, broker node N (1..9) on first + 1 + N, metrics at first + 11
-    # (and + 12, + 13 for workers 1 and 2). proxy_toml: more keys of [proxy] (workers = 2).
+    # (and + 12, + 13 for workers 1 and 2). proxy_toml: more keys of [proxy] (workers = 2);
+    # metrics_toml: more keys of [metrics], given the metrics port (worker_ports = [...]).
     first = free_port_block(14)
     port, broker_port_base, metrics_port = first, first + 1, first + 11
     servers = ", ".join(f'"{server}"' for server in bootstrap.split(","))
@@ -84,7 +93,7 @@ def start_proxy(
     config_path.write_text(
         f"{extra_toml}\n[proxy]\nbootstrap_servers = [{servers}]\nport = {port}\n"
         f"broker_port_base = {broker_port_base}\nmetadata_refresh_seconds = 5\n{proxy_toml}\n"
-        f"[metrics]\nport = {metrics_port}\n"
+        f"[metrics]\nport = {metrics_port}\n{metrics_toml(metrics_port) if metrics_toml else ''}\n"
     )
     log_path = workdir / f"quotagate-{port}.log"
     with log_path.open("wb") as log:
@@ -111,8 +120,10 @@ def start_proxy(
 def proxy_factory(tmp_path: Path) -> Iterator[Callable[..., ProxyProcess]]:
     started: list[ProxyProcess] = []
 
-    def factory(bootstrap: str, extra_toml: str = "", proxy_toml: str = "") -> ProxyProcess:
-        proxy = start_proxy(bootstrap, tmp_path, extra_toml, proxy_toml=proxy_toml)
+    def factory(
+        bootstrap: str, extra_toml: str = "", proxy_toml: str = "", metrics_toml: Callable[[int], str] | None = None
+    ) -> ProxyProcess:
+        proxy = start_proxy(bootstrap, tmp_path, extra_toml, proxy_toml=proxy_toml, metrics_toml=metrics_toml)
         started.append(proxy)
         return proxy
 

@@ -13,15 +13,18 @@ rather than skip. No container is started: tests/stack is what runs against a st
 from __future__ import annotations
 
 import base64
+import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from quotagate import __version__
+from quotagate.config.written_paths import written_folders
 from quotagate.quotas import ANONYMOUS, QuotaKey
 from tests.support.compose import (
     ROOT,
@@ -33,6 +36,7 @@ from tests.support.compose import (
     kafka_services,
     load_yaml,
     mounted_source,
+    named_volumes,
     place_mounts,
     quotagate_config,
     services,
@@ -83,7 +87,10 @@ def test_compose_v2_loader_sees_the_same_mounts_and_healthchecks(compose: dict[s
         mounts = [(Path(v["source"]), v["target"]) for v in service.get("volumes", []) if v["type"] == "bind"]
         assert mounts == bind_mounts(services(compose)[name]), name
         assert service["healthcheck"]["test"] == services(compose)[name]["healthcheck"]["test"], name
-        assert all(v.get("read_only") for v in service.get("volumes", [])), f"{name} mounts a file writable"
+        binds = [v for v in service.get("volumes", []) if v["type"] == "bind"]
+        assert all(v.get("read_only") for v in binds), f"{name} mounts a file writable"
+        volumes = {v["target"]: not v.get("read_only") for v in service.get("volumes", []) if v["type"] == "volume"}
+        assert volumes == {target: mode == "rw" for target, mode in named_volumes(services(compose)[name]).items()}
 
 
 def test_every_service_has_a_healthcheck(compose: dict[str, Any]) -> None:
@@ -251,12 +258,40 @@ def test_dockerfile_proxy_image() -> None:
     healthcheck = next(line for line in proxy if line.startswith("HEALTHCHECK "))
     assert '"quotagate", "probe", "--config", "/etc/quotagate/quotagate.toml"]' in healthcheck  # probe asks /healthz
     assert "--ready" not in healthcheck
-    assert 'VOLUME ["/etc/quotagate"]' in proxy
+    assert 'VOLUME ["/etc/quotagate", "/var/lib/quotagate"]' in proxy
     assert 'CMD ["run", "--config", "/etc/quotagate/quotagate.toml"]' in proxy
     labels = " ".join(line for line in proxy if line.startswith("LABEL "))
     for label in ("title", "description", "version", "licenses"):
         assert f"org.opencontainers.image.{label}=" in labels
     assert f"ARG VERSION={__version__}" in proxy, "the image's version label must default to quotagate.__version__"
+
+
+def test_what_the_proxy_writes_goes_to_a_writable_volume_its_user_owns(compose: dict[str, Any]) -> None:
+    """The image's layout without Docker: the config folder is a read-only mount, and every folder the
+    compose configuration makes the proxy write (with the Admin API open and usage records on) is in a
+    named volume mounted read-write, which the Dockerfile declares and gives to the proxy's user
+    (Docker copies that ownership into a new named volume). tests/integration/test_operator_first_day.py
+    runs the proxy in this layout as uid 10001."""
+    service = services(compose)["quotagate"]
+    config = quotagate_config(compose)
+    everything = replace(
+        config, usage=replace(config.usage, enabled=True), admin=replace(config.admin, alter_principals=("admin",))
+    )
+    folders = written_folders(everything)
+    assert [key for key, _ in folders] == ["admin.state_file", "usage.directory"]
+    volumes = named_volumes(service)
+    proxy = dockerfile_stages()["proxy"]
+    user = [line.split()[1] for line in proxy if line.startswith("USER ")][-1]
+    declared = json.loads(next(line for line in proxy if line.startswith("VOLUME ")).removeprefix("VOLUME "))
+    config_folder = str(Path(config_path_in_command(service)).parent)
+    for key, folder in folders:
+        assert not folder.is_relative_to(config_folder), f"{key}: {folder} is in the read-only config folder"
+        volume = next((target for target in volumes if folder.is_relative_to(target)), None)
+        assert volume is not None, f"{key}: {folder} is in no named volume of the quotagate service"
+        assert volumes[volume] == "rw", f"{key}: the volume at {volume} is mounted {volumes[volume]}"
+        assert volume in declared, f"the Dockerfile does not declare VOLUME {volume}"
+        assert f"RUN mkdir -p {volume} && chown {user}:{user} {volume}" in proxy, f"{user} does not own {volume}"
+    assert all(target.startswith(config_folder) for _, target in bind_mounts(service))
 
 
 def test_dockerfile_proxy_image_has_no_pipeline_extra() -> None:

@@ -15,7 +15,8 @@ from kafka.protocol.admin import (
     DescribeClientQuotasResponse,
 )
 
-from quotagate.config.quota_state import load_state, save_state, state_path
+from quotagate.config import load_config
+from quotagate.config.quota_state import load_state, save_state
 from quotagate.protocol.headers import response_body_offset
 from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.proxy.session import Session
@@ -215,7 +216,8 @@ def test_alter_keeps_the_bucket_debt() -> None:
 
 
 def test_state_file_round_trips_and_is_replaced_atomically(tmp_path: Path) -> None:
-    path = state_path("", tmp_path / "quotagate.toml")
+    (tmp_path / "quotagate.toml").write_text('[proxy]\nbootstrap_servers = ["k:1"]\n')
+    path = Path(load_config(tmp_path / "quotagate.toml").admin.state_file)
     assert path == tmp_path / "quotagate.toml.quotas.json"
     assert load_state(path) == {}
     session, _ = admin_session(state=path)
@@ -229,7 +231,7 @@ def test_state_file_round_trips_and_is_replaced_atomically(tmp_path: Path) -> No
         QuotaEntity("alice"): {QuotaKey.PRODUCER_BYTE_RATE: None},
     }
     assert json.loads(path.read_text())["version"] == 1
-    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["quotagate.toml", path.name]  # no temporary file left
     save_state(path, {})
     assert load_state(path) == {}
 
