@@ -36,7 +36,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from quotagate.config.settings import ClusterConfig
 from quotagate.proxy.metrics import ProxyMetrics
@@ -67,6 +67,9 @@ TICK_SECONDS = 0.02  # how often buckets are checked for a sync (leases last lea
 REGISTRY_SECONDS = 1.0  # how often this process renews its registry entry
 REGISTRY_TTL_SECONDS = 5.0  # a process missing this long is no longer counted
 RETRY_SECONDS = 1.0  # how often an unreachable Redis is tried again
+# What a Redis that is down, slow, failing over or refusing us raises (a cluster that has lost a
+# slot's primary raises RedisClusterException, which is no RedisError).
+REDIS_FAILURES = (RedisError, RedisClusterException, OSError, TimeoutError)
 # A tick's calls may each wait redis_timeout_seconds and be retried once by redis-py (a cluster
 # follows a MOVED, a sentinel pool asks for the primary again): past this many timeouts, fallback.
 TICK_TIMEOUTS = 3
@@ -177,7 +180,9 @@ class SharedQuotas:
                         next_registry = now_wall + REGISTRY_SECONDS
                         self._set_connected(True)
                     await self._sync()
-            except (RedisError, OSError, TimeoutError) as exc:
+            except Exception as exc:  # whatever failed, the task lives on to retry
+                if not isinstance(exc, REDIS_FAILURES):
+                    log.exception("the shared-quota sync failed unexpectedly; retrying as if Redis were down")
                 self._set_connected(False, exc)
                 next_registry = 0.0
                 await asyncio.sleep(RETRY_SECONDS)
@@ -201,7 +206,7 @@ class SharedQuotas:
                     await asyncio.wait_for(pipe.execute(), self.config.redis_timeout_seconds * 2)
                     self.metrics.cluster_redis_calls_total.inc(len(leased))
                 await self.redis.zrem(self.config.key_prefix + "processes", self.process_id)
-        except (RedisError, OSError, TimeoutError) as exc:
+        except REDIS_FAILURES as exc:
             log.warning("could not give the leases back to Redis at shutdown: %s", exc)
         await self.redis.aclose()
         if isinstance(self.redis, aioredis.Redis) and isinstance(self.redis.connection_pool, SentinelConnectionPool):
@@ -267,7 +272,10 @@ class SharedQuotas:
     def _call(
         self, pipe: Pipeline | ClusterPipeline, bucket_id: BucketId, bucket: LeasedBucket, request: LeaseRequest
     ) -> None:
-        pipe.evalsha(
+        # execute_command: redis-py's cluster pipeline refuses .evalsha() (for fear of NOSCRIPT, which
+        # _execute handles), yet routes an EVALSHA by its key's slot.
+        pipe.execute_command(
+            "EVALSHA",
             self.script_sha,
             1,
             self._key(bucket_id),
