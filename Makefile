@@ -84,12 +84,19 @@ bench: venv kafka-jars
 	$(PY) bench/hot_path.py
 	$(PY) bench/tls.py
 	$(MAKE) --no-print-directory bench-shared
+	$(MAKE) --no-print-directory bench-redis-cost
 
 # Workers and shared quotas: 1 and 2 workers, local and through Redis; MB/s, requests/s and Redis
 # commands per 10 000 requests (bench/results/shared.json; about 4 minutes). See docs/scaling.md.
 .PHONY: bench-shared
 bench-shared: venv kafka-jars redis-tools
 	$(PY) bench/shared.py $(BENCH_SHARED_ARGS)
+
+# What one lease call costs Redis (CPU per call) on one server and on a 3-primary Redis Cluster, and
+# so the busy triples a primary carries (bench/results/redis-cost.json; ~30 s). See docs/scaling.md.
+.PHONY: bench-redis-cost
+bench-redis-cost: venv redis-tools
+	$(PY) bench/redis_cost.py $(BENCH_REDIS_COST_ARGS)
 
 # The same workloads, shorter and with fewer rounds: under 3 minutes with the Kafka start.
 # TLS on both sides against plaintext on both sides: produce MB/s and the proxy's CPU per GB (~4 min;
