@@ -592,6 +592,9 @@ def _parse_cluster(table: dict[str, Any]) -> ClusterConfig:
     if "{" in key_prefix or "}" in key_prefix:
         # A brace in the prefix would become every key's hash tag: one Redis Cluster slot for all.
         raise ConfigError("cluster.key_prefix", f"must not contain {{ or }}, got {key_prefix!r}")
+    tls_ca = _pem_file(table, "cluster.redis_tls_ca")
+    if tls_ca and not (tls or redis_url.startswith("rediss://")):
+        raise ConfigError("cluster.redis_tls_ca", "is only used with TLS: redis_tls = true, or a rediss:// redis_url")
     password_file = _string(table, "cluster.redis_password_file", "")
     if password_file and not Path(password_file).is_file():
         raise ConfigError("cluster.redis_password_file", f"{password_file}: no such file")
@@ -607,7 +610,7 @@ def _parse_cluster(table: dict[str, Any]) -> ClusterConfig:
         redis_username=_string(table, "cluster.redis_username", ""),
         redis_password_file=password_file,
         redis_tls=tls,
-        redis_tls_ca=_pem_file(table, "cluster.redis_tls_ca"),
+        redis_tls_ca=tls_ca,
     )
 
 

@@ -53,6 +53,7 @@ def test_cluster_nodes_and_sentinels_are_parsed_beside_redis_url(tmp_path: Path)
         ('redis_url = "redis://r:6379"\nredis_password_file = "/nonexistent/pw"\n', "redis_password_file", "no such"),
         ('redis_url = "rediss://r:6379"\nredis_tls_ca = "/nonexistent/ca.pem"\n', "redis_tls_ca", "no such file"),
         ('key_prefix = "q{x}:"\n', "key_prefix", "must not contain"),
+        ('redis_url = "redis://r:6379"\nredis_tls_ca = "' + __file__ + '"\n', "redis_tls_ca", "only used with TLS"),
     ],
 )
 def test_a_bad_cluster_key_is_refused_by_name(text: str, key: str, problem: str) -> None:
