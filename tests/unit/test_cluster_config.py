@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import SSLConnection
 from redis.asyncio.sentinel import SentinelConnectionPool, SentinelManagedSSLConnection
+from redis.exceptions import NoScriptError
 
 from quotagate.config import ConfigError, parse_config
 from quotagate.config.settings import ClusterConfig
@@ -113,3 +114,58 @@ def test_every_bucket_key_carries_a_hash_tag_of_its_own() -> None:
     )
     tag = producer[producer.index("{") + 1 : producer.index("}")]
     assert len(tag) == 12 and tag not in fetch  # the first {...} is ours, never the client-id's
+
+
+class AnsweringPipeline:
+    """A pipeline double: each EVALSHA gets the next canned answer (an exception where a node failed)."""
+
+    def __init__(self, answers: list[object]) -> None:
+        self.answers = answers
+        self.sent: list[tuple[object, ...]] = []
+
+    def execute_command(self, *args: object) -> None:
+        self.sent.append(args)
+
+    async def execute(self, raise_on_error: bool = True) -> list[object]:
+        assert not raise_on_error  # answers are per call: one failed node must not hide the others'
+        answers, self.answers = self.answers[: len(self.sent)], self.answers[len(self.sent) :]
+        self.sent = []
+        return answers
+
+
+class AnsweringRedis:
+    def __init__(self, *rounds: list[object]) -> None:
+        self.rounds = list(rounds)
+        self.loads = 0
+
+    def pipeline(self, transaction: bool = False) -> AnsweringPipeline:
+        return AnsweringPipeline(self.rounds.pop(0))
+
+    async def script_load(self, _script: str) -> str:
+        self.loads += 1
+        return "sha"
+
+
+def shared_with(redis: AnsweringRedis, buckets: int) -> tuple[SharedQuotas, list]:
+    shared = SharedQuotas(ClusterConfig(), 1, ProxyMetrics(), lambda: 0.0)
+    shared.redis = redis  # type: ignore[assignment]
+    # Made before the first connection: local buckets, each asking to join at the next tick.
+    held = [shared.bucket((f"key-{i}",), 1000.0, 1000.0, 0.0) for i in range(buckets)]
+    shared.connected = True
+    return shared, held
+
+
+async def test_a_failed_node_fails_the_tick_after_the_grants_of_the_others_are_applied() -> None:
+    redis = AnsweringRedis([[b"90", b"800"], ConnectionError("node 2 down")])
+    shared, (granted, failed) = shared_with(redis, 2)
+    with pytest.raises(ConnectionError, match="node 2 down"):
+        await shared._sync()
+    assert (granted.held, failed.held) == (90.0, 0.0)
+
+
+async def test_a_noscript_answer_loads_the_script_and_resends_only_those_calls() -> None:
+    redis = AnsweringRedis([[b"90", b"800"], NoScriptError("NOSCRIPT")], [[b"50", b"700"]])
+    shared, (first, second) = shared_with(redis, 2)
+    await shared._sync()
+    assert redis.loads == 1 and (first.held, second.held) == (90.0, 50.0)
+    assert shared.metrics.cluster_redis_calls_total._value.get() == 3
