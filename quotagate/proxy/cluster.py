@@ -81,12 +81,13 @@ def connect(config: ClusterConfig) -> RedisClient | None:
     """The client for the configured topology (None without Redis). Nothing is sent until used."""
     if not config.uses_redis:
         return None
-    password = Path(config.redis_password_file).read_text().strip() if config.redis_password_file else None
+    # An empty file is no password (rather than AUTH with an empty one); a URL's own user and password win.
+    password = Path(config.redis_password_file).read_text().strip() if config.redis_password_file else ""
     options: dict[str, Any] = {
         "socket_timeout": config.redis_timeout_seconds,
         "socket_connect_timeout": config.redis_timeout_seconds,
         "username": config.redis_username or None,
-        "password": password,
+        "password": password or None,
     }
     tls: dict[str, Any] = {"ssl_ca_certs": config.redis_tls_ca or None} if config.redis_tls else {}
     if config.redis_url:
