@@ -61,6 +61,8 @@ PROXY_METRICS = {
     "quotagate_cluster_fallback",
     "quotagate_cluster_processes",
     "quotagate_cluster_redis_calls_total",
+    "quotagate_cluster_fallbacks_total",
+    "quotagate_cluster_rejoins_total",
 }
 HISTOGRAMS = {"quotagate_upstream_latency_seconds"}
 KNOWN_METRICS = (
@@ -90,6 +92,7 @@ REQUIRED_ALERTS = {
     "QuotagateConfigReloadRejected",
     "QuotagateProtocolErrors",
     "QuotagateSharedQuotasFallback",
+    "QuotagateSharedQuotasFlapping",
 }
 
 
