@@ -81,11 +81,13 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 # Redis Cluster and Sentinel (issue 27): TLS on every port, an ACL user for the proxies ----------------
 # One set of each per test session, on loopback. The servers' own traffic (cluster bus, replication,
-# sentinels) uses the default user, which needs no password; the proxies authenticate as ACL_USER,
+# sentinels) uses the default user, which needs no password on the data nodes (the sentinels have
+# one of their own, SENTINEL_PASSWORD); the proxies authenticate as ACL_USER,
 # which may touch only quotagate's keys.
 ACL_USER = "quotagate"
 ACL_PASSWORD = "quotagate-secret"
 SENTINEL_SERVICE = "quotas"
+SENTINEL_PASSWORD = "sentinel-secret"
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,7 @@ class TlsRedisNode:
     workdir: Path
     args: list[str]
     tls: RedisTls
+    password: str | None = None  # the default user's (a sentinel's requirepass)
     process: subprocess.Popen[bytes] | None = field(default=None)
 
     def start(self) -> None:
@@ -160,7 +163,13 @@ class TlsRedisNode:
     def client(self) -> redis.Redis:
         """The default user's client (the servers' side, for setting up and inspecting)."""
         return redis.Redis(
-            PROXY_HOST, self.port, ssl=True, ssl_ca_certs=str(self.tls.ca), socket_timeout=2, socket_connect_timeout=1
+            PROXY_HOST,
+            self.port,
+            password=self.password,
+            ssl=True,
+            ssl_ca_certs=str(self.tls.ca),
+            socket_timeout=2,
+            socket_connect_timeout=1,
         )
 
     def kill(self) -> None:
@@ -300,11 +309,13 @@ class RedisSentinelSet:
     sentinels: list[TlsRedisNode]
     tls: RedisTls
     password_file: Path
+    sentinel_password_file: Path
 
     def cluster_toml(self) -> str:
         sentinels = ", ".join(f'"{node.address}"' for node in self.sentinels)
         return (
             f'[cluster]\nredis_sentinels = [{sentinels}]\nredis_sentinel_service = "{SENTINEL_SERVICE}"\n'
+            f'redis_sentinel_password_file = "{self.sentinel_password_file}"\n'
             f'redis_username = "{ACL_USER}"\nredis_password_file = "{self.password_file}"\n'
             f'redis_tls = true\nredis_tls_ca = "{self.tls.ca}"\n'
         )
@@ -333,6 +344,8 @@ def redis_sentinel_set(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Red
     tls = make_redis_tls(directory)
     password_file = directory / "password"
     password_file.write_text(ACL_PASSWORD + "\n")
+    sentinel_password_file = directory / "sentinel-password"
+    sentinel_password_file.write_text(SENTINEL_PASSWORD + "\n")
     primary_port, replica_port, *sentinel_ports = free_ports(5)
     data_args = ["redis-server", *acl_user_args(), "--replica-announce-ip", PROXY_HOST]
     primary = TlsRedisNode(primary_port, directory / "primary", data_args, tls)
@@ -349,9 +362,12 @@ def redis_sentinel_set(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Red
             f"sentinel down-after-milliseconds {SENTINEL_SERVICE} 1000\n"
             f"sentinel failover-timeout {SENTINEL_SERVICE} 4000\n"
             f"sentinel announce-ip {PROXY_HOST}\n"
+            # The sentinels' own password, which they also use with each other.
+            f"requirepass {SENTINEL_PASSWORD}\nsentinel sentinel-pass {SENTINEL_PASSWORD}\n"
         )
-        sentinels.append(TlsRedisNode(sentinel_ports[i], workdir, ["redis-server", str(conf), "--sentinel"], tls))
-    topology = RedisSentinelSet(primary, replica, sentinels, tls, password_file)
+        args = ["redis-server", str(conf), "--sentinel"]
+        sentinels.append(TlsRedisNode(sentinel_ports[i], workdir, args, tls, SENTINEL_PASSWORD))
+    topology = RedisSentinelSet(primary, replica, sentinels, tls, password_file, sentinel_password_file)
     try:
         for node in (primary, replica, *sentinels):
             node.start()

@@ -297,6 +297,13 @@ class ClusterConfig:
         default="",
         metadata={"doc": "The name the sentinels monitor the primary under (required with redis_sentinels)."},
     )
+    redis_sentinel_password_file: str = field(
+        default="",
+        metadata={
+            "doc": "File holding the sentinels' own password (their requirepass), if they have one; the "
+            "primary takes redis_username and redis_password_file."
+        },
+    )
     redis_username: str = field(
         default="",
         metadata={"doc": "ACL user the proxy authenticates as (Redis 6+), for every topology. Empty: default."},
@@ -595,9 +602,10 @@ def _parse_cluster(table: dict[str, Any]) -> ClusterConfig:
     tls_ca = _pem_file(table, "cluster.redis_tls_ca")
     if tls_ca and not (tls or redis_url.startswith("rediss://")):
         raise ConfigError("cluster.redis_tls_ca", "is only used with TLS: redis_tls = true, or a rediss:// redis_url")
-    password_file = _string(table, "cluster.redis_password_file", "")
-    if password_file and not Path(password_file).is_file():
-        raise ConfigError("cluster.redis_password_file", f"{password_file}: no such file")
+    password_file = _secret_file(table, "cluster.redis_password_file")
+    sentinel_password_file = _secret_file(table, "cluster.redis_sentinel_password_file")
+    if sentinel_password_file and not sentinels:
+        raise ConfigError("cluster.redis_sentinel_password_file", "is only used with redis_sentinels")
     return ClusterConfig(
         redis_url=redis_url,
         processes=_integer(table, "cluster.processes", 0, 0, 10_000),
@@ -609,9 +617,17 @@ def _parse_cluster(table: dict[str, Any]) -> ClusterConfig:
         redis_sentinel_service=service,
         redis_username=_string(table, "cluster.redis_username", ""),
         redis_password_file=password_file,
+        redis_sentinel_password_file=sentinel_password_file,
         redis_tls=tls,
         redis_tls_ca=tls_ca,
     )
+
+
+def _secret_file(table: dict[str, Any], key: str) -> str:
+    path = _string(table, key, "")
+    if path and not Path(path).is_file():
+        raise ConfigError(key, f"{path}: no such file")
+    return path
 
 
 def _host_ports(table: dict[str, Any], key: str) -> tuple[tuple[str, int], ...]:

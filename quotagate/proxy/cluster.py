@@ -81,8 +81,7 @@ def connect(config: ClusterConfig) -> RedisClient | None:
     """The client for the configured topology (None without Redis). Nothing is sent until used."""
     if not config.uses_redis:
         return None
-    # An empty file is no password (rather than AUTH with an empty one); a URL's own user and password win.
-    password = Path(config.redis_password_file).read_text().strip() if config.redis_password_file else ""
+    password = read_secret(config.redis_password_file)  # a URL's own user and password win over these
     options: dict[str, Any] = {
         "socket_timeout": config.redis_timeout_seconds,
         "socket_connect_timeout": config.redis_timeout_seconds,
@@ -98,17 +97,24 @@ def connect(config: ClusterConfig) -> RedisClient | None:
         nodes = [ClusterNode(host, port) for host, port in config.redis_cluster_nodes]
         return RedisCluster(startup_nodes=nodes, ssl=config.redis_tls, **tls, **options)
     sentinel_tls = {"ssl": True, **tls} if config.redis_tls else {}
+    sentinel_password = read_secret(config.redis_sentinel_password_file)
     sentinel = Sentinel(
         list(config.redis_sentinels),
         sentinel_kwargs={
             "socket_timeout": config.redis_timeout_seconds,
             "socket_connect_timeout": config.redis_timeout_seconds,
+            "password": sentinel_password or None,
             **sentinel_tls,
         },
         **sentinel_tls,
         **options,
     )
     return sentinel.master_for(config.redis_sentinel_service)
+
+
+def read_secret(path: str) -> str:
+    """A password file's one line; "" without a file. An empty file is no password (not AUTH "")."""
+    return Path(path).read_text().strip() if path else ""
 
 
 def describe(config: ClusterConfig) -> str:

@@ -54,6 +54,11 @@ def test_cluster_nodes_and_sentinels_are_parsed_beside_redis_url(tmp_path: Path)
         ('redis_url = "redis://r:6379"\nredis_password_file = "/nonexistent/pw"\n', "redis_password_file", "no such"),
         ('redis_url = "rediss://r:6379"\nredis_tls_ca = "/nonexistent/ca.pem"\n', "redis_tls_ca", "no such file"),
         ('key_prefix = "q{x}:"\n', "key_prefix", "must not contain"),
+        (
+            'redis_url = "redis://r:6379"\nredis_sentinel_password_file = "' + __file__ + '"\n',
+            "redis_sentinel_password_file",
+            "only used with redis_sentinels",
+        ),
         ('redis_url = "redis://r:6379"\nredis_tls_ca = "' + __file__ + '"\n', "redis_tls_ca", "only used with TLS"),
     ],
 )
@@ -84,8 +89,13 @@ def test_each_topology_gets_its_client_with_the_acl_user_password_and_tls(tmp_pa
     assert node_kwargs["connection_class"] is SSLConnection
     assert (node_kwargs["username"], node_kwargs["password"]) == ("quotagate", "s3cret")
 
+    sentinel_password = tmp_path / "sentinel-password"
+    sentinel_password.write_text("sentinel-s3cret\n")
     primary = connect(
-        cluster('redis_sentinels = ["s1:26379"]\nredis_sentinel_service = "quotas"\nredis_tls = true\n' + common)
+        cluster(
+            'redis_sentinels = ["s1:26379"]\nredis_sentinel_service = "quotas"\nredis_tls = true\n'
+            f'redis_sentinel_password_file = "{sentinel_password}"\n' + common
+        )
     )
     assert isinstance(primary, Redis)
     pool = primary.connection_pool
@@ -94,6 +104,7 @@ def test_each_topology_gets_its_client_with_the_acl_user_password_and_tls(tmp_pa
     assert (pool.connection_kwargs["username"], pool.connection_kwargs["password"]) == ("quotagate", "s3cret")
     (sentinel,) = pool.sentinel_manager.sentinels
     assert sentinel.connection_pool.connection_class is SSLConnection
+    assert sentinel.connection_pool.connection_kwargs["password"] == "sentinel-s3cret"  # theirs, not the primary's
     assert connect(ClusterConfig()) is None
 
 
