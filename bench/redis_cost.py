@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
+import shared
 from harness import HOST, Child
 
 from quotagate.config.settings import ClusterConfig
@@ -54,18 +54,15 @@ def log(message: str) -> None:
 
 
 def start_redis(workdir: Path, port: int, cluster: bool) -> Child:
-    args = ["redis-server", "--port", str(port), "--bind", HOST, "--save", "", "--appendonly", "no"]
-    if cluster:
-        args += ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf"]
-        args += ["--cluster-port", str(port + 10)]
-    child = Child(f"redis-{port}", args, workdir / f"redis-{port}.log", cwd=workdir)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        child.check_alive()
-        with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.5):
-            return child
-        time.sleep(0.1)
-    raise harness.BenchError(f"redis-server on {port} did not start")
+    extra = (
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        f"nodes-{port}.conf",
+        "--cluster-port",
+        str(port + 10),
+    )
+    return shared.start_redis(workdir, port, extra if cluster else ())
 
 
 def bucket_keys() -> list[str]:

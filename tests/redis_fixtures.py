@@ -248,11 +248,7 @@ def redis_sentinel(redis_sentinel_set: RedisSentinelSet) -> RedisSentinelSet:
 
 @pytest.fixture(scope="session")
 def redis_cluster_set(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterSet]:
-    _require_redis_server()
-    directory = tmp_path_factory.mktemp("redis-cluster")
-    tls = make_redis_tls(directory)
-    password_file = directory / "password"
-    password_file.write_text(ACL_PASSWORD + "\n")
+    directory, tls, password_file = _prepare(tmp_path_factory, "redis-cluster")
     # One port at a time (six for clients, six for the cluster bus): a loopback busy with other
     # tests' connections (TIME_WAIT) seldom has long runs free.
     ports = free_ports(12)
@@ -339,11 +335,7 @@ class RedisSentinelSet:
 
 @pytest.fixture(scope="session")
 def redis_sentinel_set(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisSentinelSet]:
-    _require_redis_server()
-    directory = tmp_path_factory.mktemp("redis-sentinel")
-    tls = make_redis_tls(directory)
-    password_file = directory / "password"
-    password_file.write_text(ACL_PASSWORD + "\n")
+    directory, tls, password_file = _prepare(tmp_path_factory, "redis-sentinel")
     sentinel_password_file = directory / "sentinel-password"
     sentinel_password_file.write_text(SENTINEL_PASSWORD + "\n")
     primary_port, replica_port, *sentinel_ports = free_ports(5)
@@ -386,6 +378,15 @@ def free_ports(count: int) -> list[int]:
         if port not in ports:
             ports.append(port)
     return ports
+
+
+def _prepare(tmp_path_factory: pytest.TempPathFactory, name: str) -> tuple[Path, RedisTls, Path]:
+    """A folder for one set, its servers' certificate, and ACL_USER's password file."""
+    _require_redis_server()
+    directory = tmp_path_factory.mktemp(name)
+    password_file = directory / "password"
+    password_file.write_text(ACL_PASSWORD + "\n")
+    return directory, make_redis_tls(directory), password_file
 
 
 def _require_redis_server() -> None:

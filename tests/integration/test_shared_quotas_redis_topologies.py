@@ -7,62 +7,29 @@ whole run, and every record the clients produced is acknowledged and in the topi
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from tests.integration.helpers import create_topic, unique_topic
-from tests.integration.test_quotas import QUOTA, RECORD, WINDOWS, Acked, quota_config, rate_between, run_threads
+from tests.integration.test_quotas import (
+    QUOTA,
+    WINDOWS,
+    Acked,
+    Produced,
+    confluent_producer_loop,
+    quota_config,
+    rate_between,
+    run_threads,
+)
 from tests.integration.test_shared_quotas import metric
 from tests.redis_fixtures import RedisClusterSet, RedisSentinelSet, TlsRedisNode
 
 SECONDS = 16.0
 KILL_AT = 8.0
 PARTITIONS = 3
-
-
-class Produced:
-    """Records handed to a producer, and the delivery reports that came back: acked or failed."""
-
-    def __init__(self) -> None:
-        self.sent = 0
-        self.failed = 0
-        self.lock = threading.Lock()
-
-
-def producer_loop(bootstrap: str, topic: str, client_id: str, seconds: float, acked: Acked, produced: Produced) -> None:
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "client.id": client_id,
-            "linger.ms": 5,
-            "batch.size": 16384,
-            "queue.buffering.max.kbytes": 256,
-        }
-    )
-    value = os.urandom(RECORD)
-
-    def delivered(err, _msg) -> None:
-        if err is None:
-            acked.add(RECORD)
-        else:
-            with produced.lock:
-                produced.failed += 1
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            producer.produce(topic, value=value, on_delivery=delivered)
-            with produced.lock:
-                produced.sent += 1
-        except BufferError:
-            producer.poll(0.05)
-        producer.poll(0)
-    assert producer.flush(30) == 0, "records still unacknowledged 30 s after the run"
 
 
 def records_in(bootstrap: str, topic: str) -> int:
@@ -94,7 +61,7 @@ def test_one_client_id_over_three_proxies_holds_its_quota_while_its_buckets_prim
         proxies = list(pool.map(lambda _: proxy_factory(kafka.bootstrap, quotas + topology.cluster_toml()), range(3)))
     topic = unique_topic("topology")
     create_topic(proxies[0].bootstrap, topic, partitions=PARTITIONS)
-    acked, produced = Acked(), Produced()
+    acked, producers = Acked(), [Produced() for _ in proxies]
     killed: list[TlsRedisNode] = []
     started = time.monotonic()
 
@@ -106,23 +73,29 @@ def test_one_client_id_over_three_proxies_holds_its_quota_while_its_buckets_prim
 
     try:
         run_threads(
-            *(lambda p=p: producer_loop(p.bootstrap, topic, "spread", SECONDS, acked, produced) for p in proxies),
+            *(
+                lambda p=p, produced=produced: confluent_producer_loop(
+                    p.bootstrap, topic, "spread", SECONDS, acked, produced=produced
+                )
+                for p, produced in zip(proxies, producers, strict=True)
+            ),
             kill_the_buckets_primary,
         )
+        sent, failed = sum(p.sent for p in producers), sum(p.failed for p in producers)
         shared = rate_between(acked.events, started + 3, started + KILL_AT)
         whole_run = rate_between(acked.events, started + 3, started + SECONDS)
         after_kill = rate_between(acked.events, started + KILL_AT, started + SECONDS)
         print(
             f"{topology_fixture}: shared {shared / QUOTA:.3f}x, after the kill {after_kill / QUOTA:.3f}x, "
-            f"whole run {whole_run / QUOTA:.3f}x; {produced.sent} records sent"
+            f"whole run {whole_run / QUOTA:.3f}x; {sent} records sent"
         )
         assert killed, "the bucket's primary was not killed"
         assert QUOTA * 0.9 <= shared <= QUOTA * 1.1, f"three proxies together let {shared:.0f} B/s through"
         assert QUOTA * 0.85 <= whole_run <= QUOTA * 1.15, f"{whole_run:.0f} B/s over the run, primary killed"
         # Nothing lost: every record handed to a producer was acknowledged, and the topic holds them all.
-        assert produced.failed == 0, f"{produced.failed} records failed"
-        assert len(acked.events) == produced.sent, f"{produced.sent} sent, {len(acked.events)} acknowledged"
-        assert records_in(proxies[0].bootstrap, topic) == produced.sent
+        assert failed == 0, f"{failed} records failed"
+        assert len(acked.events) == sent, f"{sent} sent, {len(acked.events)} acknowledged"
+        assert records_in(proxies[0].bootstrap, topic) == sent
         for proxy in proxies:
             assert metric(proxy, "quotagate_cluster_fallbacks_total") >= 1
             assert metric(proxy, "quotagate_cluster_rejoins_total") >= 1
