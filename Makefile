@@ -91,12 +91,28 @@ bench: venv kafka-jars
 	$(PY) -m bench.hot_path
 	$(PY) -m bench.tls
 	$(MAKE) --no-print-directory bench-shared
+	$(MAKE) --no-print-directory bench-redis-cost
+	$(MAKE) --no-print-directory bench-compare
 
 # Workers and shared quotas: 1 and 2 workers, local and through Redis; MB/s, requests/s and Redis
 # commands per 10 000 requests (bench/results/shared.json; about 4 minutes). See docs/scaling.md.
 .PHONY: bench-shared
 bench-shared: venv kafka-jars redis-tools
 	$(PY) -m bench.shared $(BENCH_SHARED_ARGS)
+
+# Figures to hold against other proxies' published ones: end-to-end latency (produce to consume, avg and
+# p99 with the spread over rounds) at three fixed produce rates, direct vs haproxy vs quotagate, and each
+# proxy's CPU in millicores per MB/s (bench/results/compare.json; ~8 min, --quick ~4). See bench/README.md.
+.PHONY: bench-compare
+bench-compare: venv kafka-jars
+	bash scripts/ensure_debian_tools.sh haproxy haproxy
+	$(PY) bench/compare.py $(BENCH_COMPARE_ARGS)
+
+# What one lease call costs Redis (CPU per call) on one server and on a 3-primary Redis Cluster, and
+# so the busy triples a primary carries (bench/results/redis-cost.json; ~30 s). See docs/scaling.md.
+.PHONY: bench-redis-cost
+bench-redis-cost: venv redis-tools
+	$(PY) bench/redis_cost.py $(BENCH_REDIS_COST_ARGS)
 
 # The same workloads, shorter and with fewer rounds: under 3 minutes with the Kafka start.
 # TLS on both sides against plaintext on both sides: produce MB/s and the proxy's CPU per GB (~4 min;

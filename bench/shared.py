@@ -48,20 +48,21 @@ def log(message: str) -> None:
     print(f"[bench-shared {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def start_redis(workdir: Path) -> Child:
+def start_redis(workdir: Path, port: int = REDIS_PORT, extra_args: tuple[str, ...] = ()) -> Child:
+    """A redis-server on HOST:port, no persistence, accepting connections (also bench/redis_cost.py's)."""
     redis = Child(
-        "redis",
-        ["redis-server", "--port", str(REDIS_PORT), "--bind", HOST, "--save", "", "--appendonly", "no"],
-        workdir / "redis.log",
+        f"redis-{port}",
+        ["redis-server", "--port", str(port), "--bind", HOST, "--save", "", "--appendonly", "no", *extra_args],
+        workdir / f"redis-{port}.log",
         cwd=workdir,
     )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         redis.check_alive()
-        with contextlib.suppress(OSError), socket.create_connection((HOST, REDIS_PORT), timeout=0.5):
+        with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.5):
             return redis
         time.sleep(0.1)
-    raise harness.BenchError("redis-server did not start")
+    raise harness.BenchError(f"redis-server on {port} did not start")
 
 
 def start_quotagate(workdir: Path, name: str) -> Child:

@@ -307,6 +307,61 @@ class ClusterConfig:
         default=0.5,
         metadata={"doc": "A Redis call slower than this counts as Redis being unavailable."},
     )
+    redis_cluster_nodes: tuple[tuple[str, int], ...] = field(
+        default=(),
+        metadata={
+            "type": 'array of "host:port" strings',
+            "doc": 'A Redis Cluster instead of redis_url: seed nodes, e.g. ["10.0.0.5:6379", "10.0.0.6:6379"]; '
+            "the others are discovered. Each bucket is one key, hash-tagged by entity, so each script call "
+            "stays in one slot; each tick's pipeline is split per primary.",
+        },
+    )
+    redis_sentinels: tuple[tuple[str, int], ...] = field(
+        default=(),
+        metadata={
+            "type": 'array of "host:port" strings',
+            "doc": "A primary and its replicas under Sentinel instead of redis_url: the sentinels, e.g. "
+            '["10.0.0.7:26379", "10.0.0.8:26379", "10.0.0.9:26379"]; the primary is asked of them at '
+            "each (re)connection.",
+        },
+    )
+    redis_sentinel_service: str = field(
+        default="",
+        metadata={"doc": "The name the sentinels monitor the primary under (required with redis_sentinels)."},
+    )
+    redis_sentinel_password_file: str = field(
+        default="",
+        metadata={
+            "doc": "File holding the sentinels' own password (their requirepass), if they have one; the "
+            "primary takes redis_username and redis_password_file."
+        },
+    )
+    redis_username: str = field(
+        default="",
+        metadata={"doc": "ACL user the proxy authenticates as (Redis 6+), for every topology. Empty: default."},
+    )
+    redis_password_file: str = field(
+        default="",
+        metadata={
+            "doc": "File holding that user's password (one line), read at start-up; kept out of this file so "
+            "that check-config and the logs never show it. Empty: no password."
+        },
+    )
+    redis_tls: bool = field(
+        default=False,
+        metadata={
+            "doc": "TLS to the cluster nodes and to the sentinels and the primary they name. With redis_url "
+            "the scheme decides (rediss://)."
+        },
+    )
+    redis_tls_ca: str = field(
+        default="",
+        metadata={"doc": "PEM file of the CA that signed the Redis servers' certificates. Empty: the system's CAs."},
+    )
+
+    @property
+    def uses_redis(self) -> bool:
+        return bool(self.redis_url or self.redis_cluster_nodes or self.redis_sentinels)
 
 
 @dataclass(frozen=True)
@@ -492,7 +547,7 @@ class Config:
     @property
     def shares_quotas(self) -> bool:
         """Whether several processes enforce these quotas together (workers or a Redis)."""
-        return self.proxy.workers > 1 or bool(self.cluster.redis_url) or self.cluster.processes > 1
+        return self.proxy.workers > 1 or self.cluster.uses_redis or self.cluster.processes > 1
 
     @property
     def processes(self) -> int:
@@ -564,13 +619,76 @@ def _parse_cluster(table: dict[str, Any]) -> ClusterConfig:
     redis_url = _string(table, "cluster.redis_url", "")
     if redis_url and not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError("cluster.redis_url", f"must start with redis://, rediss:// or unix://, got {redis_url!r}")
+    cluster_nodes = _host_ports(table, "cluster.redis_cluster_nodes")
+    sentinels = _host_ports(table, "cluster.redis_sentinels")
+    given = [
+        key
+        for key, value in (
+            ("redis_url", redis_url),
+            ("redis_cluster_nodes", cluster_nodes),
+            ("redis_sentinels", sentinels),
+        )
+        if value
+    ]
+    if len(given) > 1:
+        raise ConfigError(
+            f"cluster.{given[1]}",
+            f"give one of redis_url, redis_cluster_nodes, redis_sentinels, not {' and '.join(given)}",
+        )
+    service = _string(table, "cluster.redis_sentinel_service", "")
+    if sentinels and not service:
+        raise ConfigError(
+            "cluster.redis_sentinel_service", "is required with redis_sentinels: the monitored primary's name"
+        )
+    if service and not sentinels:
+        raise ConfigError("cluster.redis_sentinel_service", "is only used with redis_sentinels")
+    tls = table.get("redis_tls", False)
+    if not isinstance(tls, bool):
+        raise ConfigError("cluster.redis_tls", f"must be true or false, got {tls!r}")
+    if tls and redis_url:
+        raise ConfigError(
+            "cluster.redis_tls", "is for redis_cluster_nodes and redis_sentinels; with redis_url write rediss://"
+        )
+    key_prefix = _string(table, "cluster.key_prefix", "quotagate:")
+    if "{" in key_prefix or "}" in key_prefix:
+        # A brace in the prefix would become every key's hash tag: one Redis Cluster slot for all.
+        raise ConfigError("cluster.key_prefix", f"must not contain {{ or }}, got {key_prefix!r}")
+    tls_ca = _pem_file(table, "cluster.redis_tls_ca")
+    if tls_ca and not (tls or redis_url.startswith("rediss://")):
+        raise ConfigError("cluster.redis_tls_ca", "is only used with TLS: redis_tls = true, or a rediss:// redis_url")
+    password_file = _secret_file(table, "cluster.redis_password_file")
+    sentinel_password_file = _secret_file(table, "cluster.redis_sentinel_password_file")
+    if sentinel_password_file and not sentinels:
+        raise ConfigError("cluster.redis_sentinel_password_file", "is only used with redis_sentinels")
     return ClusterConfig(
         redis_url=redis_url,
         processes=_integer(table, "cluster.processes", 0, 0, 10_000),
         lease_seconds=_positive(table, "cluster.lease_seconds", 0.1),
-        key_prefix=_string(table, "cluster.key_prefix", "quotagate:"),
+        key_prefix=key_prefix,
         redis_timeout_seconds=_positive(table, "cluster.redis_timeout_seconds", 0.5),
+        redis_cluster_nodes=cluster_nodes,
+        redis_sentinels=sentinels,
+        redis_sentinel_service=service,
+        redis_username=_string(table, "cluster.redis_username", ""),
+        redis_password_file=password_file,
+        redis_sentinel_password_file=sentinel_password_file,
+        redis_tls=tls,
+        redis_tls_ca=tls_ca,
     )
+
+
+def _secret_file(table: dict[str, Any], key: str) -> str:
+    path = _string(table, key, "")
+    if path and not Path(path).is_file():
+        raise ConfigError(key, f"{path}: no such file")
+    return path
+
+
+def _host_ports(table: dict[str, Any], key: str) -> tuple[tuple[str, int], ...]:
+    value = table.get(key.rpartition(".")[2], [])
+    if not isinstance(value, list):
+        raise ConfigError(key, f'must be a list of "host:port" strings, got {value!r}')
+    return tuple(_host_port(key, item) for item in value)
 
 
 def _parse_admin(table: dict[str, Any]) -> AdminConfig:

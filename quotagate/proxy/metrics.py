@@ -109,6 +109,16 @@ class ProxyMetrics:
             "Processes sharing the quotas (N): live in the Redis registry, or as configured",
             registry=self.registry,
         )
+        self.cluster_fallbacks_total = Counter(
+            "quotagate_cluster_fallbacks",
+            "Times this process lost Redis and fell back to 1/N of every quota alone",
+            registry=self.registry,
+        )
+        self.cluster_rejoins_total = Counter(
+            "quotagate_cluster_rejoins",
+            "Times this process reached Redis again after a fallback and rejoined the shared buckets",
+            registry=self.registry,
+        )
         self.cluster_redis_calls_total = Counter(
             "quotagate_cluster_redis_calls", "Redis commands sent for the shared quotas", registry=self.registry
         )

@@ -7,7 +7,6 @@ side, after a warm-up that spends the burst; bursts are one second (quota_window
 from __future__ import annotations
 
 import time
-import urllib.request
 
 import pytest
 
@@ -22,20 +21,12 @@ from tests.support.kafka_clients import (
 )
 from tests.support.kafka_helpers import create_topic, unique_topic
 from tests.support.mutation_client import THROTTLED, call, cleanup, create
+from tests.support.proxy_fixtures import metric
 
 
 def shared_proxies(proxy_factory, kafka, redis_server, extra_toml: str, count: int = 3, proxy_toml: str = "") -> list:
     cluster = f'\n[cluster]\nredis_url = "{redis_server.url}"\n'
     return [proxy_factory(kafka.bootstrap, extra_toml + cluster, proxy_toml) for _ in range(count)]
-
-
-def metric(proxy, name: str, worker: int = 0) -> float:
-    url = f"http://127.0.0.1:{proxy.metrics_port + worker}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    raise AssertionError(f"{name} not exported by the proxy on {proxy.port}")
 
 
 def test_one_client_id_across_three_proxies_gets_its_quota_once_and_within_a_third_each_without_redis(

@@ -10,6 +10,7 @@ import asyncio
 import gc
 
 import pytest
+import redis
 
 from quotagate.config.settings import ClusterConfig
 from quotagate.proxy.cluster import SharedQuotas
@@ -101,5 +102,22 @@ async def test_an_idle_entity_is_dropped_from_the_engine_and_the_sync_task(redis
         assert process.engine.expire_idle(now, idle_seconds=0.5) == 1
         gc.collect()
         assert len(process.engine.buckets) == len(process.shared.buckets) == 0
+    finally:
+        await process.stop()
+
+
+async def test_a_redis_that_forgot_the_script_is_sent_it_again_without_a_fallback(redis_server) -> None:
+    # As a replica promoted by a failover, or a cluster node restarted, does: NOSCRIPT, nothing run.
+    process = Process(redis_server.url)
+    try:
+        await process.client(asyncio.get_running_loop().time() + 0.5)
+        calls = process.metrics.cluster_redis_calls_total._value.get()
+        with redis.Redis.from_url(redis_server.url) as admin:
+            admin.script_flush()
+        await process.client(asyncio.get_running_loop().time() + 1.0)
+        assert process.metrics.cluster_redis_calls_total._value.get() > calls
+        assert process.metrics.cluster_fallbacks_total._value.get() == 0
+        with redis.Redis.from_url(redis_server.url) as admin:
+            assert admin.script_exists(process.shared.script_sha) == [True]
     finally:
         await process.stop()

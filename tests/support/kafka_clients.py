@@ -55,8 +55,22 @@ def kafka_python_producer_loop(
     producer.close(timeout=30)
 
 
+class Produced:
+    """Records handed to a producer (sent), and those whose delivery report was an error (failed)."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.failed = 0
+
+
 def confluent_producer_loop(
-    bootstrap: str, topic: str, client_id: str, seconds: float, acked: Acked, extra: dict | None = None
+    bootstrap: str,
+    topic: str,
+    client_id: str,
+    seconds: float,
+    acked: Acked,
+    extra: dict | None = None,
+    produced: Produced | None = None,
 ) -> None:
     # Java-sized batches (librdkafka's default is 1 MB: at 200 kB/s each answer would carry a 5 s
     # throttle and the rate would arrive in lumps) and a bounded queue, so the final flush is short.
@@ -73,13 +87,18 @@ def confluent_producer_loop(
     value = os.urandom(RECORD)
     deadline = time.monotonic() + seconds
 
+    counts = produced or Produced()  # touched by this thread only: poll() runs the callbacks here
+
     def delivered(err, _msg) -> None:
         if err is None:
             acked.add(RECORD)
+        else:
+            counts.failed += 1
 
     while time.monotonic() < deadline:
         try:
             producer.produce(topic, value=value, on_delivery=delivered)
+            counts.sent += 1
         except BufferError:
             producer.poll(0.05)
         producer.poll(0)

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,3 +143,13 @@ def proxy(kafka, proxy_factory) -> ProxyProcess:
 def cluster_proxy(kafka_cluster, proxy_factory) -> ProxyProcess:
     """A proxy in front of the 3-broker test cluster."""
     return proxy_factory(kafka_cluster.bootstrap)
+
+
+def metric(proxy: ProxyProcess, name: str, worker: int = 0) -> float:
+    """A sample of the proxy's (or worker's) /metrics, by its series name."""
+    url = f"http://127.0.0.1:{proxy.metrics_port + worker}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"{name} not exported by the proxy on {proxy.port}")

@@ -12,7 +12,7 @@ import pytest
 from quotagate.config import parse_config
 from quotagate.proxy.metrics_reference import metric_docs, metrics_markdown
 from quotagate.proxy.server import Proxy
-from tests.unit.test_ops_assets import KNOWN_METRICS
+from tests.support.ops_assets import KNOWN_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "metrics.md"

@@ -13,6 +13,7 @@ from typing import Any
 from tests.support.ops_assets import (
     ALERTS,
     ALERTS_TEST,
+    KNOWN_METRICS,
     OPS,
     ROOT,
     alert_rule_chunks,
@@ -22,51 +23,6 @@ from tests.support.ops_assets import (
 )
 
 # The metrics quotagate exports (docs: ops/README.md).
-ENTITY_METRICS = {
-    "quotagate_produce_bytes_total",
-    "quotagate_fetch_bytes_total",
-    "quotagate_produce_throttle_time_seconds_total",
-    "quotagate_fetch_throttle_time_seconds_total",
-    "quotagate_request_time_seconds_total",
-    "quotagate_request_throttle_time_seconds_total",
-    "quotagate_controller_mutations_total",
-    "quotagate_controller_mutation_throttle_time_seconds_total",
-    "quotagate_throttled_responses_total",
-    "quotagate_quota_tokens",
-    "quotagate_quota_limit",
-}
-PROXY_METRICS = {
-    "quotagate_request_exempt_time_seconds_total",
-    "quotagate_delay_queue_size",
-    "quotagate_muted_connections",
-    "quotagate_client_connections_open",
-    "quotagate_client_connections_total",
-    "quotagate_requests_total",
-    "quotagate_bytes_total",
-    "quotagate_upstream_connect_failures_total",
-    "quotagate_protocol_errors_total",
-    "quotagate_frames_refused_total",
-    "quotagate_partial_frame_bytes",
-    "quotagate_config_reloads_total",
-    "quotagate_usage_records_dropped_total",
-    "quotagate_usage_records_written_total",
-    "quotagate_upstream_up",
-    "quotagate_topic_threshold_refusals_total",
-    "quotagate_mutation_refusals_total",
-    "quotagate_entities_exported",
-    "quotagate_entities_folded",
-    "quotagate_cluster_fallback",
-    "quotagate_cluster_processes",
-    "quotagate_cluster_redis_calls_total",
-}
-HISTOGRAMS = {"quotagate_upstream_latency_seconds"}
-KNOWN_METRICS = (
-    ENTITY_METRICS
-    | PROXY_METRICS
-    | {f"{name}{suffix}" for name in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")}
-    | {"up"}
-)
-
 # PromQL's aggregation operators and functions (Prometheus 2.x).
 PROMQL_FUNCTIONS = set(
     """
@@ -87,6 +43,7 @@ REQUIRED_ALERTS = {
     "QuotagateConfigReloadRejected",
     "QuotagateProtocolErrors",
     "QuotagateSharedQuotasFallback",
+    "QuotagateSharedQuotasFlapping",
 }
 
 
