@@ -13,6 +13,7 @@ its own; levels 3 and 6 give one per user (all its client-ids share it); 7 and 8
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -31,6 +32,34 @@ class QuotaKey(StrEnum):
 MAX_CACHED_CLIENTS = 100_000
 
 INTEGER_KEYS = frozenset({QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE})
+# Kafka keeps the byte rates in a Java long: no quota above Long.MAX_VALUE means anything, and below
+# it every burst (rate x at most 3600 x 3600 s of windows) and throttle the engine derives is finite.
+QUOTA_VALUE_MAX = float(2**63 - 1)  # as Java compares it: 2**63 - 1 as a double passes
+# The smallest request_percentage or controller_mutation_rate: below it one request's debt divided
+# by the rate can overflow a float (a subnormal rate makes every throttle infinite).
+QUOTA_VALUE_MIN = 1e-6
+# How far from a whole number a byte rate may be (Kafka's ClientQuotaControlManager tolerance).
+INTEGER_TOLERANCE = 1e-6
+
+
+def quota_value_problem(key: QuotaKey, value: float) -> str | None:
+    """Why `value` cannot be `key`'s quota, as words to follow the key's name, or None if it can.
+
+    The one check of a quota value, for every way one comes in: the file, AlterClientQuotas and
+    the state file. NaN and the infinities are refused before any arithmetic touches them, and an
+    integer (TOML, JSON) is compared as it is: one too large for a float is refused, not rounded."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value!r}"
+    if value <= 0:
+        return f"must be greater than 0, got {value!r}"
+    if value > QUOTA_VALUE_MAX:
+        return f"must be at most {2**63 - 1} (a Long), got {value!r}"
+    if key in INTEGER_KEYS:
+        if abs(round(value) - value) > INTEGER_TOLERANCE or round(value) < 1:
+            return f"must be a Long value (whole bytes per second, at least 1), got {value!r}"
+    elif value < QUOTA_VALUE_MIN:
+        return f"must be at least {QUOTA_VALUE_MIN}, got {value!r}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
