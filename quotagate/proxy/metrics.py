@@ -74,6 +74,12 @@ class ProxyMetrics:
             "Topics answered THROTTLING_QUOTA_EXCEEDED by the controller mutation quota (strict mode)",
             registry=self.registry,
         )
+        self.background_task_failures_total = Counter(
+            "quotagate_background_task_failures",
+            "Background tasks (and event-loop callbacks) that raised, by task; each is logged and started again",
+            ["task"],
+            registry=self.registry,
+        )
         self.config_reloads_total = Counter(
             "quotagate_config_reloads", "Configuration reloads, by result", ["result"], registry=self.registry
         )
