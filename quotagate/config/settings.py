@@ -385,7 +385,7 @@ QUOTA_ENTRY_KEYS: dict[str, tuple[str, str]] = {
     ),
     "shadow": (
         "boolean",
-        "Try this entry's quotas without applying them: clients are charged and the throttle they would get is "
+        "Try this entry's quotas without applying them: clients are charged and the time they would be held is "
         "reported (/metrics quotagate_shadow_*, usage records' shadow_throttle_ms), but never applied. Default false; "
         "set false (or remove) to make them binding: the debt run up meanwhile is kept.",
     ),

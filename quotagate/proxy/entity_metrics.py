@@ -98,12 +98,13 @@ _COUNTERS = (
     ),
     (
         "quotagate_shadow_throttle_time_seconds",
-        "Throttle time shadow quotas would have given responses (never applied)",
+        "Time shadow quotas would have held the entity at their rate: what was charged while over the quota, "
+        "divided by it (never applied)",
         "shadow_throttle_seconds",
     ),
     (
         "quotagate_shadow_throttled_responses",
-        "Responses shadow quotas would have throttled (never applied)",
+        "Responses whose charges a shadow quota would have held (never applied)",
         "shadow_throttled",
     ),
 )
