@@ -233,6 +233,9 @@ class QuotaEngine:
             del self.buckets[bucket_id]
         if expired:
             self.generation += 1
+            # The resolutions cached for the entities gone with them, too (every client resolves
+            # again at a new generation anyway): random client ids cost memory for a minute.
+            self.table.forget_resolutions()
         return len(expired)
 
     def _burst(self, resolution: Resolution) -> float:
