@@ -46,7 +46,7 @@ from quotagate.proxy.usage import UsageRecorder, make_sink, writer_id
 from quotagate.quotas import QuotaEngine, QuotaKey, QuotaTable
 from quotagate.quotas.engine import local_bucket
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
-from quotagate.security.tls import TlsContexts
+from quotagate.security.tls import ListenerTls, TlsContexts
 
 log = logging.getLogger("quotagate.proxy")
 
@@ -64,6 +64,8 @@ SHUTDOWN_POLL_SECONDS = 0.02
 # (the range of Kafka clients' reconnect.backoff.ms / reconnect.backoff.max.ms defaults).
 LISTENER_RETRY_MIN_SECONDS = 0.05
 LISTENER_RETRY_MAX_SECONDS = 1.0
+# Failed TLS handshakes are logged at most this often per reason (a scanner can fail thousands).
+TLS_FAILURE_LOG_SECONDS = 10.0
 
 
 def bind_listening_socket(host: str, port: int, backlog: int, reuse_port: bool = False) -> socket.socket:
@@ -132,6 +134,7 @@ class Proxy:
         # Every background task (named in docs/architecture.md), kept running by the supervisor.
         self.supervisor = Supervisor(self._background_task_failed, self._cannot_go_on)
         self.exit_code = 0  # what `quotagate run` exits with once stopped
+        self._tls_failures_logged: dict[str, tuple[float, int]] = {}  # reason -> (last logged, since)
         self._discovery_correlation_id = 0
         self._stopped = asyncio.Event()
         self._stopping = False
@@ -228,15 +231,32 @@ class Proxy:
 
     async def _serve(self, sock: socket.socket, name: str, upstreams: Callable[[], list[tuple[str, int]]]) -> None:
         loop = asyncio.get_running_loop()
+        tls = self.tls.listener
+
+        def accepted() -> asyncio.BaseProtocol:
+            client = ClientConnection(self, name, upstreams())
+            # TLS by ListenerTls, not the loop's: a failed handshake then sends its alert (issue 26).
+            return client if tls is None else ListenerTls(loop, client, tls, self.tls_handshake_failed)
+
         # create_server listens again on the socket, with its own default backlog (100) unless told.
-        server = await loop.create_server(
-            lambda: ClientConnection(self, name, upstreams()),
-            sock=sock,
-            backlog=self.config.proxy.socket_listen_backlog_size,
-            ssl=self.tls.listener,
-        )
+        server = await loop.create_server(accepted, sock=sock, backlog=self.config.proxy.socket_listen_backlog_size)
         self._servers.append(server)
         self._listeners[name] = (server, sock.getsockname()[1], upstreams)
+
+    def tls_handshake_failed(self, reason: str, peer: str) -> None:
+        """A client's TLS handshake failed (its alert was sent): counted by reason, logged at most
+        once per TLS_FAILURE_LOG_SECONDS per reason with how many went unlogged."""
+        self.metrics.tls_handshake_failures_total.labels(reason).inc()
+        now = self.loop.time()
+        last, unlogged = self._tls_failures_logged.get(reason, (-TLS_FAILURE_LOG_SECONDS, 0))
+        if now - last < TLS_FAILURE_LOG_SECONDS:
+            self._tls_failures_logged[reason] = (last, unlogged + 1)
+            return
+        self._tls_failures_logged[reason] = (now, 0)
+        log.warning(
+            "TLS handshake with client %s failed: %s%s", peer, reason,
+            f" ({unlogged} more since the last such message)" if unlogged else "",
+        )  # fmt: skip
 
     def upstream_unreachable(self, listener: str) -> None:
         """No broker behind `listener` took a client's connection. Without the proxy the client's
