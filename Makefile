@@ -126,6 +126,10 @@ bench-tls: venv kafka-jars
 bench-preauth-memory: venv
 	$(PY) -m bench.preauth_memory
 
+.PHONY: bench-client-id-memory
+bench-client-id-memory: venv
+	$(PY) bench/client_id_memory.py
+
 # The proxy's Python cost per exchange, in-process, without sockets (~15 s; also the end of make bench).
 .PHONY: bench-hot-path
 bench-hot-path: venv

@@ -2,17 +2,20 @@
 
 One Kafka broker serves every path, so the four paths compare the same broker, JVM and page cache:
 
-- direct: the PLAINTEXT listener on 39092, advertised as itself;
-- haproxy: a second PLAINTEXT listener, HAPROXY on 39094, advertised as 127.0.0.1:39300, the haproxy
+- direct: the PLAINTEXT listener on 16092, advertised as itself;
+- haproxy: a second PLAINTEXT listener, HAPROXY on 16094, advertised as 127.0.0.1:16300, the haproxy
   frontend. A Kafka broker answers Metadata with the advertised address of the listener the request
   came in on, so a client bootstrapped through haproxy is told to use haproxy for broker 1 and every
-  byte it sends stays in the L4 path. (With one listener, Metadata would name 39092 and the client
+  byte it sends stays in the L4 path. (With one listener, Metadata would name 16092 and the client
   would leave haproxy after bootstrap: the haproxy figures would be the direct figures again.)
-- quotagate (two processes: no quotas, and quotas that never bind): bootstrap to 39092; quotagate
+- quotagate (two processes: no quotas, and quotas that never bind): bootstrap to 16092; quotagate
   rewrites every broker address itself, so it needs no listener of its own on the broker.
 
-Ports: Kafka 39092-39094 (controller 39093), proxies 39300-39399: clear of the test suite's
-29092-29494. Every process here is started by us and stopped by pid.
+Ports: Kafka 16092-16095 (controller 16093), proxies 16300-16399: below Linux's ephemeral range
+(32768-60999), so no outgoing connection on a busy machine can hold one and make the bench fail with
+"address already in use" (they were 39xxx until issue 26); clear of the test suite's 29092-29999
+(plus QUOTAGATE_TEST_PORT_OFFSET), the demo's 19xxx and the soak's 25xxx.
+Every process here is started by us and stopped by pid.
 """
 
 from __future__ import annotations
@@ -38,16 +41,16 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 HOST = "127.0.0.1"
-KAFKA_PORT = 39092
-CONTROLLER_PORT = 39093
+KAFKA_PORT = 16092
+CONTROLLER_PORT = 16093
 # The broker's second client listener, the one haproxy forwards to (advertised as HAPROXY_PORT).
-KAFKA_HAPROXY_LISTENER_PORT = 39094
-HAPROXY_PORT = 39300
+KAFKA_HAPROXY_LISTENER_PORT = 16094
+HAPROXY_PORT = 16300
 # A third listener for bench/ab.py's floor forwarder (advertised as FLOOR_PORT, the forwarder's own).
-KAFKA_FLOOR_LISTENER_PORT = 39095
-FLOOR_PORT = 39330
+KAFKA_FLOOR_LISTENER_PORT = 16095
+FLOOR_PORT = 16330
 # Each quotagate: bootstrap on base, broker node N on base + N, metrics on base + 9.
-QUOTAGATE_BASES = {"quotagate_no_quota": 39310, "quotagate_quota": 39320}
+QUOTAGATE_BASES = {"quotagate_no_quota": 16310, "quotagate_quota": 16320}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 TMPFS_WORKDIR = Path("/dev/shm/quotagate-bench-kafka")
 SEGMENT_BYTES = 256 * 1024 * 1024

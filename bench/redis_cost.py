@@ -40,9 +40,9 @@ from quotagate.proxy.cluster import LEASE_SCRIPT, SharedQuotas
 from quotagate.proxy.metrics import ProxyMetrics
 
 RESULTS = harness.REPO_ROOT / "bench" / "results"
-# Clear of bench/shared.py (39379, 39400-39469) and the other benches (39092-39399).
-STANDALONE_PORT = 39480
-CLUSTER_PORTS = (39481, 39482, 39483)  # cluster bus: + 10
+# Clear of bench/shared.py (16379, 16400-16479) and the other benches (16092-16399), below the ephemeral range.
+STANDALONE_PORT = 16490
+CLUSTER_PORTS = (16491, 16492, 16493)  # cluster bus: + 10
 BUCKETS = 3000
 PIPELINE = 100  # calls per round trip, as one tick's pipeline of a busy process
 CONCURRENCY = 4

@@ -34,13 +34,13 @@ from bench import harness, workloads
 from bench.harness import HOST, KAFKA_PORT, NON_BINDING_QUOTAS, BenchPath, Child
 
 RESULTS = harness.REPO_ROOT / "bench" / "results"
-REDIS_PORT = 39379
+REDIS_PORT = 16379
 # Bootstrap on base, broker 1 on base + 1, metrics on base + 9 (+ worker).
 SETUPS = {
-    "local_1w": (39400, 1, False),
-    "local_2w": (39420, 2, False),
-    "shared_1w": (39440, 1, True),
-    "shared_2w": (39460, 2, True),
+    "local_1w": (16400, 1, False),
+    "local_2w": (16420, 2, False),
+    "shared_1w": (16440, 1, True),
+    "shared_2w": (16460, 2, True),
 }
 
 

@@ -34,9 +34,10 @@ from bench import harness, workloads
 from bench.harness import HOST, BenchPath, Child
 from kafka_rig import Cluster, fresh_cluster, secure_listener_overrides
 
-# Clear of bench/run.py's ports (39092-39094, 39300-39329) and of the test suite's.
-KAFKA_PORT, CONTROLLER_PORT, SASL_SSL_PORT, SSL_PORT = 39400, 39401, 39402, 39403
-QUOTAGATE_BASES = {"quotagate": 39410, "quotagate_tls": 39420}
+# Clear of bench/run.py's ports (16092-16095, 16300-16339) and of the test suite's; below the
+# ephemeral range (bench/harness.py).
+KAFKA_PORT, CONTROLLER_PORT, SASL_SSL_PORT, SSL_PORT = 16400, 16401, 16402, 16403
+QUOTAGATE_BASES = {"quotagate": 16410, "quotagate_tls": 16420}
 TOPIC = "bench-tls"
 RESULTS = harness.REPO_ROOT / "bench" / "results" / "tls-latest.json"
 

@@ -18,7 +18,7 @@ import tomllib
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from quotagate import __version__, compiled
 from quotagate.config import ConfigError, load_config
@@ -165,8 +165,10 @@ async def _run(config_path: str, worker: int, workers: Workers | None) -> int:
         return 1
     watcher = proxy.watch_config(config_path)
     loop = asyncio.get_running_loop()
+    # A failing stop() must not leave the process waiting forever: it exits non-zero instead.
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, lambda: loop.create_task(proxy.stop()))
+        loop.add_signal_handler(sig, lambda: proxy.supervisor.start("shutdown", proxy.stop, restart=False))
+    loop.set_exception_handler(lambda loop, context: _loop_error(proxy, context))
 
     def reload() -> None:
         watcher.reload()
@@ -176,9 +178,10 @@ async def _run(config_path: str, worker: int, workers: Workers | None) -> int:
     loop.add_signal_handler(signal.SIGHUP, reload)
     background = []
     if workers is not None and workers.pids:
-        background.append(loop.create_task(workers.supervise()))
+        background.append(proxy.supervisor.start("worker-supervision", workers.supervise))
     elif worker > 0:
-        background.append(loop.create_task(_exit_when_orphaned(proxy, os.getppid())))
+        parent = os.getppid()
+        background.append(proxy.supervisor.start("orphan-check", lambda: _exit_when_orphaned(proxy, parent)))
     # Everything allocated so far (modules, kafka-python's schema classes, the config) lives as long
     # as the process: move it out of the collector's sight. A full collection then scans only what
     # serving allocates, instead of pausing every connection for ~20-30 ms (measured on 2 cores).
@@ -188,7 +191,14 @@ async def _run(config_path: str, worker: int, workers: Workers | None) -> int:
     await proxy.wait_stopped()
     for task in background:  # no worker is started again once this one stops
         task.cancel()
-    return 0
+    return proxy.exit_code
+
+
+def _loop_error(proxy: Proxy, context: dict[str, Any]) -> None:
+    """What the event loop could not hand to anyone (a callback that raised, a task nobody awaited):
+    logged with its traceback as asyncio would, and counted, never lost."""
+    proxy.metrics.background_task_failures_total.labels("loop-callback").inc()
+    asyncio.get_running_loop().default_exception_handler(context)
 
 
 def _check_config(config_path: str) -> int:

@@ -21,7 +21,7 @@ from typing import Any
 from quotagate.config.settings import ConfigError
 from quotagate.quotas.admin import ApiQuotas
 from quotagate.quotas.engine import BucketId
-from quotagate.quotas.entities import QuotaEntity, QuotaKey
+from quotagate.quotas.entities import QuotaEntity, QuotaKey, quota_value_problem
 
 log = logging.getLogger("quotagate.config")
 STATE_VERSION = 1
@@ -40,13 +40,33 @@ def load_state(path: Path) -> ApiQuotas:
         if data.get("version") != STATE_VERSION:
             raise ValueError(f"version {data.get('version')!r}, expected {STATE_VERSION}")
         return {
-            QuotaEntity(entry["user"], entry["client_id"]): {
-                QuotaKey(key): None if value is None else float(value) for key, value in entry["values"].items()
+            _entity(entry["user"], entry["client_id"]): {
+                QuotaKey(key): _value(path, key, value) for key, value in entry["values"].items()
             }
             for entry in data["quotas"]
         }
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
         raise ConfigError("admin.state_file", f"{path} is not a quotagate state file: {exc}") from exc
+
+
+def _entity(user: object, client_id: object) -> QuotaEntity:
+    if not all(name is None or (isinstance(name, str) and name) for name in (user, client_id)):
+        raise ValueError(f"entity names must be non-empty strings or null, got {user!r}, {client_id!r}")
+    return QuotaEntity(user, client_id)  # type: ignore[arg-type]
+
+
+def _value(path: Path, key: str, value: object) -> float | None:
+    """A stored quota, checked as AlterClientQuotas checks one (JSON may hold NaN and Infinity)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError("admin.state_file", f"{path}: {key} must be a number or null, got {value!r}")
+    problem = quota_value_problem(QuotaKey(key), value)
+    if problem is not None:
+        raise ConfigError("admin.state_file", f"{path}: {key} {problem}")
+    return float(value)
 
 
 def save_state(path: Path, quotas: ApiQuotas) -> None:

@@ -142,6 +142,10 @@ class ConfigWatcher:
             log.error("config reload rejected, the running configuration stays: %s", exc)
             self._on_result(False)
             return False
+        except Exception:  # a defect in validation must not end reloading (later good files apply)
+            log.exception("config reload rejected, the running configuration stays: the file could not be read")
+            self._on_result(False)
+            return False
         report = reload_report(self.started, self.running, config)
         self._apply(config)
         self.running, self.last_report = config, report

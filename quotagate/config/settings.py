@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
-from quotagate.quotas.entities import INTEGER_KEYS
+from quotagate.quotas.entities import quota_value_problem
 from quotagate.quotas.topic_thresholds import TopicThresholds
 from quotagate.security.principal_mapping import PrincipalMapper
 
@@ -32,6 +32,10 @@ CLIENT_SASL_MODES = ("auto", "required", "none")
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
 MAX_INT32 = 2**31 - 1  # Kafka's "no limit" for its connection limits
 DEFAULT_BROKER_NODE_IDS = (0, 9)
+# The longest time any *_seconds key may name (a week), and a quota sample window (an hour): every
+# number read from the file is finite and in range, so nothing derived from it overflows.
+SECONDS_MAX = 7 * 24 * 3600.0
+WINDOW_SECONDS_MAX = 3600.0
 
 
 class ConfigError(ValueError):
@@ -475,7 +479,7 @@ QUOTA_ENTRY_KEYS: dict[str, tuple[str, str]] = {
     ),
     "shadow": (
         "boolean",
-        "Try this entry's quotas without applying them: clients are charged and the throttle they would get is "
+        "Try this entry's quotas without applying them: clients are charged and the time they would be held is "
         "reported (/metrics quotagate_shadow_*, usage records' shadow_throttle_ms), but never applied. Default false; "
         "set false (or remove) to make them binding: the debt run up meanwhile is kept.",
     ),
@@ -601,7 +605,7 @@ def parse_config(text: str) -> Config:
         quotas=_parse_quotas(data.get("quotas", [])),
         windows=QuotaWindows(
             **{
-                key: _positive(data, key, default)
+                key: _positive(data, key, default, WINDOW_SECONDS_MAX)
                 if key.endswith("_seconds")
                 else _integer(data, key, default, 1, 3600)
                 for key, default in _WINDOW_KEYS.items()
@@ -861,10 +865,11 @@ def _entity_name(entry: dict[str, Any], prefix: str, key: str) -> str | None:
 
 
 def _quota_value(value: Any, key: str, quota_key: QuotaKey) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(key, f"must be a number > 0, got {value!r}")
-    if quota_key in INTEGER_KEYS and value != int(value):
-        raise ConfigError(key, f"must be a whole number of bytes per second, got {value!r}")
+    problem = quota_value_problem(quota_key, value)
+    if problem is not None:
+        raise ConfigError(key, problem)
     return float(value)
 
 
@@ -1064,8 +1069,9 @@ def _port(table: dict[str, Any], key: str, default: int) -> int:
     return _integer(table, key, default, 1, 65535)
 
 
-def _positive(table: dict[str, Any], key: str, default: float) -> float:
+def _positive(table: dict[str, Any], key: str, default: float, high: float = SECONDS_MAX) -> float:
     value = table.get(key.rpartition(".")[2], default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ConfigError(key, f"must be a number > 0, got {value!r}")
+    # Compared before float(): NaN fails both bounds, and an integer too large for a float fails the upper.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= high:
+        raise ConfigError(key, f"must be a number > 0 and at most {high:g}, got {value!r}")
     return float(value)

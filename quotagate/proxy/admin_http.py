@@ -123,7 +123,8 @@ class AdminHttpServer:
                     "matched": str(resolution.entity),
                     "quota": resolution.value,
                     "tokens": round(engine.tokens(resolution, now), 3),
-                    "throttle_ms": engine.throttle_ms(user, client_id, key, now),
+                    # A shadow entry's is the throttle it would give (never applied).
+                    "throttle_ms": engine.would_throttle_ms(user, client_id, key, now),
                     "shadow": resolution.shadow,
                 }
             entities.append({"user": user, "client_id": client_id, "quotas": quotas})

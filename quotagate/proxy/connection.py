@@ -81,7 +81,8 @@ class ClientConnection(ClientCore, asyncio.Protocol):
             return
         if principal is not None:
             self.session = Session(self.proxy.session_services(), principal)
-        asyncio.get_running_loop().create_task(self._connect_upstream())
+        connecting = asyncio.get_running_loop().create_task(self._connect_upstream())
+        connecting.add_done_callback(self._connect_upstream_done)
 
     def pause_writing(self) -> None:
         if self.upstream is not None:
@@ -175,6 +176,36 @@ class ClientConnection(ClientCore, asyncio.Protocol):
         self.proxy.upstream_unreachable(self.listener)  # logs once, stops accepting until one is
         self.close()
 
+    def _connect_upstream_done(self, task: asyncio.Task[None]) -> None:
+        """A defect while pairing closes this client (it would otherwise wait forever), logged and counted."""
+        if task.cancelled() or task.exception() is None:
+            return
+        self.proxy.metrics.background_task_failures_total.labels("connect-upstream").inc()
+        log.error("%s: closing client %s: pairing it with a broker failed", self.listener, self.peer,
+                  exc_info=task.exception())  # fmt: skip
+        self._abort()
+
+    def hold_reading(self, seconds: float) -> None:
+        """Reads nothing from this client for `seconds` (max_connection_creation_rate).
+
+        Pausing the transport is not enough: uvloop starts reading an accepted connection after
+        `connection_made` returns, whatever it asked for (0.23), so a pause made there is lost.
+        `HeldReads` takes the protocol's place meanwhile: a read that arrives is kept, not
+        handled, and pauses the transport for real; the client gets it when the wait is over."""
+        assert self.transport is not None and self.reading is not None
+        held = HeldReads(self)
+        self.transport.set_protocol(held)
+        self.reading.pause("connection-rate")
+        self.proxy.loop.call_later(seconds, self._end_hold, held)
+
+    def _end_hold(self, held: HeldReads) -> None:
+        if self.closed or self.transport is None or self.reading is None:
+            return
+        self.transport.set_protocol(self)
+        if held.data:
+            self.data_received(bytes(held.data))
+        self.reading.resume("connection-rate")
+
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
@@ -190,6 +221,29 @@ class ClientConnection(ClientCore, asyncio.Protocol):
             self.transport.abort()
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.abort()
+
+
+class HeldReads(asyncio.Protocol):
+    """A client connection's protocol while its reads are held (`ClientConnection.hold_reading`):
+    keeps what arrives (one read at most: it pauses the transport) and passes the rest on."""
+
+    def __init__(self, client: ClientConnection) -> None:
+        self.client = client
+        self.data = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self.data += data
+        assert self.client.transport is not None
+        self.client.transport.pause_reading()
+
+    def pause_writing(self) -> None:
+        self.client.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.client.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.connection_lost(exc)
 
 
 class UpstreamConnection(UpstreamCore, asyncio.Protocol):

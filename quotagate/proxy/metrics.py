@@ -73,6 +73,18 @@ class ProxyMetrics:
             "Topics answered THROTTLING_QUOTA_EXCEEDED by the controller mutation quota (strict mode)",
             registry=self.registry,
         )
+        self.tls_handshake_failures_total = Counter(
+            "quotagate_tls_handshake_failures",
+            "Client TLS handshakes that failed, by reason (OpenSSL's, or timeout, closed_by_client)",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.background_task_failures_total = Counter(
+            "quotagate_background_task_failures",
+            "Background tasks (and event-loop callbacks) that raised, by task; each is logged and started again",
+            ["task"],
+            registry=self.registry,
+        )
         self.config_reloads_total = Counter(
             "quotagate_config_reloads", "Configuration reloads, by result", ["result"], registry=self.registry
         )

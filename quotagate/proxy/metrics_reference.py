@@ -21,6 +21,8 @@ from quotagate.quotas.engine import local_bucket
 # Every label any series carries, and what its values are.
 LABEL_MEANINGS: dict[str, str] = {
     "listener": "`bootstrap` or `broker-N` (the listener serving broker node N)",
+    "task": 'The background task (docs/architecture.md, "Background tasks"): `metadata-refresh`, `usage-records`, '
+    "`config-watch`, ...",
     "api_key": "The Kafka API by name (`Produce`, `Fetch`, `Metadata`, ...)",
     "direction": "`in` (client to broker) or `out` (broker to client)",
     "side": "`client` or `broker`: which peer sent bytes that are not valid Kafka",

@@ -40,12 +40,13 @@ from quotagate.proxy.flow_control import ByteBudget
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.proxy.session import SessionServices
+from quotagate.proxy.supervisor import Supervisor, TaskFactory
 from quotagate.proxy.topics import TopicCatalog
 from quotagate.proxy.usage import UsageRecorder, make_sink, writer_id
 from quotagate.quotas import QuotaEngine, QuotaKey, QuotaTable
 from quotagate.quotas.engine import local_bucket
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
-from quotagate.security.tls import TlsContexts
+from quotagate.security.tls import ListenerTls, TlsContexts
 
 log = logging.getLogger("quotagate.proxy")
 
@@ -64,6 +65,8 @@ SHUTDOWN_POLL_SECONDS = 0.02
 # (the range of Kafka clients' reconnect.backoff.ms / reconnect.backoff.max.ms defaults).
 LISTENER_RETRY_MIN_SECONDS = 0.05
 LISTENER_RETRY_MAX_SECONDS = 1.0
+# Failed TLS handshakes are logged at most this often per reason (a scanner can fail thousands).
+TLS_FAILURE_LOG_SECONDS = 10.0
 
 
 def bind_listening_socket(host: str, port: int, backlog: int, reuse_port: bool = False) -> socket.socket:
@@ -140,7 +143,10 @@ class Proxy:
         # listener name -> (its server, its port, where its clients go)
         self._listeners: dict[str, tuple[asyncio.Server, int, Callable[[], list[tuple[str, int]]]]] = {}
         self._paused_listeners: set[str] = set()  # not accepting: no broker behind them answers
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Every background task (named in docs/architecture.md), kept running by the supervisor.
+        self.supervisor = Supervisor(self._background_task_failed, self._cannot_go_on)
+        self.exit_code = 0  # what `quotagate run` exits with once stopped
+        self._tls_failures_logged: dict[str, tuple[float, int]] = {}  # reason -> (last logged, since)
         self._discovery_correlation_id = 0
         self._stopped = asyncio.Event()
         self._stopping = False
@@ -187,7 +193,7 @@ class Proxy:
         if sock is None:
             return
         log.info("serving broker %d (%s:%d) on port %d", node_id, *self.brokers[node_id], port)
-        self._spawn(self._serve(sock, name, lambda: [self.brokers[node_id]]))
+        self._spawn(name, lambda: self._serve(sock, name, lambda: [self.brokers[node_id]]))
 
     def _bind(self, listener: str, port: int) -> socket.socket | None:
         """A listening socket on listen_host:port for `listener`, or None (logged) if the port is taken."""
@@ -206,16 +212,16 @@ class Proxy:
         await self._serve(sock, BOOTSTRAP, lambda: list(proxy.bootstrap_servers))
         if not await self.refresh_metadata():
             log.warning("no bootstrap server answered yet; brokers will be discovered when one does")
-        self._spawn(self._refresh_periodically())
-        self._spawn(self._expire_idle_state_periodically())
-        self._spawn(self._close_idle_periodically())
-        self._spawn(self._probe_periodically())
+        self._spawn("metadata-refresh", self._refresh_periodically)
+        self._spawn("state-expiry", self._expire_idle_state_periodically)
+        self._spawn("idle-connections", self._close_idle_periodically)
+        self._spawn("readiness-probe", self._probe_periodically)
         if self.levels_path is not None:
-            self._spawn(self._save_levels_periodically())
+            self._spawn("bucket-levels", self._save_levels_periodically)
         if self.tls.listener is not None or self.tls.upstream is not None:
-            self._spawn(self._watch_certificates())
+            self._spawn("certificate-watch", self._watch_certificates)
         if self.shared_quotas is not None:
-            self._spawn(self.shared_quotas.run())
+            self._spawn("shared-quotas", self.shared_quotas.run)
         usage = self.config.usage
         if usage.enabled:
             servers = [f"{host}:{port}" for host, port in self.config.proxy.bootstrap_servers]
@@ -223,7 +229,7 @@ class Proxy:
             self.usage = UsageRecorder(
                 usage, self.metrics, make_sink(usage, writer, servers, self.tls.upstream), self.proxy_id, writer
             )
-            self._spawn(self.usage.run())
+            self._spawn("usage-records", self.usage.run)
             where = f"topic {usage.kafka_topic}" if usage.sink == "kafka" else usage.directory
             log.info("usage records (%s, %s): %s", usage.records, usage.sink, where)
 
@@ -245,15 +251,32 @@ class Proxy:
 
     async def _serve(self, sock: socket.socket, name: str, upstreams: Callable[[], list[tuple[str, int]]]) -> None:
         loop = asyncio.get_running_loop()
+        tls = self.tls.listener
+
+        def accepted() -> asyncio.BaseProtocol:
+            client = ClientConnection(self, name, upstreams())
+            # TLS by ListenerTls, not the loop's: a failed handshake then sends its alert (issue 26).
+            return client if tls is None else ListenerTls(loop, client, tls, self.tls_handshake_failed)
+
         # create_server listens again on the socket, with its own default backlog (100) unless told.
-        server = await loop.create_server(
-            lambda: ClientConnection(self, name, upstreams()),
-            sock=sock,
-            backlog=self.config.proxy.socket_listen_backlog_size,
-            ssl=self.tls.listener,
-        )
+        server = await loop.create_server(accepted, sock=sock, backlog=self.config.proxy.socket_listen_backlog_size)
         self._servers.append(server)
         self._listeners[name] = (server, sock.getsockname()[1], upstreams)
+
+    def tls_handshake_failed(self, reason: str, peer: str) -> None:
+        """A client's TLS handshake failed (its alert was sent): counted by reason, logged at most
+        once per TLS_FAILURE_LOG_SECONDS per reason with how many went unlogged."""
+        self.metrics.tls_handshake_failures_total.labels(reason).inc()
+        now = self.loop.time()
+        last, unlogged = self._tls_failures_logged.get(reason, (-TLS_FAILURE_LOG_SECONDS, 0))
+        if now - last < TLS_FAILURE_LOG_SECONDS:
+            self._tls_failures_logged[reason] = (last, unlogged + 1)
+            return
+        self._tls_failures_logged[reason] = (now, 0)
+        log.warning(
+            "TLS handshake with client %s failed: %s%s", peer, reason,
+            f" ({unlogged} more since the last such message)" if unlogged else "",
+        )  # fmt: skip
 
     def upstream_unreachable(self, listener: str) -> None:
         """No broker behind `listener` took a client's connection. Without the proxy the client's
@@ -273,7 +296,7 @@ class Proxy:
             ", ".join(f"{host}:{p}" for host, p in upstreams()),
             port,
         )
-        self._spawn(self._resume_when_reachable(listener, port, upstreams))
+        self._spawn(f"{listener}-resume", lambda: self._resume_when_reachable(listener, port, upstreams))
 
     async def _resume_when_reachable(
         self, listener: str, port: int, upstreams: Callable[[], list[tuple[str, int]]]
@@ -343,10 +366,7 @@ class Proxy:
         for client in list(self.clients):
             client.close()
         self.save_levels()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)  # lets the usage task flush
+        await self.supervisor.cancel_all()  # lets the usage task flush
         for server in self._servers:
             await server.wait_closed()
         if self.shared_quotas is not None:
@@ -355,10 +375,17 @@ class Proxy:
             await self.admin_http.stop()
         self._stopped.set()
 
-    def _spawn(self, coro: object) -> None:
-        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _spawn(self, name: str, run: TaskFactory, restart: bool = True) -> None:
+        """Runs a background task under the supervisor (logged, counted and restarted if it fails)."""
+        self.supervisor.start(name, run, restart)
+
+    def _background_task_failed(self, name: str) -> None:
+        self.metrics.background_task_failures_total.labels(name).inc()
+
+    def _cannot_go_on(self, name: str) -> None:
+        """A task the proxy cannot run without failed for good: the process stops with exit code 1."""
+        self.exit_code = 1
+        self._stopped.set()
 
     def apply_config(self, config: Config) -> None:
         """Applies a reloaded configuration: what config.reload.RELOAD_RULES says a reload applies
@@ -389,7 +416,7 @@ class Proxy:
 
         watcher = ConfigWatcher(path, self.apply_config, count, started=self.config)
         self.metrics.config_restart_pending_keys.set_function(lambda: len(watcher.last_report.restart))
-        self._spawn(watcher.watch())
+        self._spawn("config-watch", watcher.watch)
         return watcher
 
     # bookkeeping for connections ---------------------------------------------------------------
@@ -414,8 +441,7 @@ class Proxy:
         self.metrics.connections.labels(client.listener).inc()
         if wait > 0:  # over max_connection_creation_rate: accepted, read once the rate allows
             self.metrics.connections_delayed_total.inc()
-            client.reading.pause("connection-rate")
-            self.loop.call_later(wait, client.reading.resume, "connection-rate")
+            client.hold_reading(wait)
         return True
 
     def connection_closed(self, client: ClientConnection) -> None:

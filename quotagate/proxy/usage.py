@@ -271,13 +271,16 @@ class UsageRecorder:
         self.metrics.usage_dropped_total.inc()
 
     async def run(self) -> None:
+        """Flushes every flush_interval_seconds; at shutdown (cancelled), flushes and closes the sink.
+        A failure leaves the sink open: the supervisor starts this again and records keep going."""
         try:
             while True:
                 await asyncio.sleep(self.config.flush_interval_seconds)
                 await self.flush()
-        finally:
+        except asyncio.CancelledError:
             await self.flush()
             await self.sink.close()
+            raise
 
     async def flush(self) -> None:
         if not len(self.collector):

@@ -30,7 +30,7 @@ class UsageRecord(NamedTuple):
     upstream_latency_ms: float  # −1 when the proxy answered itself
     throttle_ms: int
     decision: str  # ok | throttled | refused | partially_refused
-    shadow_throttle_ms: int = 0  # the throttle shadow quotas would have added (never applied)
+    shadow_throttle_ms: int = 0  # the time shadow quotas would have held the entity at their rate (never applied)
     # A produce whose charge to producer_byte_rate, when it was read, left its entity over quota.
     over_quota: bool = False
 
@@ -46,7 +46,7 @@ AGGREGATE_COUNTERS = (
     "throttled_requests",
     "refusals",  # requests refused whole or in part
     "partitions_mutated",
-    "shadow_throttle_ms",  # what shadow quotas would have added, summed over requests (never applied)
+    "shadow_throttle_ms",  # the time shadow quotas would have held the entity, summed (never applied)
     # Bytes of the produce requests whose charge left the entity over its producer_byte_rate: the
     # traffic the quota throttled (÷ the quota: the time the entity was held at it).
     "throttled_bytes",

@@ -23,7 +23,7 @@ from quotagate.protocol.client_quotas import (
     DescribeResult,
     EntityParts,
 )
-from quotagate.quotas.entities import DEFAULT, INTEGER_KEYS, QuotaEntity, QuotaKey, QuotaTable
+from quotagate.quotas.entities import DEFAULT, QuotaEntity, QuotaKey, QuotaTable, quota_value_problem
 
 NONE = 0
 CLUSTER_AUTHORIZATION_FAILED = 31
@@ -159,13 +159,10 @@ def check_alteration(alteration: Alteration) -> tuple[QuotaEntity | None, str | 
 def _value_problem(key: str, value: float) -> str | None:
     if key not in _QUOTA_KEYS:
         return f"Invalid configuration key {key}"
-    if QuotaKey(key) in INTEGER_KEYS and abs(round(value) - value) > 1e-6:
-        return f"Configuration {key} must be a Long value"
-    if value <= 0:
-        # The broker accepts these and a zero quota then stops the client; the proxy's file refuses
-        # them (quotas[i].key: must be a number > 0), and so does its API.
-        return f"Configuration {key} must be greater than 0, got {value}"
-    return None
+    # The broker would take 0 or less (a zero quota then stops the client) and NaN; the proxy
+    # refuses them, as its file does, and anything its buckets could not hold as a finite number.
+    problem = quota_value_problem(QuotaKey(key), value)
+    return None if problem is None else f"Configuration {key} {problem}"
 
 
 def _kafka_entity(names: Mapping[str, str | None]) -> str:

@@ -58,14 +58,17 @@ def charge_request(buckets: EntityBuckets, api_key: int, request_size: int, now:
 
 
 def shadow_throttle_ms(buckets: EntityBuckets, api_key: int, charged_request_time: bool, now: float) -> int:
-    """The throttle a response would carry if the shadow quotas among `buckets` were binding."""
-    would = 0
+    """The time, in ms, the shadow quotas among `buckets` would have held the entity at their rates
+    for what was charged since the last call (the charges that left a bucket in debt, divided by
+    its rate; the larger of the byte-rate and request-time figures, as a throttle is). Summed over
+    responses it is the time held at the quota, the figure the usage pipeline compares."""
+    held = 0
     bucket = buckets.produce if api_key == _PRODUCE else buckets.fetch if api_key in FETCH_APIS else None
     if isinstance(bucket, ShadowTokenBucket):
-        would = bucket.would_throttle_ms(now)
+        held = bucket.take_held_ms()
     if charged_request_time and isinstance(buckets.request, ShadowTokenBucket):
-        would = max(would, min(buckets.request.would_throttle_ms(now), buckets.request_cap_ms))
-    return would
+        held = max(held, buckets.request.take_held_ms())
+    return held
 
 
 def charge_response(

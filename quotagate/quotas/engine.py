@@ -170,6 +170,16 @@ class QuotaEngine:
         bucket = self.buckets.get(resolution.bucket_id)
         return 0 if bucket is None else bucket.throttle_ms(now)
 
+    def would_throttle_ms(self, user: str, client_id: str, key: QuotaKey, now: float) -> int:
+        """The throttle the client's quota for `key` calls for now, applied or not (a shadow quota's
+        never is). Reads only: /quotas calls it from a worker thread."""
+        resolution = self.table.resolve(user, client_id, key)
+        bucket = None if resolution is None else self.buckets.get(resolution.bucket_id)
+        if bucket is None:
+            return 0
+        throttle = bucket.would_throttle_ms(now) if isinstance(bucket, ShadowTokenBucket) else bucket.throttle_ms(now)
+        return min(throttle, self.windows.request_throttle_cap_ms) if key is QuotaKey.REQUEST_PERCENTAGE else throttle
+
     def tokens(self, resolution: Resolution, now: float) -> float:
         """Tokens left in the bucket of `resolution` (a full bucket if it has not been used yet)."""
         bucket = self.buckets.get(resolution.bucket_id)
@@ -223,6 +233,9 @@ class QuotaEngine:
             del self.buckets[bucket_id]
         if expired:
             self.generation += 1
+            # The resolutions cached for the entities gone with them, too (every client resolves
+            # again at a new generation anyway): random client ids cost memory for a minute.
+            self.table.forget_resolutions()
         return len(expired)
 
     def levels(self, now: float) -> dict[BucketId, float]:

@@ -13,6 +13,8 @@ its own; levels 3 and 6 give one per user (all its client-ids share it); 7 and 8
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -28,9 +30,56 @@ class QuotaKey(StrEnum):
     CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
 
 
-MAX_CACHED_CLIENTS = 100_000
+# Clients whose resolutions are kept; at this many the cache starts again (random client ids must not
+# grow it forever). A client resolves once per connection and reload, so a small cache costs little,
+# and at 100 000 it held ~10 MB (30 000 ids: RSS +31 MB instead of +20; bench/README.md).
+MAX_CACHED_CLIENTS = 4096
+# Longest user or client id kept anywhere an entity is tracked (resolutions, buckets, metrics, Redis
+# keys). Kafka bounds a client id only by its int16 length (32 767 bytes): kept whole, 20 000 such
+# ids took the RSS from 64 to 721 MB. Longer names are cut, and a hash of the whole name keeps two
+# long names apart (and a configured long name matches the same bounded name).
+MAX_NAME_CHARS = 128
+_HASH_CHARS = 24  # 96 bits of blake2b
+
+
+def bounded_name(name: str) -> str:
+    """`name`, or its first characters and a hash of all of it when it is longer than MAX_NAME_CHARS
+    (what is kept for it; the same name always gives the same result, and a result is its own)."""
+    if len(name) <= MAX_NAME_CHARS:
+        return name
+    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=_HASH_CHARS // 2).hexdigest()
+    return f"{name[: MAX_NAME_CHARS - _HASH_CHARS - 1]}~{digest}"
+
 
 INTEGER_KEYS = frozenset({QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE})
+# Kafka keeps the byte rates in a Java long: no quota above Long.MAX_VALUE means anything, and below
+# it every burst (rate x at most 3600 x 3600 s of windows) and throttle the engine derives is finite.
+QUOTA_VALUE_MAX = float(2**63 - 1)  # as Java compares it: 2**63 - 1 as a double passes
+# The smallest request_percentage or controller_mutation_rate: below it one request's debt divided
+# by the rate can overflow a float (a subnormal rate makes every throttle infinite).
+QUOTA_VALUE_MIN = 1e-6
+# How far from a whole number a byte rate may be (Kafka's ClientQuotaControlManager tolerance).
+INTEGER_TOLERANCE = 1e-6
+
+
+def quota_value_problem(key: QuotaKey, value: float) -> str | None:
+    """Why `value` cannot be `key`'s quota, as words to follow the key's name, or None if it can.
+
+    The one check of a quota value, for every way one comes in: the file, AlterClientQuotas and
+    the state file. NaN and the infinities are refused before any arithmetic touches them, and an
+    integer (TOML, JSON) is compared as it is: one too large for a float is refused, not rounded."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value!r}"
+    if value <= 0:
+        return f"must be greater than 0, got {value!r}"
+    if value > QUOTA_VALUE_MAX:
+        return f"must be at most {2**63 - 1} (a Long), got {value!r}"
+    if key in INTEGER_KEYS:
+        if abs(round(value) - value) > INTEGER_TOLERANCE or round(value) < 1:
+            return f"must be a Long value (whole bytes per second, at least 1), got {value!r}"
+    elif value < QUOTA_VALUE_MIN:
+        return f"must be at least {QUOTA_VALUE_MIN}, got {value!r}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +150,15 @@ class QuotaTable:
         # Entities whose quotas are only tried: charged and reported, never throttling anyone.
         self.shadow = frozenset(entity for entity in shadow if entity in self._quotas)
         self.keys_in_use: frozenset[QuotaKey] = frozenset(k for values in self._quotas.values() for k in values)
+        # Looked up by bounded names (a client's names are bounded before any look-up): bounded entity
+        # -> (the configured entity, its values).
+        self._lookup: dict[QuotaEntity, tuple[QuotaEntity, dict[QuotaKey, float]]] = {
+            QuotaEntity(
+                None if entity.user is None else bounded_name(entity.user),
+                None if entity.client_id is None else bounded_name(entity.client_id),
+            ): (entity, values)
+            for entity, values in self._quotas.items()
+        }
         self._cache: dict[tuple[str, str], dict[QuotaKey, Resolution | None]] = {}
 
     def __bool__(self) -> bool:
@@ -115,8 +173,16 @@ class QuotaTable:
     def items(self) -> Iterator[tuple[QuotaEntity, dict[QuotaKey, float]]]:
         return iter(self._quotas.items())
 
+    def forget_resolutions(self) -> None:
+        """Drops the cached resolutions (the engine calls it when idle entities expire): a client's
+        next look-up resolves again, at the cost of a few dict look-ups."""
+        self._cache.clear()
+
     def resolve(self, user: str, client_id: str, key: QuotaKey) -> Resolution | None:
-        """The quota for `key` that applies to (user, client_id), or None: unlimited."""
+        """The quota for `key` that applies to (user, client_id), or None: unlimited. Bucket ids
+        and the cache hold the bounded names (`bounded_name`), never a client's 32 KB id."""
+        if len(client_id) > MAX_NAME_CHARS or len(user) > MAX_NAME_CHARS:
+            user, client_id = bounded_name(user), bounded_name(client_id)
         cached = self._cache.get((user, client_id))
         if cached is None:
             if len(self._cache) >= MAX_CACHED_CLIENTS:  # random client ids must not grow it forever
@@ -126,13 +192,14 @@ class QuotaTable:
             return cached[key]
         resolution = None
         for level, entity in candidate_entities(user, client_id):
-            values = self._quotas.get(entity)
-            if values is not None and key in values:
+            found = self._lookup.get(entity)
+            if found is not None and key in found[1]:
+                configured, values = found
                 scope = _SCOPE_BY_LEVEL[level]
                 bucket_user = user if scope != SCOPE_CLIENT else None
                 bucket_client = client_id if scope != SCOPE_USER else None
                 bucket_id = (key, scope, bucket_user, bucket_client)
-                resolution = Resolution(key, level, entity, values[key], bucket_id, entity in self.shadow)
+                resolution = Resolution(key, level, configured, values[key], bucket_id, configured in self.shadow)
                 break
         cached[key] = resolution
         return resolution

@@ -7,13 +7,22 @@ The files are reloaded on SIGHUP and when their modification time changes (`chan
 A CA taken out of a file stays trusted until a restart: OpenSSL only adds to a context's store.
 
 `certificate_principal` is who a client is by its verified certificate: the mapped RFC 2253 subject.
+
+`ListenerTls` is TLS on one client connection. The loop's own (uvloop's, as asyncio's before
+Python's gh-98078 fix) drops what OpenSSL wrote for the peer when a handshake fails, the alert
+included: a client without a certificate, or with one from another CA, saw the connection closed
+where `openssl s_server` sends `certificate required` or `unknown ca`, and retried as if the network
+had failed; the failure was not logged either (an ssl.SSLError is an OSError: debug only).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import ssl
+from asyncio.sslproto import SSLProtocol, SSLProtocolState
+from collections.abc import Callable
 
 from quotagate.config.settings import ListenerTlsConfig, UpstreamTlsConfig
 from quotagate.security.principal_mapping import PrincipalMapper, subject_name
@@ -100,3 +109,49 @@ def certificate_principal(ssl_object: ssl.SSLObject | ssl.SSLSocket | None, mapp
     if not der:
         return None
     return mapper.name(subject_name(der))
+
+
+# Why a handshake failed, as a metric label: OpenSSL's reason (its own short list), or what ended it.
+HANDSHAKE_TIMEOUT, HANDSHAKE_EOF = "timeout", "closed_by_client"
+MAX_REASON_CHARS = 64
+
+
+def handshake_failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return exc.reason.lower()[:MAX_REASON_CHARS]
+    if isinstance(exc, ConnectionAbortedError):
+        return HANDSHAKE_TIMEOUT
+    if exc is ConnectionResetError or isinstance(exc, ConnectionResetError):
+        return HANDSHAKE_EOF
+    return type(exc).__name__.lower()[:MAX_REASON_CHARS]
+
+
+class ListenerTls(SSLProtocol):
+    """TLS on a client connection, as the loop's own does it, except that a failed handshake first
+    sends the client what OpenSSL wrote for it (the alert: `certificate required`, `unknown ca`,
+    `protocol version`, ...), then is reported to `on_failure(reason, peer)` (logged and counted
+    by the proxy). Python's asyncio fixed the same in gh-98078; uvloop 0.23 has not."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        app_protocol: asyncio.BaseProtocol,
+        context: ssl.SSLContext,
+        on_failure: Callable[[str, str], None],
+    ) -> None:
+        super().__init__(loop, app_protocol, context, None, server_side=True)
+        self._on_failure = on_failure
+
+    def _on_handshake_complete(self, handshake_exc: BaseException | type[BaseException] | None) -> None:
+        if handshake_exc is not None:
+            if self._transport is not None:
+                self._process_outgoing()  # the alert, before the transport is closed
+            peer = self._transport.get_extra_info("peername") if self._transport is not None else None
+            self._on_failure(handshake_failure_reason(handshake_exc), f"{peer[0]}:{peer[1]}" if peer else "?")
+        super()._on_handshake_complete(handshake_exc)
+
+    def _check_handshake_timeout(self) -> None:
+        if self._state == SSLProtocolState.DO_HANDSHAKE and self._transport is not None:
+            peer = self._transport.get_extra_info("peername")
+            self._on_failure(HANDSHAKE_TIMEOUT, f"{peer[0]}:{peer[1]}" if peer else "?")
+        super()._check_handshake_timeout()

@@ -235,3 +235,30 @@ def test_a_frame_over_sasl_server_max_receive_size_before_authentication_is_clos
     metrics = urllib.request.urlopen(f"http://{PROXY_HOST}:{proxy.metrics_port}/metrics", timeout=10).read().decode()
     assert 'quotagate_frames_refused_total{reason="sasl_server_max_receive_size"} 1.0' in metrics
     assert "requires SASL" in proxy.log_text()
+
+
+def test_an_infinite_quota_in_the_file_is_rejected_and_later_edits_still_apply(proxy_factory, kafka) -> None:
+    """Issue 26: `producer_byte_rate = inf` in the running proxy's file killed its ConfigWatcher
+    task ("Task exception was never retrieved"); no later edit, good ones included, was applied."""
+    proxy = proxy_factory(kafka.bootstrap)
+    config = proxy.config_path.read_text()
+
+    def wait_for(text: str, count: int = 1) -> None:
+        deadline = time.monotonic() + 15
+        while proxy.log_text().count(text) < count and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proxy.log_text().count(text) >= count, proxy.log_text()[-3000:]
+
+    bad_values = ("producer_byte_rate = inf", "request_percentage = nan", "consumer_byte_rate = 1e400")
+    for rejected, bad in enumerate(bad_values, start=1):
+        proxy.config_path.write_text(config + f'\n[[quotas]]\nclient_id = "<default>"\n{bad}\n')
+        wait_for("config reload rejected", count=rejected)
+    assert "must be a finite number" in proxy.log_text()
+    proxy.config_path.write_text(config + '\n[[quotas]]\nclient_id = "<default>"\nproducer_byte_rate = 123456\n')
+    wait_for("config reloaded")
+    with urllib.request.urlopen(f"http://{PROXY_HOST}:{proxy.metrics_port}/quotas", timeout=10) as response:
+        assert b'"producer_byte_rate": 123456' in response.read()
+    with urllib.request.urlopen(f"http://{PROXY_HOST}:{proxy.metrics_port}/metrics", timeout=10) as response:
+        metrics = response.read().decode()
+    assert 'quotagate_config_reloads_total{result="rejected"} 3.0' in metrics, metrics
+    assert "never retrieved" not in proxy.log_text() and "Traceback" not in proxy.log_text()

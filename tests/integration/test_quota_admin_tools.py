@@ -130,6 +130,32 @@ def test_invalid_quotas_and_unlisted_principals_are_refused_and_quotas_survive_a
     assert "producer_byte_rate=1000" in described.replace(".0", ""), described
 
 
+def test_non_finite_quotas_from_kafka_configs_get_invalid_request_and_nothing_is_stored(
+    proxy_factory, kafka, kafka_tool, tmp_path
+) -> None:
+    """Issue 26: kafka-configs.sh sends 1e400 as Infinity and NaN as NaN. The proxy answers
+    INVALID_REQUEST naming the key (before, the connection dropped and the tool retried until its
+    timeout, or NaN was stored and disconnected every client it applied to)."""
+    proxy = admin_proxy(proxy_factory, tmp_path)
+    admin = sasl_properties(tmp_path, "admin")
+    bob = "--entity-type", "users", "--entity-name", "bob"
+    for config in ("producer_byte_rate=1e400", "producer_byte_rate=NaN", "request_percentage=NaN",
+                   "controller_mutation_rate=Infinity", "consumer_byte_rate=1e19"):  # fmt: skip
+        refused = configs(kafka_tool, proxy.bootstrap, admin, "--alter", "--add-config", config, *bob, check=False)
+        output = refused.stdout + refused.stderr
+        key = config.partition("=")[0]
+        assert refused.returncode != 0 and "InvalidRequestException" in output, output
+        assert f"Configuration {key} must be" in output, output
+    described = configs(kafka_tool, proxy.bootstrap, admin, "--describe", *bob).stdout
+    assert "_rate" not in described and "request_percentage" not in described, described
+    view = quotas_view(proxy)  # answers, and holds no entry for bob
+    assert not any(entry["user"] == "bob" for entry in view["configured"]), view
+    assert not (tmp_path / "admin-quotas.json").exists() or "bob" not in (tmp_path / "admin-quotas.json").read_text()
+    # The proxy still takes a good quota on the same path.
+    configs(kafka_tool, proxy.bootstrap, admin, "--alter", "--add-config", "request_percentage=12.5", *bob)
+    assert "request_percentage=12.5" in configs(kafka_tool, proxy.bootstrap, admin, "--describe", *bob).stdout
+
+
 @pytest.mark.java
 def test_java_admin_api_alters_and_describes_with_filters(proxy_factory, kafka, tmp_path) -> None:
     proxy = admin_proxy(proxy_factory, tmp_path)

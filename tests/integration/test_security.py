@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import re
+import socket
+import ssl
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -48,6 +50,8 @@ SSL_PORT = 29593 + PORT_OFFSET
 PLAINTEXT_PORT = 29594 + PORT_OFFSET
 CONTROLLER_PORT = 29595 + PORT_OFFSET
 OAUTHBEARER_REAUTH_MS = 8000
+# Checkouts share .cache/kafka/run: a cluster per port offset, so two runs never take each other's.
+TLS_CLUSTER = f"tls1-offset{PORT_OFFSET}" if PORT_OFFSET else "tls1"
 ALICE_RULES = "RULE:^CN=(.*?),OU=ServiceUsers,.*$/$1/L, DEFAULT"
 
 
@@ -100,11 +104,11 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 @pytest.fixture(scope="module")
 def secure_kafka(pki: Pki) -> Iterator[Cluster]:
-    probe = Cluster.create("tls1", 1, PLAINTEXT_PORT, controller_base_port=CONTROLLER_PORT)
+    probe = Cluster.create(TLS_CLUSTER, 1, PLAINTEXT_PORT, controller_base_port=CONTROLLER_PORT)
     overrides = secure_listener_overrides(
         probe.nodes[0], SASL_SSL_PORT, SSL_PORT, pki.broker, pki.ca, SASL_USERS, OAUTHBEARER_REAUTH_MS
     )
-    cluster = fresh_cluster("tls1", 1, PLAINTEXT_PORT, controller_base_port=CONTROLLER_PORT, overrides=overrides)
+    cluster = fresh_cluster(TLS_CLUSTER, 1, PLAINTEXT_PORT, controller_base_port=CONTROLLER_PORT, overrides=overrides)
     try:
         # The SCRAM credentials by AlterUserScramCredentials, what kafka-configs.sh sends, without four
         # JVM start-ups of it. One request per mechanism: the broker refuses a user twice in one
@@ -328,3 +332,51 @@ def test_usage_records_reach_a_kafka_topic_over_the_upstream_tls_settings(
     kafka_python_producer_loop(proxy.bootstrap, topic, "usage-over-tls", 1.0, Acked())
     records = produce_usage_records(secure_kafka.bootstrap, usage_topic, "usage-over-tls")
     assert any(r["client_id"] == "usage-over-tls" and r["api_key"] == 0 for r in records), f"{len(records)} records"
+
+
+def tls_verdict(port: int, ca: Path, cert: tuple[Path, Path] | None) -> str:
+    """Handshakes with the proxy as a client with `cert` (or none) and reads: "open", the reason of
+    the TLS alert the client got (ssl.SSLError.reason), or "eof" when the connection just closed."""
+    context = ssl.create_default_context(cafile=str(ca))
+    if cert is not None:
+        context.load_cert_chain(*map(str, cert))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        try:
+            with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                # TLS 1.3: the server judges the client's certificate after the client's Finished,
+                # so its verdict arrives with the first read.
+                return "open" if tls.recv(1) else "eof"
+        except ssl.SSLEOFError:
+            return "eof"
+        except ssl.SSLError as exc:
+            return exc.reason or "ssl error"
+        except (ConnectionError, TimeoutError):
+            return "eof"
+
+
+def test_a_refused_client_certificate_gets_the_tls_alert_and_is_counted(
+    secure_kafka: Cluster, pki: Pki, proxy_factory, tmp_path: Path
+) -> None:
+    """Issue 26: with client_auth = "required", a client without a certificate, or with one from
+    another CA, got an EOF where `openssl s_server` sends `certificate required` or `unknown ca`
+    (librdkafka then retries as if the network failed), and the proxy neither logged nor counted
+    it. A client with a good certificate is still served."""
+    toml = tls_proxy_toml(pki, client_auth="required", upstream_client_cert=True)
+    proxy = proxy_factory(f"127.0.0.1:{SSL_PORT}", toml)
+    stranger_ca = trustme.CA()
+    stranger = _write(tmp_path, "stranger", stranger_ca.issue_cert("alice.test", common_name="Alice"))
+    no_cert = tls_verdict(proxy.port, pki.ca, None)
+    other_ca = tls_verdict(proxy.port, pki.ca, stranger)
+    print(f"no certificate: {no_cert}; another CA's: {other_ca}")
+    assert no_cert == "TLSV13_ALERT_CERTIFICATE_REQUIRED", no_cert
+    assert other_ca == "TLSV1_ALERT_UNKNOWN_CA", other_ca
+    metrics = scrape(proxy.metrics_port)
+    failures = dict(re.findall(r'quotagate_tls_handshake_failures_total\{reason="([^"]+)"\} (\S+)', metrics))
+    assert failures == {"peer_did_not_return_a_certificate": "1.0", "certificate_verify_failed": "1.0"}, failures
+    assert "TLS handshake with client 127.0.0.1:" in proxy.log_text()
+    # alice's certificate is served: her client gets Metadata through the proxy.
+    producer = Producer({
+        "bootstrap.servers": proxy.bootstrap, "security.protocol": "SSL", "ssl.ca.location": str(pki.ca),
+        "ssl.certificate.location": str(pki.alice_cert), "ssl.key.location": str(pki.alice_key),
+    })  # fmt: skip
+    assert producer.list_topics(timeout=20).brokers, "no broker listed through the proxy"

@@ -86,7 +86,7 @@ def test_reload_applies_a_good_file_and_keeps_the_running_config_on_a_bad_one(
         assert not watcher.reload()
     assert len(applied) == 1
     assert results == [True, False]
-    assert "quotas[0].producer_byte_rate: must be a number > 0" in caplog.text
+    assert "quotas[0].producer_byte_rate: must be greater than 0" in caplog.text
 
 
 async def test_the_watcher_notices_a_changed_file(tmp_path: Path) -> None:

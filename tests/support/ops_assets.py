@@ -93,6 +93,8 @@ PROXY_METRICS = {
     "quotagate_frames_refused_total",
     "quotagate_partial_frame_bytes",
     "quotagate_config_reloads_total",
+    "quotagate_background_task_failures_total",
+    "quotagate_tls_handshake_failures_total",
     "quotagate_usage_records_dropped_total",
     "quotagate_usage_records_written_total",
     "quotagate_upstream_up",

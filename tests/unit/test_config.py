@@ -65,8 +65,8 @@ def test_quotas_and_window_settings_are_parsed() -> None:
         ("[[quotas]]\nproducer_byte_rate = 1\n", "quotas[0]", "needs user, client_id or both"),
         ('[[quotas]]\nuser = "a"\n', "quotas[0]", "sets no quota"),
         ('[[quotas]]\nuser = "a"\nproduce_byte_rate = 1\n', "quotas[0].produce_byte_rate", "unknown key"),
-        ('[[quotas]]\nuser = "a"\nproducer_byte_rate = 0\n', "quotas[0].producer_byte_rate", "> 0"),
-        ('[[quotas]]\nuser = "a"\nproducer_byte_rate = 1.5\n', "quotas[0].producer_byte_rate", "whole number"),
+        ('[[quotas]]\nuser = "a"\nproducer_byte_rate = 0\n', "quotas[0].producer_byte_rate", "greater than 0"),
+        ('[[quotas]]\nuser = "a"\nproducer_byte_rate = 1.5\n', "quotas[0].producer_byte_rate", "whole bytes"),
         ('[[quotas]]\nuser = ""\nproducer_byte_rate = 1\n', "quotas[0].user", "non-empty string"),
         (
             '[[quotas]]\nuser = "a"\nproducer_byte_rate = 1\n[[quotas]]\nuser = "a"\nconsumer_byte_rate = 1\n',

@@ -325,3 +325,42 @@ def test_api_versions_advertises_the_quota_apis_at_the_versions_the_proxy_answer
 
     offered = [SimpleNamespace(api_key=key, min_version=0, max_version=3) for key in (DESCRIBE, ALTER)]
     assert [(e.api_key, e.max_version) for e in cap_api_versions(offered)] == [(DESCRIBE, 1), (ALTER, 1)]
+
+
+def test_a_shadow_quota_reports_the_time_it_would_have_held_the_entity_not_each_responses_debt() -> None:
+    """Issue 26: 20 s at 1 MB/s against a 100 kB/s shadow quota summed every response's would-be
+    throttle: 32 286 s. The time held at the quota is what went over it divided by it: (20 MB -
+    the burst) / 100 kB/s; 199 s with one window's burst (100 kB)."""
+    from quotagate.config import parse_config
+    from quotagate.proxy.entity_metrics import EntityMetrics
+    from quotagate.quotas import QuotaEngine
+    from quotagate.quotas.charging import charge_request, charge_response, shadow_throttle_ms
+
+    config = parse_config(SHADOW_QUOTAS.replace("producer_byte_rate = 1000", "producer_byte_rate = 100000"))
+    engine = QuotaEngine(config.quotas, config.windows)
+    metrics = EntityMetrics(lambda: engine, lambda: 0.0, 10)
+    buckets = engine.entity_buckets("alice", "app", 0.0)
+    for i in range(2000):  # a 10 kB produce every 10 ms: 1 MB/s for 20 s
+        now = i * 0.01
+        charge_request(buckets, 0, 10_000, now)
+        assert charge_response(buckets, 0, 50, 1.0, now) == 0  # never applied
+        metrics.record_shadow("alice", "app", shadow_throttle_ms(buckets, 0, True, now), now)
+    held = metrics.stats[("alice", "app")].shadow_throttle_seconds
+    print(f"time held at the shadow quota: {held:.1f} s")
+    burst = 1e5 * config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE)
+    assert held == pytest.approx((20e6 - burst) / 1e5, rel=0.01)
+
+
+async def test_quotas_view_shows_the_throttle_a_shadow_entry_would_give() -> None:
+    """Issue 26: /quotas showed throttle_ms 0 for a shadow entry 17 MB in debt."""
+    from quotagate.config import parse_config
+    from quotagate.proxy.admin_http import AdminHttpServer
+    from quotagate.proxy.server import Proxy
+
+    proxy = Proxy(parse_config(SHADOW_QUOTAS))
+    now = proxy.loop.time()
+    proxy.engine.charge("alice", "app", QuotaKey.PRODUCER_BYTE_RATE, 17_000_000 + 1000, now)
+    proxy.entity_metrics.entity("alice", "app", now)
+    (entity,) = AdminHttpServer(proxy).quota_state()["entities"]
+    quota = entity["quotas"]["producer_byte_rate"]
+    assert quota["shadow"] and quota["throttle_ms"] == pytest.approx(17_000_000, rel=0.01), quota
