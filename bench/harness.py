@@ -50,7 +50,7 @@ HAPROXY_PORT = 16300
 KAFKA_FLOOR_LISTENER_PORT = 16095
 FLOOR_PORT = 16330
 # Each quotagate: bootstrap on base, broker node N on base + N, metrics on base + 9.
-QUOTAGATE_BASES = {"quotagate_no_quota": 16310, "quotagate_quota": 16320}
+QUOTAGATE_BASES = {"quotagate_no_quota": 16310, "quotagate_quota": 16320, "quotagate_usage": 16340}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 TMPFS_WORKDIR = Path("/dev/shm/quotagate-bench-kafka")
 SEGMENT_BYTES = 256 * 1024 * 1024
@@ -300,20 +300,24 @@ def start_haproxy(workdir: Path) -> Child:
     return child
 
 
-def quotagate_config(base: int, quotas: bool) -> str:
+def quotagate_config(base: int, quotas: bool, usage_directory: Path | None = None) -> str:
+    """A bench quotagate's configuration: no quotas, or quotas that never bind, with or without usage
+    records (v2 aggregates to Parquet, the default an operator running the pipeline has)."""
     return (
         f'[proxy]\nbootstrap_servers = ["{HOST}:{KAFKA_PORT}"]\nlisten_host = "{HOST}"\n'
         f'advertised_host = "{HOST}"\nport = {base}\nbroker_port_base = {base}\nbroker_node_ids = [1, 8]\n'
-        f'[metrics]\nhost = "{HOST}"\nport = {base + 9}\n' + (NON_BINDING_QUOTAS if quotas else "")
+        f'[metrics]\nhost = "{HOST}"\nport = {base + 9}\n'
+        + (NON_BINDING_QUOTAS if quotas else "")
+        + (f'[usage]\nenabled = true\ndirectory = "{usage_directory}"\n' if usage_directory is not None else "")
     )
 
 
 def start_quotagate(workdir: Path, name: str, package_dir: Path | None = None) -> Child:
     """One bench quotagate from the venv, or from package_dir's copy of the package (a patch under test)."""
     base = QUOTAGATE_BASES[name]
-    return launch_quotagate(
-        workdir, name, quotagate_config(base, quotas=name == "quotagate_quota"), base + 9, base + 1, package_dir
-    )
+    usage = workdir / f"{name}-usage" if name == "quotagate_usage" else None
+    config = quotagate_config(base, quotas=name != "quotagate_no_quota", usage_directory=usage)
+    return launch_quotagate(workdir, name, config, base + 9, base + 1, package_dir)
 
 
 def launch_quotagate(

@@ -16,9 +16,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 DIRECT, HAPROXY, NO_QUOTA, QUOTA = "direct", "haproxy", "quotagate_no_quota", "quotagate_quota"
-PATHS = (DIRECT, HAPROXY, NO_QUOTA, QUOTA)
-QUOTAGATE_PATHS = (NO_QUOTA, QUOTA)
-PROXY_PATHS = (HAPROXY, NO_QUOTA, QUOTA)
+# Quotas that never bind and usage records on (v2 aggregates to Parquet): the configuration an
+# operator running the pipeline has.
+USAGE = "quotagate_usage"
+PATHS = (DIRECT, HAPROXY, NO_QUOTA, QUOTA, USAGE)
+QUOTAGATE_PATHS = (NO_QUOTA, QUOTA, USAGE)
+PROXY_PATHS = (HAPROXY, NO_QUOTA, QUOTA, USAGE)
 
 TARGETS: dict[str, tuple[str, float]] = {
     "produce_ratio_vs_direct": (">=", 0.9),
@@ -165,6 +168,12 @@ def comparisons(name: str, raw: dict[str, dict[str, Rounds]], figures: dict[str,
     p95 = paired(by_workload("half_load"), name, DIRECT, lambda r: r["steady"]["p95_ms"], "-")
     mine = figures[name].get("cpu_s_per_gb")
     haproxy = figures.get(HAPROXY, {}).get("cpu_s_per_gb")
+
+    def direction_ratio(key: str) -> float | None:
+        """CPU per GB of one direction (produce or consume) over haproxy's, over the whole run."""
+        path_figure, haproxy_figure = figures[name].get(key), figures.get(HAPROXY, {}).get(key)
+        return _r(path_figure / haproxy_figure) if path_figure and haproxy_figure else None
+
     cpu_ratio = None
     if HAPROXY in raw and name != HAPROXY:
 
@@ -202,6 +211,8 @@ def comparisons(name: str, raw: dict[str, dict[str, Rounds]], figures: dict[str,
         "small_requests_ratio_vs_direct": median_of(small),
         "connections_ratio_vs_direct": median_of(conns),
         "cpu_per_gb_ratio_vs_haproxy": _r(mine / haproxy) if mine and haproxy else None,
+        "cpu_per_gb_produce_ratio_vs_haproxy": direction_ratio("cpu_s_per_gb_produce"),
+        "cpu_per_gb_consume_ratio_vs_haproxy": direction_ratio("cpu_s_per_gb_consume"),
         "cpu_per_request_ratio_vs_haproxy": median_of(request_cpu_ratio),
         "connections_cpu_ratio_vs_haproxy": median_of(connections_cpu_ratio),
         "p99_added_ms": median_of(p99),
@@ -295,6 +306,8 @@ def build(raw: dict[str, dict[str, Rounds]], peak_rss: dict[str, float | None], 
         report.update({k: v for k, v in compared[QUOTA].items() if k != "per_round"})
     if NO_QUOTA in compared:
         report["no_quota"] = {k: v for k, v in compared[NO_QUOTA].items() if k != "per_round"}
+    if USAGE in compared:
+        report["usage"] = {k: v for k, v in compared[USAGE].items() if k != "per_round"}
     if HAPROXY in compared:
         report["haproxy"] = {k: v for k, v in compared[HAPROXY].items() if k not in ("per_round", *CPU_RATIOS)}
     report["targets"] = {name: targets(compared[name]) for name in QUOTAGATE_PATHS if name in compared}
@@ -353,7 +366,7 @@ def table(report: dict[str, Any]) -> str:
         ("proxy KB per idle connection", "rss_per_idle_connection_kb", 1),
         ("proxy peak RSS MB (VmHWM)", "peak_rss_mb", 1),
     ]
-    headers = {"direct": "direct", "haproxy": "haproxy", NO_QUOTA: "qg no quota", QUOTA: "qg quotas"}
+    headers = {"direct": "direct", "haproxy": "haproxy", NO_QUOTA: "qg no quota", QUOTA: "qg quotas", USAGE: "qg usage"}
     width = 40
     lines = [f"{'':<{width}}" + "".join(f"{headers[n]:>16}" for n in names)]
     for label, key, digits in rows:

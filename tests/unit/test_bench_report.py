@@ -103,6 +103,22 @@ def test_build_compares_each_proxy_with_direct_and_its_cpu_with_haproxys() -> No
     assert "cpu_per_gb_ratio_vs_haproxy" not in built["haproxy"], "haproxy is not compared with itself"
 
 
+def test_the_usage_path_is_compared_as_the_others_with_cpu_per_gb_of_each_direction() -> None:
+    raw = {
+        DIRECT: path_rounds(100.0, 0.0, 0.0, p99_ms=4.0),
+        HAPROXY: path_rounds(95.0, 2.0, 10e-6, p99_ms=4.5),
+        QUOTA: path_rounds(80.0, 3.0, 20e-6, p99_ms=6.0),
+        report.USAGE: path_rounds(80.0, 2.4, 12e-6, p99_ms=6.0),
+    }
+    built = report.build(raw, {name: 50.0 for name in raw})
+    usage = built["usage"]
+    assert usage["cpu_per_gb_ratio_vs_haproxy"] == 1.2 and usage["cpu_per_request_ratio_vs_haproxy"] == 1.2
+    assert usage["cpu_per_gb_produce_ratio_vs_haproxy"] == 1.2 and usage["cpu_per_gb_consume_ratio_vs_haproxy"] == 1.2
+    assert built["paths"][report.USAGE]["cpu_s_per_100k_requests"] == 1.2
+    assert built["targets"][report.USAGE]["cpu_per_request_ratio_vs_haproxy"]["met"] is True
+    assert "qg usage" in report.table(built)
+
+
 def test_a_target_whose_rounds_straddle_the_bound_is_not_clear() -> None:
     comparison = {
         "produce_ratio_vs_direct": 0.92,
