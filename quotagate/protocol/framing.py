@@ -63,20 +63,26 @@ def frame_errors(what: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
 
 
 class FrameSplitter:
-    """Splits a byte stream into frames; each frame returned includes its 4-byte size prefix."""
+    """Splits a byte stream into frames; each frame returned includes its 4-byte size prefix.
 
-    __slots__ = ("_max_frame_size", "_needed", "_partial")
+    A frame that arrives over several reads is kept as those reads (`_chunks`) and joined once when
+    it is whole: each of its bytes is copied once (a produce batch larger than a read is the usual
+    case), not appended to a buffer and copied out of it again."""
+
+    __slots__ = ("_chunk_bytes", "_chunks", "_max_frame_size", "_needed", "_partial")
 
     def __init__(self, max_frame_size: int) -> None:
         self._max_frame_size = max_frame_size
-        self._partial = bytearray()
+        self._partial = bytearray()  # StreamingFrameSplitter's partial frame
+        self._chunks: list[bytes] = []  # feed()'s partial frame, as it arrived
+        self._chunk_bytes = 0
         # Total bytes (prefix included) the partial frame needs, 0 while its size is not yet known.
         self._needed = 0
 
     @property
     def buffered(self) -> int:
         """Bytes held for a frame that has not fully arrived."""
-        return len(self._partial)
+        return len(self._partial) + self._chunk_bytes
 
     @property
     def partial_size(self) -> int:
@@ -86,13 +92,15 @@ class FrameSplitter:
     def clear(self) -> None:
         """Drops the partial frame (its connection is being closed)."""
         self._partial = bytearray()
+        self._chunks = []
+        self._chunk_bytes = 0
         self._needed = 0
 
     def whole_frame(self, data: bytes) -> memoryview | None:
         """`data` as a frame when it is exactly one whole frame within the limit and nothing is
         buffered (a read holding one request or one response: the usual case on a connection with
         one request in flight); else None, and `data` goes through `feed` (or `pieces`)."""
-        if self._partial or len(data) < FRAME_SIZE_BYTES:
+        if self._partial or self._chunks or len(data) < FRAME_SIZE_BYTES:
             return None
         (size,) = unpack_from(">i", data, 0)
         if size + FRAME_SIZE_BYTES != len(data) or size > self._max_frame_size:
@@ -113,14 +121,16 @@ class FrameSplitter:
             raise
 
     def _feed(self, data: bytes, frames: list[memoryview]) -> list[memoryview]:
-        if self._partial:
-            self._partial += data
-            if self._needed == 0 and len(self._partial) >= FRAME_SIZE_BYTES:
-                self._needed = self._frame_length(self._partial, 0)
-            if self._needed == 0 or len(self._partial) < self._needed:
+        if self._chunks:
+            self._chunks.append(data)
+            self._chunk_bytes += len(data)
+            if self._needed == 0 and self._chunk_bytes >= FRAME_SIZE_BYTES:
+                self._needed = self._frame_length(b"".join(self._chunks)[:FRAME_SIZE_BYTES], 0)
+            if self._needed == 0 or self._chunk_bytes < self._needed:
                 return []
-            data = bytes(self._partial)
-            self._partial = bytearray()
+            data = b"".join(self._chunks)  # the one copy of the frame's bytes
+            self._chunks = []
+            self._chunk_bytes = 0
             self._needed = 0
         view = memoryview(data)
         pos = 0
@@ -132,7 +142,10 @@ class FrameSplitter:
             frames.append(view[pos : pos + length])
             pos += length
         if pos < end:
-            self._partial += view[pos:]
+            # The read itself when it starts the frame; else a copy of its end (a view would keep
+            # the whole read alive, beyond what partial_frames_max_bytes counts).
+            self._chunks.append(data if pos == 0 and type(data) is bytes else bytes(view[pos:]))
+            self._chunk_bytes = end - pos
             if end - pos >= FRAME_SIZE_BYTES:
                 self._needed = self._frame_length(view, pos)
         return frames

@@ -39,6 +39,20 @@ def test_splitter_keeps_a_partial_tail_for_the_next_chunk() -> None:
     assert [bytes(f) for f in splitter.feed(data[17:])] == [frame(b"y" * 10)]
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_splitter_reassembles_any_chunking_and_counts_what_it_holds(seed: int) -> None:
+    rng = random.Random(seed)
+    payloads = [bytes([i]) * rng.choice([0, 1, 3, 100, 5000, 70_000]) for i in range(12)]
+    data = b"".join(frame(p) for p in payloads)
+    splitter, out, fed = FrameSplitter(100_000), [], 0
+    while fed < len(data):
+        chunk = data[fed : fed + rng.choice([1, 2, 5, 700, 65536, 200_000])]
+        fed += len(chunk)
+        out.extend(bytes(f[4:]) for f in splitter.feed(chunk if rng.random() < 0.8 else bytearray(chunk)))
+        assert splitter.buffered == fed - sum(4 + len(p) for p in out)
+    assert out == payloads and splitter.buffered == 0
+
+
 @pytest.mark.parametrize("size", [-1, 2049])
 def test_splitter_refuses_sizes_outside_the_limit(size: int) -> None:
     with pytest.raises(FrameError, match=r"outside 0\.\.2048"):
