@@ -41,7 +41,7 @@ from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.proxy.session import SessionServices
 from quotagate.proxy.topics import TopicCatalog
-from quotagate.proxy.usage import UsageRecorder, make_sink, writer_id
+from quotagate.proxy.usage import QuotasInForce, UsageRecorder, make_sink, writer_id
 from quotagate.quotas import QuotaEngine, QuotaKey, QuotaTable
 from quotagate.quotas.engine import local_bucket
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
@@ -201,7 +201,12 @@ class Proxy:
             servers = [f"{host}:{port}" for host, port in self.config.proxy.bootstrap_servers]
             writer = writer_id(self.proxy_id)
             self.usage = UsageRecorder(
-                usage, self.metrics, make_sink(usage, writer, servers, self.tls.upstream), self.proxy_id, writer
+                usage,
+                self.metrics,
+                make_sink(usage, writer, servers, self.tls.upstream),
+                self.proxy_id,
+                writer,
+                QuotasInForce(self.engine.table),
             )
             self._spawn(self.usage.run())
             where = f"topic {usage.kafka_topic}" if usage.sink == "kafka" else usage.directory
@@ -352,6 +357,7 @@ class Proxy:
             )
         now = self.loop.time()
         self.engine.update(self.quota_admin.file_changed(config.quotas), config.windows, now)
+        self._usage_quotas_changed(now)
         self.topic_guard.update(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE), now)
         self.quota_admin.set_alter_principals(config.admin.alter_principals)
         if config.admin.state_file != self.config.admin.state_file:
@@ -368,6 +374,12 @@ class Proxy:
     def _quotas_altered(self, quotas: QuotaTable, now: float) -> None:
         """AlterClientQuotas changed the quotas in force: applied live, as a file reload is."""
         self.engine.update(quotas, self.engine.windows, now)
+        self._usage_quotas_changed(now)
+
+    def _usage_quotas_changed(self, now: float) -> None:
+        """Usage rows name the quota in force in their interval: tell the recorder when it changed."""
+        if self.usage is not None:
+            self.usage.quotas_changed(self.engine.table, self.wall_ms(now))
 
     def watch_config(self, path: str) -> ConfigWatcher:
         """Reloads `path` when it changes (and when the returned watcher's reload() is called)."""

@@ -12,6 +12,11 @@ through aiokafka. A slow or failing sink never slows forwarding: while a flush i
 collection goes on, and what does not fit (`buffer_records` records, or distinct aggregate keys) is
 dropped and counted in quotagate_usage_records_dropped_total.
 
+Every row also says which quota was in force for each key its API is charged to, and whether that
+entry was shadow (`quota_<key>`, `quota_<key>_shadow`): resolved when the rows are made, off the
+hot path, from the quota table in force at the row's interval (the file's and the Admin API's
+quotas alike: the server tells the recorder when the table changes), once per entity and interval.
+
 Files are partitioned as DIRECTORY/date=YYYY-MM-DD/hour=HH/usage-<writer>-<n>.{parquet,jsonl} (UTC),
 the layout Spark reads as partition columns. Every row carries its writer (proxy, pid, start time)
 and a sequence number, which the pipeline's ingest deduplicates on.
@@ -29,6 +34,9 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from quotagate.quotas.charging import keys_charged
+from quotagate.quotas.entities import QuotaKey, QuotaTable
 
 if TYPE_CHECKING:
     from quotagate.config.settings import UsageConfig
@@ -85,9 +93,77 @@ AGGREGATE_COUNTERS = (
 )
 # Written as floats (the others as int64).
 FLOAT_COUNTERS = frozenset({"request_time_ms", "charge_offset_ms"})
+# The quota in force for each key, and whether its entry was shadow: null for a key the row's API is
+# not charged to; for a charged key, quota null means unlimited and the shadow flag is false.
+QUOTA_FIELDS = tuple(name for key in QuotaKey for name in (f"quota_{key.value}", f"quota_{key.value}_shadow"))
+QUOTA_VALUE_FIELDS = frozenset(f"quota_{key.value}" for key in QuotaKey)
+NO_QUOTA_FIELDS: Row = dict.fromkeys(QUOTA_FIELDS)
+QUOTA_HISTORY_MS = 60_000  # how long a replaced quota table is kept for rows still to be made
 
 
-def request_row(record: UsageRecord, proxy_id: str, writer: str, seq: int) -> Row:
+class QuotasInForce:
+    """The quota tables in force over time (wall-clock epoch ms), so that rows made after a change
+    still name the quota of their own interval. Read in the worker thread that makes rows; the
+    tables themselves are immutable."""
+
+    def __init__(self, table: QuotaTable, since_ms: int = 0) -> None:
+        self._history: list[tuple[int, QuotaTable]] = [(since_ms, table)]
+
+    def changed(self, table: QuotaTable, at_ms: int) -> None:
+        self._history = [*self._history, (at_ms, table)]  # a new list: a reader's copy stays whole
+
+    def at(self, ts_ms: float) -> QuotaTable:
+        history = self._history
+        for since_ms, table in reversed(history):
+            if since_ms <= ts_ms:
+                return table
+        return history[0][1]
+
+    def forget_before(self, ts_ms: float) -> None:
+        """Drops the tables no row from `ts_ms` on can need (keeps the one in force then)."""
+        history = self._history
+        keep = next((i for i in range(len(history) - 1, -1, -1) if history[i][0] <= ts_ms), 0)
+        if keep:
+            self._history = history[keep:]
+
+
+def quota_fields(table: QuotaTable, user: str, client_id: str, api_key: int) -> Row:
+    """The `quota_*` fields of a row: what `table` gives (user, client_id) for the keys `api_key` is
+    charged to."""
+    fields = dict(NO_QUOTA_FIELDS)
+    for key in keys_charged(api_key):
+        resolution = table.resolve(user, client_id, key)
+        fields[f"quota_{key.value}"] = None if resolution is None else resolution.value
+        fields[f"quota_{key.value}_shadow"] = resolution is not None and resolution.shadow
+    return fields
+
+
+class QuotaFieldCache:
+    """quota_fields once per (table, entity, API): a flush's rows share an interval's table."""
+
+    def __init__(self, quotas: QuotasInForce | None) -> None:
+        self.quotas = quotas
+        self._cache: dict[tuple[int, str, str, int], Row] = {}
+
+    def fields(self, ts_ms: float, user: str, client_id: str, api_key: int) -> Row:
+        if self.quotas is None:
+            return NO_QUOTA_FIELDS
+        table = self.quotas.at(ts_ms)
+        key = (id(table), user, client_id, api_key)
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = quota_fields(table, user, client_id, api_key)
+        return found
+
+
+def request_row(
+    record: UsageRecord, proxy_id: str, writer: str, seq: int, quotas: QuotaFieldCache | None = None
+) -> Row:
+    in_force = (
+        quotas.fields(record.ts_ms, record.user, record.client_id, record.api_key)
+        if quotas is not None
+        else NO_QUOTA_FIELDS
+    )
     return {
         "v": REQUEST_SCHEMA_VERSION,
         "ts": record.ts_ms,
@@ -107,6 +183,7 @@ def request_row(record: UsageRecord, proxy_id: str, writer: str, seq: int) -> Ro
         "decision": record.decision,
         "shadow_throttle_ms": record.shadow_throttle_ms,
         "throttled_bytes": record.bytes_in if record.over_quota else 0,
+        **in_force,
     }
 
 
@@ -126,13 +203,16 @@ class RequestCollector:
     def __len__(self) -> int:
         return len(self.buffer)
 
-    def take(self, proxy_id: str, writer: str, first_seq: int) -> tuple[int, int, Callable[[], list[Row]]]:
+    def take(
+        self, proxy_id: str, writer: str, first_seq: int, quotas: QuotasInForce | None = None
+    ) -> tuple[int, int, Callable[[], list[Row]]]:
         """Empties the collector; returns (requests, rows, a function making the rows off the loop)."""
         records = list(self.buffer)
         self.buffer.clear()
 
         def rows() -> list[Row]:
-            return [request_row(r, proxy_id, writer, first_seq + i) for i, r in enumerate(records)]
+            cache = QuotaFieldCache(quotas)
+            return [request_row(r, proxy_id, writer, first_seq + i, cache) for i, r in enumerate(records)]
 
         return len(records), len(records), rows
 
@@ -196,12 +276,15 @@ class AggregateCollector:
     def __len__(self) -> int:
         return self.requests
 
-    def take(self, proxy_id: str, writer: str, first_seq: int) -> tuple[int, int, Callable[[], list[Row]]]:
+    def take(
+        self, proxy_id: str, writer: str, first_seq: int, quotas: QuotasInForce | None = None
+    ) -> tuple[int, int, Callable[[], list[Row]]]:
         aggregates, requests = self.aggregates, self.requests
         self.aggregates, self.requests = {}, 0
         interval_ms = self.interval_ms
 
         def rows() -> list[Row]:
+            cache = QuotaFieldCache(quotas)
             out = []
             for seq, ((interval, user, client_id, api_key, topic), counters) in enumerate(
                 aggregates.items(), first_seq
@@ -225,6 +308,8 @@ class AggregateCollector:
                 row["first_ms"] = round(row["first_ms"])
                 row["last_ms"] = round(row["last_ms"])
                 row["charge_offset_ms"] = round(row["charge_offset_ms"], 3)
+                # the quota in force at the interval's last charge (a change mid-interval: the new one)
+                row.update(cache.fields(row["last_ms"], user, client_id, api_key))
                 out.append(row)
             return out
 
@@ -377,7 +462,8 @@ def _arrow_schema(version: int) -> Any:
             ("decision", pa.string()),
             ("throttled_bytes", pa.int64()),
         ]
-    return pa.schema(fields)
+    quotas = [(name, pa.float64() if name in QUOTA_VALUE_FIELDS else pa.bool_()) for name in QUOTA_FIELDS]
+    return pa.schema([*fields, *quotas])
 
 
 class KafkaSink:
@@ -421,9 +507,17 @@ def _encode_for_kafka(rows: list[Row]) -> list[tuple[bytes, bytes]]:
 
 class UsageRecorder:
     def __init__(
-        self, config: UsageConfig, metrics: ProxyMetrics, sink: UsageSink, proxy_id: str = "", writer: str = ""
+        self,
+        config: UsageConfig,
+        metrics: ProxyMetrics,
+        sink: UsageSink,
+        proxy_id: str = "",
+        writer: str = "",
+        quotas: QuotasInForce | None = None,
     ) -> None:
         self.config = config
+        # The quota tables in force (None: rows carry null quota fields, as for an unknown quota).
+        self.quotas = quotas
         self.metrics = metrics
         self.sink = sink
         self.proxy_id = proxy_id
@@ -450,10 +544,17 @@ class UsageRecorder:
             await self.flush()
             await self.sink.close()
 
+    def quotas_changed(self, table: QuotaTable, at_ms: int) -> None:
+        """The quotas in force changed (a file reload, AlterClientQuotas): rows from `at_ms` name them."""
+        if self.quotas is not None:
+            self.quotas.changed(table, at_ms)
+
     async def flush(self) -> None:
+        if self.quotas is not None:  # no row to come is older than a minute (a request's latency)
+            self.quotas.forget_before(time.time() * 1000 - QUOTA_HISTORY_MS)
         if not len(self.collector):
             return
-        requests, row_count, make_rows = self.collector.take(self.proxy_id, self.writer, self._seq)
+        requests, row_count, make_rows = self.collector.take(self.proxy_id, self.writer, self._seq, self.quotas)
         self._seq += row_count
         try:
             rows = await asyncio.get_running_loop().run_in_executor(None, make_rows)

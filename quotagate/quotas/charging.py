@@ -17,13 +17,33 @@
 from __future__ import annotations
 
 from quotagate.protocol.apis import ApiKey
+from quotagate.protocol.mutations import MUTATION_APIS
+from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS
 from quotagate.quotas.bucket import ShadowTokenBucket
 from quotagate.quotas.engine import EntityBuckets
+from quotagate.quotas.entities import QuotaKey
 
 # As plain ints: an IntEnum member look-up costs ~0.1 µs, and these run for every exchange.
 _PRODUCE = int(ApiKey.PRODUCE)
 # The exchanges whose response bytes go to consumer_byte_rate.
 FETCH_APIS = frozenset({int(ApiKey.FETCH), int(ApiKey.SHARE_FETCH)})
+# Requests that are never charged request time: authentication, and the cluster APIs Kafka exempts.
+REQUEST_TIME_EXEMPT_APIS = THROTTLE_EXEMPT_APIS | {int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE)}
+_MUTATION_APIS = frozenset(int(api) for api in MUTATION_APIS)
+
+
+def keys_charged(api_key: int) -> tuple[QuotaKey, ...]:
+    """The quota keys an exchange of `api_key` is charged to (the usage records name their quotas)."""
+    keys: list[QuotaKey] = []
+    if api_key == _PRODUCE:
+        keys.append(QuotaKey.PRODUCER_BYTE_RATE)
+    elif api_key in FETCH_APIS:
+        keys.append(QuotaKey.CONSUMER_BYTE_RATE)
+    elif api_key in _MUTATION_APIS:
+        keys.append(QuotaKey.CONTROLLER_MUTATION_RATE)
+    if api_key not in REQUEST_TIME_EXEMPT_APIS:
+        keys.append(QuotaKey.REQUEST_PERCENTAGE)
+    return tuple(keys)
 
 
 def request_time_ms(api_key: int, latency_ms: float, fetch_max_wait_ms: int) -> float:

@@ -13,9 +13,11 @@ from quotagate.protocol.apis import ApiKey
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.usage import (
+    QUOTA_FIELDS,
     AggregateCollector,
     JsonlSink,
     ParquetSink,
+    QuotasInForce,
     RequestCollector,
     UsageRecord,
     UsageRecorder,
@@ -115,6 +117,7 @@ async def test_usage_records_land_in_hourly_partitions_as_versioned_json(tmp_pat
         "decision": "ok",
         "shadow_throttle_ms": 0,
         "throttled_bytes": 0,
+        **dict.fromkeys(QUOTA_FIELDS),  # a recorder told no quotas names none
     }
 
 
@@ -169,6 +172,67 @@ def test_aggregates_carry_what_shadow_quotas_would_have_throttled() -> None:
     _, _, make_rows = collector.take("p", "p-1-1", 0)
     (row,) = make_rows()
     assert (row["shadow_throttle_ms"], row["throttle_ms"]) == (2000, 0)
+
+
+def test_aggregates_name_the_quota_in_force_in_their_interval_per_charged_key_and_its_shadow_flag() -> None:
+    alice, everyone = QuotaEntity("alice", None), QuotaEntity(None, "<default>")
+    before = QuotaTable({alice: {QuotaKey.PRODUCER_BYTE_RATE: 300_000}})
+    after = QuotaTable(
+        {alice: {QuotaKey.PRODUCER_BYTE_RATE: 500_000}, everyone: {QuotaKey.REQUEST_PERCENTAGE: 50}},
+        frozenset({everyone}),
+    )
+    quotas = QuotasInForce(before)
+    quotas.changed(after, 6_500)  # kafka-configs.sh at the proxy, half way through second 6
+    collector = AggregateCollector(limit=100, interval_ms=1000)
+    collector.add(UsageRecord(5_010, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok"))
+    collector.add(UsageRecord(6_900, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok"))
+    collector.add(UsageRecord(6_900, "alice", "c", 1, 12, (), 90, 5000, 0, 2.0, 0, "ok"))
+    rows = {(r["ts"], r["api_key"]): r for r in collector.take("p", "p-1-1", 0, quotas)[2]()}
+    assert {k: rows[(5000, 0)][k] for k in QUOTA_FIELDS} == {
+        "quota_producer_byte_rate": 300_000,
+        "quota_producer_byte_rate_shadow": False,
+        "quota_consumer_byte_rate": None,  # not charged by a produce
+        "quota_consumer_byte_rate_shadow": None,
+        "quota_request_percentage": None,  # charged, and unlimited
+        "quota_request_percentage_shadow": False,
+        "quota_controller_mutation_rate": None,
+        "quota_controller_mutation_rate_shadow": None,
+    }
+    second_6 = rows[(6000, 0)]
+    assert (second_6["quota_producer_byte_rate"], second_6["quota_request_percentage"]) == (500_000, 50)
+    assert (second_6["quota_producer_byte_rate_shadow"], second_6["quota_request_percentage_shadow"]) == (False, True)
+    fetch = rows[(6000, 1)]
+    assert (fetch["quota_consumer_byte_rate"], fetch["quota_consumer_byte_rate_shadow"]) == (None, False)
+    assert fetch["quota_producer_byte_rate"] is None and fetch["quota_producer_byte_rate_shadow"] is None
+
+
+def test_a_request_record_names_the_quota_in_force_when_it_was_made_and_old_tables_are_let_go() -> None:
+    quotas = QuotasInForce(QuotaTable({QuotaEntity("alice", None): {QuotaKey.PRODUCER_BYTE_RATE: 1000}}))
+    quotas.changed(QuotaTable(), 2_000)
+    collector = RequestCollector(100)
+    collector.add(record(1_500))
+    collector.add(record(2_500))
+    early, late = collector.take("p", "p-1-1", 0, quotas)[2]()
+    assert (early["quota_producer_byte_rate"], late["quota_producer_byte_rate"]) == (1000, None)
+    assert late["quota_producer_byte_rate_shadow"] is False  # known: unlimited
+    quotas.forget_before(2_100)
+    assert not quotas.at(1_500)  # only the table in force from 2 000 on is kept
+
+
+async def test_aggregates_with_their_quotas_land_in_parquet_typed(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    quotas = QuotasInForce(QuotaTable({QuotaEntity("alice", None): {QuotaKey.PRODUCER_BYTE_RATE: 500_000}}))
+    collector = AggregateCollector(limit=100, interval_ms=1000)
+    collector.add(record(1_700_000_000_002))
+    sink = ParquetSink(tmp_path, "p-1-1", max_file_bytes=1 << 20, max_file_seconds=60)
+    await sink.write(collector.take("p", "p-1-1", 0, quotas)[2]())
+    await sink.close()
+    (file,) = tmp_path.rglob("*.parquet")
+    table = pq.read_table(file)
+    assert str(table.schema.field("quota_producer_byte_rate").type) == "double"
+    assert str(table.schema.field("quota_producer_byte_rate_shadow").type) == "bool"
+    assert table.to_pylist()[0]["quota_producer_byte_rate"] == 500_000.0
 
 
 def test_aggregates_stop_at_the_key_limit_and_say_so() -> None:
