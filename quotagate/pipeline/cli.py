@@ -37,7 +37,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
     def candidates(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "--config", help="the proxy's TOML: its quota windows, and its current quotas as candidates"
+            "--config",
+            help="the proxy's TOML: its quota windows, and the current quotas of entities whose usage records "
+            "do not say which quota was in force (records name it since schema 2's quota fields)",
         )
         parser.add_argument(
             "--quota", action="append", default=[], metavar="KEY=VALUE", help="a candidate quota (repeatable)"
@@ -62,7 +64,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = job("recommend", "the smallest quota meeting an objective, as TOML and kafka-configs.sh")
     parser.add_argument("--whatif", required=True)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--config", help="the proxy's TOML, for the current quotas")
+    parser.add_argument(
+        "--config", help="the proxy's TOML: current quotas for entities whose usage records do not name them"
+    )
     objective(parser)
     parser = job("report", "one self-contained HTML file")
     parser.add_argument("--table", required=True)
@@ -157,7 +161,8 @@ def _whatif(spark, args: argparse.Namespace, table_path: str, out: str) -> None:
 
     candidates, config = _candidates(args)
     windows = config.windows if config else None
-    whatif(read_table(spark, table_path), candidates, windows).write.mode("overwrite").parquet(out)
+    stand_in = config.quotas if config else None
+    whatif(read_table(spark, table_path), candidates, windows, stand_in=stand_in).write.mode("overwrite").parquet(out)
     print(f"what-if: {out}")
 
 

@@ -106,6 +106,11 @@ def test_the_report_opens_offline_and_its_charts_draw(spark, tmp_path: Path) -> 
     assert 'data-charts="4"' in dom, "2 usage charts and 2 what-if charts"
     assert dom.count('data-drawn="2"') == 4, "every chart drew its two lines"
     assert dom.count("<polyline") == 8 and "150,000" in dom
+    # axes a reader can read without the legend: clock time, quota ticks in the key's unit, named lines
+    assert dom.count(">time (UTC)<") == 2 and ">00:00:00<" in dom and ">00:02:00<" not in dom
+    assert ">00:01:59<" in dom, "the last second of the 2 minutes generated from 2026-01-01T00:00:00Z"
+    assert dom.count(">quota (B/s); up: share of seconds throttled<") == 2 and ">200k<" in dom
+    assert dom.count(">token bucket<") == 2 and dom.count(">Kafka<") == 2 and ">current 150k<" in dom
 
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     chromium("--window-size=1000,1200", f"--screenshot={SCREENSHOT}", report.as_uri())
