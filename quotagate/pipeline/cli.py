@@ -10,7 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
-JOBS = ("ingest", "rollup", "whatif", "recommend", "report", "all", "generate")
+JOBS = ("ingest", "rollup", "whatif", "recommend", "report", "all", "generate", "apply", "promote")
+# Jobs that only edit the proxy's quota file: no SparkSession.
+WITHOUT_SPARK = ("apply", "promote")
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -78,6 +80,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--work", required=True, help="folder for the table and every output")
     candidates(parser)
     objective(parser)
+    parser = job("apply", "write the recommendations into the proxy's quota file as shadow quotas (it reloads)")
+    parser.add_argument("--recommendations", required=True, help="the --out folder of recommend")
+    parser.add_argument("--config", required=True, help="the running proxy's TOML file, edited in place")
+    parser = job("promote", "make the quotas `apply` wrote binding (drops their shadow flags)")
+    parser.add_argument("--config", required=True, help="the running proxy's TOML file, edited in place")
     parser = job("generate", "synthetic usage records with known rates and bursts")
     parser.add_argument("--out", required=True)
     parser.add_argument("--seconds", type=int, default=300)
@@ -85,6 +92,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.job in WITHOUT_SPARK:
+        from quotagate.config.settings import ConfigError
+
+        try:
+            return JOB_RUNNERS[args.job](None, args)
+        except (FileNotFoundError, ValueError, ConfigError) as exc:
+            print(f"quotagate pipeline {args.job}: {exc}", file=sys.stderr)
+            return 1
     try:
         from quotagate.pipeline.session import create_session
     except ImportError as exc:
@@ -260,6 +275,33 @@ def _run_generate(spark, args) -> int:
     return 0
 
 
+def _run_apply(_spark, args) -> int:
+    import pandas as pd
+
+    from quotagate.pipeline.apply import apply_shadow, shadow_recommendations, write_config
+
+    recommendations = pd.read_parquet(Path(args.recommendations) / "recommendations.parquet")
+    text = Path(args.config).read_text(encoding="utf-8")
+    tried, skipped = shadow_recommendations(recommendations, text)
+    for reason in skipped:
+        print(f"not applied: {reason}", file=sys.stderr)
+    write_config(args.config, apply_shadow(text, tried))
+    entities = tried.groupby(["user", "client_id"]).ngroups if len(tried) else 0
+    print(
+        f"applied as shadow quotas: {len(tried)} quotas of {entities} entities in {args.config} (the proxy reloads it)"
+    )
+    return 0
+
+
+def _run_promote(_spark, args) -> int:
+    from quotagate.pipeline.apply import promote, write_config
+
+    text, promoted = promote(Path(args.config).read_text(encoding="utf-8"))
+    write_config(args.config, text)
+    print(f"promoted: {promoted} shadow entries of {args.config} are now enforced")
+    return 0
+
+
 JOB_RUNNERS = {
     "ingest": _run_ingest,
     "rollup": _run_rollup,
@@ -268,4 +310,6 @@ JOB_RUNNERS = {
     "report": _run_report,
     "all": _run_all,
     "generate": _run_generate,
+    "apply": _run_apply,
+    "promote": _run_promote,
 }
