@@ -59,6 +59,9 @@ __all__ = [
 # QUOTAGATE_TEST_PORT_OFFSET shifts every port below (default 0), so two checkouts can run their
 # suites at once on one machine without two brokers on the same ports.
 PORT_OFFSET = int(os.environ.get("QUOTAGATE_TEST_PORT_OFFSET", "0"))
+# Checkouts share .cache (and so the clusters' run dirs): a shifted session gets clusters of its own
+# name, so that another checkout's session, which kills its clusters' leftovers, never kills these.
+CLUSTER_SUFFIX = f"-offset{PORT_OFFSET}" if PORT_OFFSET else ""
 KAFKA_PORT = 29092 + PORT_OFFSET
 KAFKA_CONTROLLER_PORT = 29392 + PORT_OFFSET
 KAFKA_SASL_PORT = 29492 + PORT_OFFSET
@@ -104,7 +107,7 @@ def kafka() -> Iterator[Cluster]:
     # SASL on 29492: clear of 29092 (client), 29192-29194 (test3 clients), 29292-29294
     # (test3 controllers) and 29392 (controller).
     yield from _session_cluster(
-        "test1",
+        "test1" + CLUSTER_SUFFIX,
         1,
         KAFKA_PORT,
         controller_base_port=KAFKA_CONTROLLER_PORT,
@@ -116,7 +119,9 @@ def kafka() -> Iterator[Cluster]:
 @pytest.fixture(scope="session")
 def kafka_cluster() -> Iterator[Cluster]:
     """Three combined broker+controller nodes; internal topics get RF 3."""
-    yield from _session_cluster("test3", 3, KAFKA_CLUSTER_PORT, controller_base_port=None)  # controllers +100
+    yield from _session_cluster(
+        "test3" + CLUSTER_SUFFIX, 3, KAFKA_CLUSTER_PORT, controller_base_port=None
+    )  # controllers +100
 
 
 @pytest.fixture(scope="session")

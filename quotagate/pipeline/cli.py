@@ -83,6 +83,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = job("apply", "write the recommendations into the proxy's quota file as shadow quotas (it reloads)")
     parser.add_argument("--recommendations", required=True, help="the --out folder of recommend")
     parser.add_argument("--config", required=True, help="the running proxy's TOML file, edited in place")
+    parser.add_argument(
+        "--quota-key", action="append", default=[], help="apply only this key's recommendations (repeatable)"
+    )
     parser = job("promote", "make the quotas `apply` wrote binding (drops their shadow flags)")
     parser.add_argument("--config", required=True, help="the running proxy's TOML file, edited in place")
     parser = job("generate", "synthetic usage records with known rates and bursts")
@@ -279,8 +282,12 @@ def _run_apply(_spark, args) -> int:
     import pandas as pd
 
     from quotagate.pipeline.apply import apply_shadow, shadow_recommendations, write_config
+    from quotagate.quotas import QuotaKey
 
     recommendations = pd.read_parquet(Path(args.recommendations) / "recommendations.parquet")
+    if args.quota_key:  # a name that is no quota key is refused (ValueError), not silently matched by nothing
+        keys = [QuotaKey(name).value for name in args.quota_key]
+        recommendations = recommendations[recommendations["quota_key"].isin(keys)]
     text = Path(args.config).read_text(encoding="utf-8")
     tried, skipped = shadow_recommendations(recommendations, text)
     for reason in skipped:
