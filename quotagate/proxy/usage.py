@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from quotagate.config.settings import ConfigError
 from quotagate.quotas.charging import keys_charged
 from quotagate.quotas.entities import QuotaKey, QuotaTable
 
@@ -467,30 +468,47 @@ def _arrow_schema(version: int) -> Any:
 
 
 class KafkaSink:
-    """Sends rows as JSON to a Kafka topic (directly to the cluster, not through the proxy)."""
+    """Sends rows as JSON to a Kafka topic (directly to the cluster, not through the proxy), over the
+    cluster's own security: TLS ([upstream.tls], else the system's CAs) and SASL PLAIN or SCRAM."""
 
     def __init__(
-        self, bootstrap_servers: list[str], topic: str, writer: str, ssl_context: ssl.SSLContext | None = None
+        self,
+        bootstrap_servers: list[str],
+        topic: str,
+        writer: str,
+        ssl_context: ssl.SSLContext | None = None,
+        security_protocol: str = "",
+        sasl: tuple[str, str, str] | None = None,  # (mechanism, user, password)
     ) -> None:
-        try:
-            from aiokafka import AIOKafkaProducer
-        except ImportError as exc:  # an optional dependency
-            raise RuntimeError("usage.sink = \"kafka\" needs aiokafka: pip install 'quotagate[kafka-sink]'") from exc
+        from aiokafka import AIOKafkaProducer  # a dependency of quotagate; imported only when used
+
+        protocol = security_protocol or ("SSL" if ssl_context is not None else "PLAINTEXT")
+        if protocol in ("SSL", "SASL_SSL") and ssl_context is None:
+            ssl_context = ssl.create_default_context()
         self.topic = topic
-        # TLS as the proxy's own connections to the brokers ([upstream.tls]): same CAs, same client
-        # certificate, so a cluster reachable only over SSL takes the usage records too.
+        self.where = f"topic {topic} at {','.join(bootstrap_servers)} ({protocol})"
+        mechanism, user, password = sasl or ("PLAIN", None, None)
         self._producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap_servers,
             client_id=f"quotagate-usage-{writer}",
             linger_ms=50,
-            security_protocol="SSL" if ssl_context is not None else "PLAINTEXT",
-            ssl_context=ssl_context,
+            security_protocol=protocol,
+            ssl_context=ssl_context if protocol in ("SSL", "SASL_SSL") else None,
+            sasl_mechanism=mechanism,
+            sasl_plain_username=user,
+            sasl_plain_password=password,
         )
         self._started = False
 
     async def write(self, rows: list[Row]) -> None:
         if not self._started:
-            await self._producer.start()
+            try:
+                await self._producer.start()
+            except Exception as exc:
+                raise RuntimeError(
+                    f"the usage sink cannot reach {self.where}: {exc!r}; check usage.kafka_bootstrap_servers, "
+                    "usage.kafka_security_protocol and the SASL user and password (usage.kafka_sasl_*)"
+                ) from exc
             self._started = True
         encoded = await asyncio.get_running_loop().run_in_executor(None, _encode_for_kafka, rows)
         sends = [await self._producer.send(self.topic, value=value, key=key) for key, value in encoded]
@@ -573,11 +591,34 @@ def writer_id(proxy_id: str) -> str:
     return f"{proxy_id}-{os.getpid()}-{time.time_ns() // 1_000_000}"
 
 
+def sasl_credentials(config: UsageConfig) -> tuple[str, str, str] | None:
+    """(mechanism, user, password) of the "kafka" sink, the password read from its environment
+    variable when named there; None without SASL."""
+    if not config.kafka_sasl:
+        return None
+    password = config.kafka_sasl_password
+    if config.kafka_sasl_password_env:
+        password = os.environ.get(config.kafka_sasl_password_env, "")
+        if not password:
+            raise ConfigError(
+                "usage.kafka_sasl_password_env",
+                f"names {config.kafka_sasl_password_env}, which is not set in the proxy's environment",
+            )
+    return config.kafka_sasl_mechanism, config.kafka_sasl_username, password
+
+
 def make_sink(
     config: UsageConfig, writer: str, default_bootstrap: list[str], ssl_context: ssl.SSLContext | None = None
 ) -> UsageSink:
     if config.sink == "kafka":
-        return KafkaSink(config.kafka_bootstrap_servers or default_bootstrap, config.kafka_topic, writer, ssl_context)
+        return KafkaSink(
+            list(config.kafka_bootstrap_servers) or default_bootstrap,
+            config.kafka_topic,
+            writer,
+            ssl_context,
+            config.kafka_security_protocol,
+            sasl_credentials(config),
+        )
     if config.sink == "jsonl":
         return JsonlSink(config.directory, writer, config.max_file_bytes)
     return ParquetSink(config.directory, writer, config.max_file_bytes, config.max_file_seconds)

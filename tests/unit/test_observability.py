@@ -321,6 +321,36 @@ def test_usage_config_is_validated_with_the_key_named() -> None:
         parse_config('[proxy]\nbootstrap_servers = ["k:1"]\n[usage]\nrecords = "all"\n')
 
 
+def test_the_kafka_sinks_sasl_settings_are_checked_and_its_password_can_come_from_the_environment(
+    monkeypatch,
+) -> None:
+    import pytest
+
+    from quotagate.config import ConfigError
+    from quotagate.proxy.usage import sasl_credentials
+
+    head = '[proxy]\nbootstrap_servers = ["k:1"]\n[usage]\nsink = "kafka"\n'
+    sasl = 'kafka_security_protocol = "SASL_SSL"\nkafka_sasl_mechanism = "SCRAM-SHA-512"\n'
+    with pytest.raises(ConfigError, match=r"usage\.kafka_sasl_username: is required"):
+        parse_config(head + sasl)
+    with pytest.raises(ConfigError, match=r"usage\.kafka_sasl_password: \(or kafka_sasl_password_env\)"):
+        parse_config(head + sasl + 'kafka_sasl_username = "usage-writer"\n')
+    with pytest.raises(ConfigError, match=r"usage\.kafka_security_protocol: must be"):
+        parse_config(head + 'kafka_sasl_username = "usage-writer"\n')
+    with pytest.raises(ConfigError, match=r"usage\.kafka_sasl_mechanism"):
+        parse_config(head + 'kafka_security_protocol = "SASL_SSL"\nkafka_sasl_mechanism = "GSSAPI"\n')
+    config = parse_config(
+        head + sasl + 'kafka_sasl_username = "usage-writer"\nkafka_sasl_password_env = "QG_TEST_USAGE_PASSWORD"\n'
+    ).usage
+    with pytest.raises(ConfigError, match=r"usage\.kafka_sasl_password_env: names QG_TEST_USAGE_PASSWORD"):
+        sasl_credentials(config)
+    monkeypatch.setenv("QG_TEST_USAGE_PASSWORD", "s3cret")
+    assert sasl_credentials(config) == ("SCRAM-SHA-512", "usage-writer", "s3cret")
+    plain = parse_config(head + 'kafka_security_protocol = "SASL_PLAINTEXT"\nkafka_sasl_username = "u"\n'
+                         'kafka_sasl_password = "p"\n').usage  # fmt: skip
+    assert sasl_credentials(plain) == ("PLAIN", "u", "p") and "'p'" not in repr(plain)
+
+
 async def http_get(port: int, path: str) -> tuple[int, str]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
