@@ -38,6 +38,17 @@ def report_data(table: DataFrame, whatif: DataFrame, recommendations: pd.DataFra
     totals = seconds.groupBy("user", "client_id").agg(F.sum(F.col("bytes_in") + F.col("bytes_out")).alias("moved"))
     leaders = totals.orderBy(F.col("moved").desc()).limit(top)
     series = seconds.join(leaders.select("user", "client_id"), ["user", "client_id"]).orderBy("second").toPandas()
+    # The byte-rate quotas in force, per second, as the records name them (null: unlimited, unknown)
+    in_force = (
+        table.join(leaders.select("user", "client_id"), ["user", "client_id"])
+        .groupBy("user", "client_id", F.floor(F.col("ts") / 1000).cast("long").alias("second"))
+        .agg(
+            F.max("quota_producer_byte_rate").alias("producer_quota"),
+            F.max("quota_consumer_byte_rate").alias("consumer_quota"),
+        )
+        .toPandas()
+    )
+    series = series.merge(in_force, on=["user", "client_id", "second"], how="left")
     curves = whatif.join(leaders.select("user", "client_id"), ["user", "client_id"]).orderBy("quota").toPandas()
     order = [(r["user"], r["client_id"]) for r in leaders.collect()]
     return {"order": order, "series": series, "curves": curves, "recommendations": recommendations}
@@ -61,6 +72,11 @@ def render_report(data: dict, title: str = "quotagate usage report") -> str:
                 "bytes_in": mine["bytes_in"].astype(float).tolist(),
                 "bytes_out": mine["bytes_out"].astype(float).tolist(),
                 "throttled": mine["throttled"].astype(int).tolist(),
+                "quotas": [
+                    {"name": name, "values": [_clean(v) for v in mine[column].astype(float).tolist()]}
+                    for name, column in (("produce quota", "producer_quota"), ("fetch quota", "consumer_quota"))
+                    if column in mine and mine[column].notna().any()
+                ],
                 "curves": [
                     {
                         "key": key,
@@ -223,7 +239,9 @@ quota the second figure is what it observed on live traffic (it never throttled 
     if (!e.seconds.length) return;
     var svg = chart(document.getElementById("usage"), e.name);
     var t0 = e.seconds[0], t1 = Math.max(e.seconds[e.seconds.length - 1], t0 + 1);
-    var top = Math.max.apply(null, e.bytes_in.concat(e.bytes_out, [1]));
+    var limits = [];
+    e.quotas.forEach(function (q) { q.values.forEach(function (v) { if (v !== null) limits.push(v); }); });
+    var top = Math.max.apply(null, e.bytes_in.concat(e.bytes_out, limits, [1]));
     var sx = function (s) { return L + (s - t0) / (t1 - t0) * (W - L - 8); };
     var sy = function (v) { return H - B - v / top * (H - B - 8); };
     var first = true;
@@ -235,6 +253,19 @@ quota the second figure is what it observed on live traffic (it never throttled 
     });
     line(svg, e.seconds, e.bytes_in, sx, sy, "#1f77b4");
     line(svg, e.seconds, e.bytes_out, sx, sy, "#ff7f0e");
+    e.quotas.forEach(function (q) {
+      // the quota in force as a dashed step line, named with its last value (a change shows as a step)
+      var points = [], last = null;
+      e.seconds.forEach(function (s, i) {
+        var v = q.values[i];
+        if (v === null) return;
+        points.push(sx(s).toFixed(1) + "," + sy(v).toFixed(1), sx(s + 1).toFixed(1) + "," + sy(v).toFixed(1));
+        last = v;
+      });
+      if (!points.length) return;
+      el("polyline", {points: points.join(" "), fill: "none", stroke: "#444", "stroke-dasharray": "4 3"}, svg);
+      label(svg, L + 4, inside(sy(last) - 3), q.name + " " + fmt(last) + "B/s", "start");
+    });
     var n = e.seconds.length - 1;
     label(svg, W - 6, inside(sy(e.bytes_in[n]) - 3), "in", "end");
     label(svg, W - 6, inside(sy(e.bytes_out[n]) - 3 - (e.bytes_out[n] === e.bytes_in[n] ? 11 : 0)), "out", "end");
