@@ -19,10 +19,20 @@ from quotagate.quotas.entities import QuotaKey
 SUPPORTED_VERSIONS = (1, 2)
 # The quota in force for each key, and whether it was shadow (docs/usage-records.md): per key,
 # the value (null: unlimited, or not recorded) and the shadow flag (null: not recorded).
+# Then the windows that sized the bursts (null: not recorded).
+WINDOW_COLUMNS = [
+    T.StructField("quota_window_num", T.IntegerType()),
+    T.StructField("quota_window_size_seconds", T.DoubleType()),
+    T.StructField("controller_quota_window_num", T.IntegerType()),
+    T.StructField("controller_quota_window_size_seconds", T.DoubleType()),
+]
 QUOTA_COLUMNS = [
-    T.StructField(name, kind)
-    for key in QuotaKey
-    for name, kind in ((f"quota_{key.value}", T.DoubleType()), (f"quota_{key.value}_shadow", T.BooleanType()))
+    *(
+        T.StructField(name, kind)
+        for key in QuotaKey
+        for name, kind in ((f"quota_{key.value}", T.DoubleType()), (f"quota_{key.value}_shadow", T.BooleanType()))
+    ),
+    *WINDOW_COLUMNS,
 ]
 QUOTA_COLUMN_NAMES = tuple(field.name for field in QUOTA_COLUMNS)
 

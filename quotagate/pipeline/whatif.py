@@ -46,7 +46,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from quotagate.pipeline.schema import FETCHES, PRODUCE
+from quotagate.pipeline.schema import FETCHES, PRODUCE, WINDOW_COLUMNS
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.engine import MS_PER_SECOND_PER_PERCENT, tokens_per_second
 from quotagate.quotas.sampled_rate import SampledRate
@@ -97,6 +97,7 @@ def record_columns(keys: list[str]) -> list[str]:
     if QuotaKey.PRODUCER_BYTE_RATE in quota_keys:
         columns.append("throttled_bytes")
     columns.append("shadow_throttle_ms")
+    columns += [window.name for window in WINDOW_COLUMNS]
     for key in quota_keys:
         columns += [f"quota_{key.value}", f"quota_{key.value}_shadow"]
     return list(dict.fromkeys(columns + [AMOUNT_COLUMN[k] for k in quota_keys]))
@@ -220,6 +221,24 @@ def current_quota(
     }
 
 
+def recorded_windows(records: pa.Table) -> QuotaWindows | None:
+    """The windows the proxy sized its bursts with, as the entity's latest record carrying them says."""
+    names = [window.name for window in WINDOW_COLUMNS]
+    if not set(names) <= set(records.column_names) or records.num_rows == 0:
+        return None
+    known = ~np.isnan(_numbers(records, "quota_window_num", float))
+    if not known.any():
+        return None
+    latest = int(np.flatnonzero(known)[np.argmax(_numbers(records, "ts", float)[known])])
+    values = {name: records.column(name)[latest].as_py() for name in names}
+    return QuotaWindows(
+        int(values["quota_window_num"]),
+        float(values["quota_window_size_seconds"]),
+        int(values["controller_quota_window_num"]),
+        float(values["controller_quota_window_size_seconds"]),
+    )
+
+
 def replay_entity(
     user: str,
     client_id: str,
@@ -231,7 +250,9 @@ def replay_entity(
 ) -> pa.Table:
     """One entity's records (rows of `replay_input`) → one row per (quota key, candidate).
 
-    `stand_in`: the quotas for entities whose records do not say which quota was in force."""
+    `stand_in`: the quotas for entities whose records do not say which quota was in force; `windows`
+    likewise stand in for records that do not carry the proxy's windows."""
+    windows = recorded_windows(records) or windows
     out = []
     for key_name in keys:
         key = QuotaKey(key_name)

@@ -206,7 +206,7 @@ class Proxy:
                 make_sink(usage, writer, servers, self.tls.upstream),
                 self.proxy_id,
                 writer,
-                QuotasInForce(self.engine.table),
+                QuotasInForce(self.engine.table, self.engine.windows),
             )
             self._spawn(self.usage.run())
             where = f"topic {usage.kafka_topic}" if usage.sink == "kafka" else usage.directory
@@ -379,7 +379,7 @@ class Proxy:
     def _usage_quotas_changed(self, now: float) -> None:
         """Usage rows name the quota in force in their interval: tell the recorder when it changed."""
         if self.usage is not None:
-            self.usage.quotas_changed(self.engine.table, self.wall_ms(now))
+            self.usage.quotas_changed(self.engine.table, self.wall_ms(now), self.engine.windows)
 
     def watch_config(self, path: str) -> ConfigWatcher:
         """Reloads `path` when it changes (and when the returned watcher's reload() is called)."""

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from quotagate.config.settings import ConfigError
 from quotagate.quotas.charging import keys_charged
+from quotagate.quotas.engine import QuotaWindows
 from quotagate.quotas.entities import QuotaKey, QuotaTable
 
 if TYPE_CHECKING:
@@ -96,29 +97,44 @@ AGGREGATE_COUNTERS = (
 FLOAT_COUNTERS = frozenset({"request_time_ms", "charge_offset_ms"})
 # The quota in force for each key, and whether its entry was shadow: null for a key the row's API is
 # not charged to; for a charged key, quota null means unlimited and the shadow flag is false.
-QUOTA_FIELDS = tuple(name for key in QuotaKey for name in (f"quota_{key.value}", f"quota_{key.value}_shadow"))
+# Then the windows that sized the quotas' bursts (Kafka's quota.window.* and controller.quota.window.*),
+# so that a replay from the records alone gives a quota the burst the proxy gave it.
+WINDOW_FIELDS = (
+    "quota_window_num",
+    "quota_window_size_seconds",
+    "controller_quota_window_num",
+    "controller_quota_window_size_seconds",
+)
+QUOTA_FIELDS = (
+    *(name for key in QuotaKey for name in (f"quota_{key.value}", f"quota_{key.value}_shadow")),
+    *WINDOW_FIELDS,
+)
 QUOTA_VALUE_FIELDS = frozenset(f"quota_{key.value}" for key in QuotaKey)
 NO_QUOTA_FIELDS: Row = dict.fromkeys(QUOTA_FIELDS)
 QUOTA_HISTORY_MS = 60_000  # how long a replaced quota table is kept for rows still to be made
 
 
 class QuotasInForce:
-    """The quota tables in force over time (wall-clock epoch ms), so that rows made after a change
-    still name the quota of their own interval. Read in the worker thread that makes rows; the
-    tables themselves are immutable."""
+    """The quota tables (and windows) in force over time (wall-clock epoch ms), so that rows made
+    after a change still name the quota of their own interval. Read in the worker thread that makes
+    rows; the tables and windows themselves are immutable."""
 
-    def __init__(self, table: QuotaTable, since_ms: int = 0) -> None:
-        self._history: list[tuple[int, QuotaTable]] = [(since_ms, table)]
+    def __init__(self, table: QuotaTable, windows: QuotaWindows | None = None, since_ms: int = 0) -> None:
+        self._history: list[tuple[int, QuotaTable, QuotaWindows]] = [(since_ms, table, windows or QuotaWindows())]
 
-    def changed(self, table: QuotaTable, at_ms: int) -> None:
-        self._history = [*self._history, (at_ms, table)]  # a new list: a reader's copy stays whole
+    def changed(self, table: QuotaTable, at_ms: int, windows: QuotaWindows | None = None) -> None:
+        windows = windows or self._history[-1][2]
+        self._history = [*self._history, (at_ms, table, windows)]  # a new list: a reader's copy stays whole
 
     def at(self, ts_ms: float) -> QuotaTable:
+        return self.state_at(ts_ms)[0]
+
+    def state_at(self, ts_ms: float) -> tuple[QuotaTable, QuotaWindows]:
         history = self._history
-        for since_ms, table in reversed(history):
+        for since_ms, table, windows in reversed(history):
             if since_ms <= ts_ms:
-                return table
-        return history[0][1]
+                return table, windows
+        return history[0][1], history[0][2]
 
     def forget_before(self, ts_ms: float) -> None:
         """Drops the tables no row from `ts_ms` on can need (keeps the one in force then)."""
@@ -128,10 +144,16 @@ class QuotasInForce:
             self._history = history[keep:]
 
 
-def quota_fields(table: QuotaTable, user: str, client_id: str, api_key: int) -> Row:
+def quota_fields(
+    table: QuotaTable, user: str, client_id: str, api_key: int, windows: QuotaWindows | None = None
+) -> Row:
     """The `quota_*` fields of a row: what `table` gives (user, client_id) for the keys `api_key` is
-    charged to."""
+    charged to, and the windows sizing their bursts."""
     fields = dict(NO_QUOTA_FIELDS)
+    windows = windows or QuotaWindows()
+    for name in WINDOW_FIELDS:
+        value = getattr(windows, name)
+        fields[name] = float(value) if name.endswith("_seconds") else value
     for key in keys_charged(api_key):
         resolution = table.resolve(user, client_id, key)
         fields[f"quota_{key.value}"] = None if resolution is None else resolution.value
@@ -144,16 +166,16 @@ class QuotaFieldCache:
 
     def __init__(self, quotas: QuotasInForce | None) -> None:
         self.quotas = quotas
-        self._cache: dict[tuple[int, str, str, int], Row] = {}
+        self._cache: dict[tuple[int, int, str, str, int], Row] = {}
 
     def fields(self, ts_ms: float, user: str, client_id: str, api_key: int) -> Row:
         if self.quotas is None:
             return NO_QUOTA_FIELDS
-        table = self.quotas.at(ts_ms)
-        key = (id(table), user, client_id, api_key)
+        table, windows = self.quotas.state_at(ts_ms)
+        key = (id(table), id(windows), user, client_id, api_key)
         found = self._cache.get(key)
         if found is None:
-            found = self._cache[key] = quota_fields(table, user, client_id, api_key)
+            found = self._cache[key] = quota_fields(table, user, client_id, api_key, windows)
         return found
 
 
@@ -433,6 +455,14 @@ class ParquetSink:
         return path.with_name(f".{path.name}.open")
 
 
+def _quota_field_type(name: str) -> Any:
+    import pyarrow as pa
+
+    if name in QUOTA_VALUE_FIELDS or name.endswith("_seconds"):
+        return pa.float64()
+    return pa.int32() if name.endswith("_num") else pa.bool_()
+
+
 def _arrow_schema(version: int) -> Any:
     import pyarrow as pa
 
@@ -463,7 +493,7 @@ def _arrow_schema(version: int) -> Any:
             ("decision", pa.string()),
             ("throttled_bytes", pa.int64()),
         ]
-    quotas = [(name, pa.float64() if name in QUOTA_VALUE_FIELDS else pa.bool_()) for name in QUOTA_FIELDS]
+    quotas = [(name, _quota_field_type(name)) for name in QUOTA_FIELDS]
     return pa.schema([*fields, *quotas])
 
 
@@ -562,10 +592,10 @@ class UsageRecorder:
             await self.flush()
             await self.sink.close()
 
-    def quotas_changed(self, table: QuotaTable, at_ms: int) -> None:
+    def quotas_changed(self, table: QuotaTable, at_ms: int, windows: QuotaWindows | None = None) -> None:
         """The quotas in force changed (a file reload, AlterClientQuotas): rows from `at_ms` name them."""
         if self.quotas is not None:
-            self.quotas.changed(table, at_ms)
+            self.quotas.changed(table, at_ms, windows)
 
     async def flush(self) -> None:
         if self.quotas is not None:  # no row to come is older than a minute (a request's latency)

@@ -199,3 +199,14 @@ def test_request_percentage_rows_are_in_percent_throughout(spark) -> None:
     rows = whatif(table, keys=["request_percentage"]).toPandas()
     assert set(rows["peak_second"]) == {4.0} and rows["mean_rate"].iloc[0] == pytest.approx(4.0)
     assert rows["quota"].max() == 8.0, "the grid reaches 2 × the peak second, in percent"
+
+
+def test_the_windows_the_records_carry_size_the_replayed_burst(spark) -> None:
+    # At twice the quota: an 11 s burst (Kafka's default) lasts 11 s, a 2 s one (the proxy's, as its
+    # records say) 2 s, and the replay must give the burst the proxy gave.
+    table = synthetic_aggregates(spark, [SyntheticEntity("alice", "windowed", 2 * QUOTA, 20, quota=QUOTA)], 20)
+    recorded = table.withColumn("quota_window_num", F.lit(2)).withColumn("quota_window_size_seconds", F.lit(1.0))
+    recorded = recorded.withColumn("controller_quota_window_num", F.lit(11))
+    recorded = recorded.withColumn("controller_quota_window_size_seconds", F.lit(1.0))
+    default, held = (by_entity(whatif(frame, CANDIDATE).where("is_current"))["windowed"] for frame in (table, recorded))
+    assert default["seconds_throttled"] <= 10 and held["seconds_throttled"] >= 17, (default, held)

@@ -22,7 +22,7 @@ from quotagate.proxy.usage import (
     UsageRecord,
     UsageRecorder,
 )
-from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable
+from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from tests.unit.test_connection import rig  # noqa: F401  (fixture)
 
 
@@ -182,7 +182,7 @@ def test_aggregates_name_the_quota_in_force_in_their_interval_per_charged_key_an
         frozenset({everyone}),
     )
     quotas = QuotasInForce(before)
-    quotas.changed(after, 6_500)  # kafka-configs.sh at the proxy, half way through second 6
+    quotas.changed(after, 6_500, QuotaWindows(quota_window_num=2))  # a reload, half way through second 6
     collector = AggregateCollector(limit=100, interval_ms=1000)
     collector.add(UsageRecord(5_010, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok"))
     collector.add(UsageRecord(6_900, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok"))
@@ -197,8 +197,14 @@ def test_aggregates_name_the_quota_in_force_in_their_interval_per_charged_key_an
         "quota_request_percentage_shadow": False,
         "quota_controller_mutation_rate": None,
         "quota_controller_mutation_rate_shadow": None,
+        # the windows sizing the bursts, so that a replay from the records gives the proxy's burst
+        "quota_window_num": 11,
+        "quota_window_size_seconds": 1.0,
+        "controller_quota_window_num": 11,
+        "controller_quota_window_size_seconds": 1.0,
     }
     second_6 = rows[(6000, 0)]
+    assert second_6["quota_window_num"] == 2
     assert (second_6["quota_producer_byte_rate"], second_6["quota_request_percentage"]) == (500_000, 50)
     assert (second_6["quota_producer_byte_rate_shadow"], second_6["quota_request_percentage_shadow"]) == (False, True)
     fetch = rows[(6000, 1)]
