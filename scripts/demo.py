@@ -134,8 +134,8 @@ def run_pipeline(workdir: Path) -> bool:
         print(
             f"   the limited producer's current quota, from the usage records: {current:,.0f} B/s "
             f"({row['current_source']}); at it the replay holds it {row['current_throttled_time_ms'] / 1000:.1f} s "
-            f"({row['current_seconds_throttled']} s throttled), the proxy recorded "
-            f"{row['current_recorded_held_ms'] / 1000:.1f} s ({row['current_recorded_seconds_throttled']} s)"
+            f"({row['current_seconds_throttled']:.0f} s throttled), the proxy recorded "
+            f"{row['current_recorded_held_ms'] / 1000:.1f} s ({row['current_recorded_seconds_throttled']:.0f} s)"
         )
     print("   recommended for it (it ran at its quota, so this is a floor):")
     print("   " + limited.strip().replace("\n", "\n   "))
