@@ -71,3 +71,32 @@ def test_a_file_the_proxy_would_refuse_is_never_written(tmp_path: Path) -> None:
     assert path.read_text() == CONFIG
     with pytest.raises(ValueError, match="run `quotagate pipeline apply` first"):
         promote(CONFIG)
+
+
+def test_the_reports_current_cell_says_shadow_where_it_came_from_and_what_it_was_before() -> None:
+    from quotagate.pipeline.report import _at_current, _current
+
+    changed = pd.Series(
+        {
+            "current": 500_000.0,
+            "current_shadow": False,
+            "current_source": "records",
+            "quota_history": "[[1000, 300000.0, false], [9000, 500000.0, false]]",
+        }
+    )
+    assert _current(changed) == "500,000; was 300,000"
+    tried = pd.Series(
+        {
+            "current": 185_000.0,
+            "current_shadow": True,
+            "current_source": "records",
+            "quota_history": "[[1000, null, false], [9000, 185000.0, true]]",
+            "current_seconds_throttled": 19,
+            "current_throttled_time_ms": 44_800.0,
+            "current_shadow_seconds_throttled": 18,
+            "current_shadow_held_ms": 45_100.0,
+        }
+    )
+    assert _current(tried) == "185,000 (shadow); was unlimited"
+    assert _at_current(tried) == ("19 s / observed 18 s", "44.8 s / observed 45.1 s")
+    assert _current(pd.Series({"current": 1000.0, "current_source": "config"})) == "1,000 (from --config)"
