@@ -43,7 +43,7 @@ import math
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from quotagate.pipeline.schema import FETCHES, PRODUCE, WINDOW_COLUMNS
@@ -97,10 +97,23 @@ def record_columns(keys: list[str]) -> list[str]:
     if QuotaKey.PRODUCER_BYTE_RATE in quota_keys:
         columns.append("throttled_bytes")
     columns.append("shadow_throttle_ms")
-    columns += [window.name for window in WINDOW_COLUMNS]
-    for key in quota_keys:
-        columns += [f"quota_{key.value}", f"quota_{key.value}_shadow"]
+    columns += [f"quota_{key.value}" for key in quota_keys]  # with its shadow flag: quota_code()
     return list(dict.fromkeys(columns + [AMOUNT_COLUMN[k] for k in quota_keys]))
+
+
+def quota_code(key: str) -> Column:
+    """The quota in force and its shadow flag as one number, one column less to send to Python:
+    null where the records do not say, 0 when unlimited, the quota when binding, minus it when shadow
+    (quotas are positive)."""
+    value, shadow = F.col(f"quota_{key}"), F.col(f"quota_{key}_shadow")
+    return (
+        F.when(shadow.isNull(), F.lit(None))
+        .when(value.isNull(), F.lit(0.0))
+        .when(shadow, -value)
+        .otherwise(value)
+        .cast("double")
+        .alias(f"quota_{key}")
+    )
 
 
 # Per quota key, the records that count for it: (API keys, whether it is all but those).
@@ -131,8 +144,8 @@ def replay_input(table: DataFrame, keys: list[str]) -> DataFrame:
         apis, all_but = COUNTED_APIS[QuotaKey(key)]
         selected.append(~F.col("api_key").isin(*apis) if all_but else F.col("api_key").isin(*apis))
     request = F.when(F.col("interval_ms") == 0, F.xxhash64("writer", "seq")).otherwise(F.lit(0)).alias("request")
-    # shadow flags as numbers (1/0, null where not recorded): the replay reads every column as numbers
-    columns = [F.col(c).cast("double").alias(c) if c.endswith("_shadow") else F.col(c) for c in record_columns(keys)]
+    codes = {f"quota_{key}": key for key in keys}
+    columns = [quota_code(codes[c]) if c in codes else F.col(c) for c in record_columns(keys)]
     narrowed = table.select("user", "client_id", *columns, request)
     return narrowed.where(functools.reduce(lambda a, b: a | b, selected)) if selected else narrowed
 
@@ -157,8 +170,11 @@ def series(records: pa.Table, key: QuotaKey) -> dict[str, np.ndarray] | None:
     ts, interval, request = ts[order], interval[order], request[order]
     sources = {"n": "requests", "a": AMOUNT_COLUMN[key], "t": "throttle_ms", "l": "request_time_ms"}
     sources |= {"b": "throttled_bytes", "f": "first_ms", "g": "last_ms", "o": "charge_offset_ms"}
-    sources |= {"w": "shadow_throttle_ms", "q": f"quota_{key.value}", "s": f"quota_{key.value}_shadow"}
+    sources |= {"w": "shadow_throttle_ms", "q": f"quota_{key.value}"}
     values = {name: column(source)[order] for name, source in sources.items()}
+    code = values["q"]  # quota_code(): NaN unknown, 0 unlimited, > 0 binding, < 0 shadow
+    values["s"] = np.where(np.isnan(code), np.nan, (code < 0).astype(float))
+    values["q"] = np.where(code == 0, np.nan, np.abs(code))
     new = np.r_[True, (ts[1:] != ts[:-1]) | (interval[1:] != interval[:-1]) | (request[1:] != request[:-1])]
     if not new.all():  # rows of one request or aggregate: summed, a NaN only where all of them are
         starts = np.flatnonzero(new)
@@ -221,22 +237,25 @@ def current_quota(
     }
 
 
-def recorded_windows(records: pa.Table) -> QuotaWindows | None:
-    """The windows the proxy sized its bursts with, as the entity's latest record carrying them says."""
+def recorded_windows(table: DataFrame) -> dict[tuple[str, str], QuotaWindows]:
+    """Per entity, the windows the proxy sized its bursts with, as its latest record carrying them
+    says. A small job of its own: four columns sent to every replay would cost more (whatif's docs)."""
     names = [window.name for window in WINDOW_COLUMNS]
-    if not set(names) <= set(records.column_names) or records.num_rows == 0:
-        return None
-    known = ~np.isnan(_numbers(records, "quota_window_num", float))
-    if not known.any():
-        return None
-    latest = int(np.flatnonzero(known)[np.argmax(_numbers(records, "ts", float)[known])])
-    values = {name: records.column(name)[latest].as_py() for name in names}
-    return QuotaWindows(
-        int(values["quota_window_num"]),
-        float(values["quota_window_size_seconds"]),
-        int(values["controller_quota_window_num"]),
-        float(values["controller_quota_window_size_seconds"]),
+    latest = (
+        table.where(F.col("quota_window_num").isNotNull())
+        .groupBy("user", "client_id")
+        .agg(F.max_by(F.struct(*names), "ts").alias("windows"))
+        .collect()
     )
+    return {
+        (row["user"], row["client_id"]): QuotaWindows(
+            int(row["windows"]["quota_window_num"]),
+            float(row["windows"]["quota_window_size_seconds"]),
+            int(row["windows"]["controller_quota_window_num"]),
+            float(row["windows"]["controller_quota_window_size_seconds"]),
+        )
+        for row in latest
+    }
 
 
 def replay_entity(
@@ -250,9 +269,8 @@ def replay_entity(
 ) -> pa.Table:
     """One entity's records (rows of `replay_input`) → one row per (quota key, candidate).
 
-    `stand_in`: the quotas for entities whose records do not say which quota was in force; `windows`
-    likewise stand in for records that do not carry the proxy's windows."""
-    windows = recorded_windows(records) or windows
+    `stand_in`: the quotas for entities whose records do not say which quota was in force. `windows`:
+    the proxy's, from the records (recorded_windows), else the --config's."""
     out = []
     for key_name in keys:
         key = QuotaKey(key_name)
@@ -478,9 +496,12 @@ def whatif(
     if candidates is not None:
         keys = [k for k in keys if k in set(candidates["quota_key"])]
 
+    by_entity = recorded_windows(table)
+
     def replay_group(entity: tuple[pa.Scalar, pa.Scalar], records: pa.Table) -> pa.Table:
         user, client_id = (scalar.as_py() for scalar in entity)
-        return replay_entity(user, client_id, records, candidates, windows, keys, stand_in)
+        entity_windows = by_entity.get((user, client_id), windows)
+        return replay_entity(user, client_id, records, candidates, entity_windows, keys, stand_in)
 
     # Arrow, not pandas: the records reach the replay as numbers with no per-row Python objects
     return replay_input(table, keys).groupBy("user", "client_id").applyInArrow(replay_group, RESULT_SCHEMA)
