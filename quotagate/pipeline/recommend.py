@@ -12,7 +12,9 @@ throttled, time held at the quota) or, for a shadow quota, what it observed it w
 
 from __future__ import annotations
 
+import json
 import math
+import shlex
 
 import pandas as pd
 from pyspark.sql import DataFrame, Window
@@ -119,9 +121,9 @@ def to_toml(recommendations: pd.DataFrame) -> str:
     lines = ["# Recommended by `quotagate pipeline recommend`"]
     for (user, client_id), rows in recommendations.groupby(["user", "client_id"], sort=True):
         lines.append("\n[[quotas]]")
-        if user != ANONYMOUS:
-            lines.append(f'user = "{user}"')
-        lines.append(f'client_id = "{client_id}"')
+        if user != ANONYMOUS:  # names as TOML basic strings (JSON's escapes are TOML's): any client id is safe
+            lines.append(f"user = {json.dumps(user)}")
+        lines.append(f"client_id = {json.dumps(client_id)}")
         for key, value in sorted(zip(rows["quota_key"], rows["recommended"], strict=True)):
             lines.append(f"{key} = {_format(key, value)}")
     return "\n".join(lines) + "\n"
@@ -134,9 +136,9 @@ def to_kafka_configs(recommendations: pd.DataFrame, bootstrap: str = "BROKER:909
         config = ",".join(
             f"{k}={_format(k, v)}" for k, v in sorted(zip(rows["quota_key"], rows["recommended"], strict=True))
         )
-        entity = "" if user == ANONYMOUS else f"--entity-type users --entity-name '{user}' "
+        entity = "" if user == ANONYMOUS else f"--entity-type users --entity-name {shlex.quote(user)} "
         commands.append(
-            f"kafka-configs.sh --bootstrap-server {bootstrap} --alter --add-config '{config}' "
-            f"{entity}--entity-type clients --entity-name '{client_id}'"
+            f"kafka-configs.sh --bootstrap-server {shlex.quote(bootstrap)} --alter --add-config {shlex.quote(config)} "
+            f"{entity}--entity-type clients --entity-name {shlex.quote(client_id)}"
         )
     return "\n".join(commands) + "\n"

@@ -100,3 +100,18 @@ def test_the_reports_current_cell_says_shadow_where_it_came_from_and_what_it_was
     assert _current(tried) == "185,000 (shadow); was unlimited"
     assert _at_current(tried) == ("19 s / observed 18 s", "44.8 s / observed 45.1 s")
     assert _current(pd.Series({"current": 1000.0, "current_source": "config"})) == "1,000 (from --config)"
+
+
+def test_any_client_id_is_written_safely_to_the_toml_and_the_shell_commands() -> None:
+    import shlex
+
+    from quotagate.pipeline.recommend import to_kafka_configs, to_toml
+
+    odd = "a\"b'c; rm -rf /"
+    found = pd.DataFrame([recommendation(odd, 1000)])
+    tried, _ = shadow_recommendations(found, CONFIG)
+    quotas = parse_config(apply_shadow(CONFIG, tried)).quotas
+    assert QuotaEntity(None, odd) in quotas.shadow
+    assert 'client_id = "a\\"b\'c; rm -rf /"' in to_toml(found)
+    (command,) = to_kafka_configs(found).splitlines()
+    assert shlex.split(command)[-1] == odd, command

@@ -71,7 +71,7 @@ def test_a_recommendation_brackets_the_generated_rate(spark) -> None:
     frame = with_current(recommendations.where("quota_key = 'producer_byte_rate'").toPandas(), None)
     toml = to_toml(frame)
     assert 'user = "dave"\nclient_id = "steady"\nproducer_byte_rate = ' in toml
-    assert "--entity-type users --entity-name 'dave' --entity-type clients --entity-name 'steady'" in to_kafka_configs(
+    assert "--entity-type users --entity-name dave --entity-type clients --entity-name steady" in to_kafka_configs(
         frame
     )
 
