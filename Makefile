@@ -13,7 +13,7 @@ all: venv kafka-jars
 
 # The virtualenv is rebuilt whenever pyproject.toml changes; the install compiles the proxy's
 # Cython modules (setup.py) in place, so it is redone when their sources change too.
-$(VENV)/.installed: pyproject.toml setup.py $(wildcard quotagate/*/*.pyx quotagate/*/*.pxd)
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard quotagate/*/*_c.pxd quotagate/*/*_c.py)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
@@ -58,6 +58,7 @@ demo: venv kafka-jars
 PYTEST_ARGS ?=
 test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools chromium redis-tools
 	$(VENV)/bin/ruff check .
+	QUOTAGATE_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit  # the same sources, interpreted
 	$(PY) -m pytest -q -rs --durations=15 $(PYTEST_ARGS)
 
 test-unit: venv

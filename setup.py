@@ -1,25 +1,39 @@
-"""The compiled parts of quotagate: the session's fast lane (quotagate/proxy/session_core.pyx), the
-connections' per-read callbacks (quotagate/proxy/connection_core.pyx), the memo of rewritten responses
-(quotagate/protocol/rewrite_memo.pyx) and the usual produce response's walk (quotagate/protocol/produce_walk.pyx).
+"""The compiled builds of quotagate's hot modules (quotagate/compiled.py lists them).
 
-Everything else is in pyproject.toml; this file only declares the extensions, which Cython turns into
-C at build time (`pip install .`, and `pip install -e .`, which builds it in place).
+Each is one Python source, `X.py`, compiled as `X_c` from the symlink `X_c.py` with the C types of
+`X_c.pxd` beside it (Cython's pure Python mode). Without a C compiler the install goes on without
+them: the same sources then run interpreted. Everything else is in pyproject.toml.
 """
 
-from Cython.Build import cythonize
+import os
+
 from setuptools import Extension, setup
 
-setup(
-    ext_modules=cythonize(
-        [
-            Extension(name, [name.replace(".", "/") + ".pyx"])
-            for name in (
-                "quotagate.proxy.session_core",
-                "quotagate.proxy.connection_core",
-                "quotagate.protocol.rewrite_memo",
-                "quotagate.protocol.produce_walk",
-            )
-        ],
-        compiler_directives={"language_level": "3"},
-    )
+# Kept in step with quotagate.compiled.MODULES (not imported: the package is not installed yet).
+COMPILED_MODULES = (
+    "quotagate.protocol.produce_walk",
+    "quotagate.protocol.rewrite_memo",
+    "quotagate.quotas.charging",
+    "quotagate.proxy.usage_collectors",
+    "quotagate.proxy.session_core",
+    "quotagate.proxy.connection_core",
 )
+
+
+def extensions() -> list[Extension]:
+    if os.environ.get("QUOTAGATE_NO_EXTENSIONS", "") not in ("", "0"):
+        return []
+    from Cython.Build import cythonize
+
+    return cythonize(
+        [Extension(name + "_c", [name.replace(".", "/") + "_c.py"]) for name in COMPILED_MODULES],
+        compiler_directives={
+            "language_level": "3",
+            "annotation_typing": False,  # the C types are the .pxd's alone
+            "boundscheck": False,
+            "wraparound": False,
+        },
+    )
+
+
+setup(ext_modules=extensions())

@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quotagate import __version__
+from quotagate import __version__, compiled
 from quotagate.config import ConfigError, load_config
 
 if TYPE_CHECKING:
@@ -214,9 +214,20 @@ def _probe(config_path: str, ready: bool, timeout: float) -> int:
     return 1
 
 
+class _Version(argparse.Action):
+    """--version: the package's version, then `core: compiled` or `core: pure Python` (quotagate/compiled.py)."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        print(f"quotagate {__version__}\ncore: {compiled.core_build()}")
+        parser.exit()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="quotagate", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"quotagate {__version__}")
+    parser.add_argument("--version", action=_Version, help="the version, and whether the exchange core is compiled")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the proxy")

@@ -12,9 +12,12 @@ from typing import NamedTuple
 
 from kafka.protocol.producer import ProduceResponse
 
+from quotagate import compiled
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
-from quotagate.protocol.headers import encode_count, read_count, read_uvarint, skip_string, skip_tagged_fields
-from quotagate.protocol.produce_walk import usual_flexible_throttle_offset
+from quotagate.protocol.headers import encode_count, read_count, skip_string, skip_tagged_fields
+
+_walk = compiled.load("quotagate.protocol.produce_walk")
+usual_flexible_throttle_offset = _walk.usual_flexible_throttle_offset
 
 FLEXIBLE_FROM = 9
 TOPIC_ID_FROM = 13
@@ -102,48 +105,15 @@ class ProduceRequestLayout(NamedTuple):
 
 def produce_request_layout(frame: memoryview, body_offset: int, version: int) -> ProduceRequestLayout:
     """Where each topic of a produce request (v3..v12) sits, without touching the record batches."""
-    flexible = version >= FLEXIBLE_FROM
-    try:
-        pos = skip_string(frame, body_offset, flexible) + 2 + 4  # transactional_id, acks, timeout_ms
-        topics_offset = pos
-        count, pos = read_count(frame, pos, flexible)
-        topics = []
-        for _ in range(count):
-            start = pos
-            if flexible:
-                length_plus_one, pos = read_uvarint(frame, pos)
-                length = length_plus_one - 1
-            else:
-                (length,) = unpack_from(">h", frame, pos)
-                pos += 2
-            name = bytes(frame[pos : pos + length]).decode("utf-8", "replace")
-            pos += length
-            partition_count, pos = read_count(frame, pos, flexible)
-            partitions = []
-            record_bytes = 0
-            for _ in range(partition_count):
-                partitions.append(unpack_from(">i", frame, pos)[0])
-                pos += 4
-                if flexible:
-                    size_plus_one, pos = read_uvarint(frame, pos)
-                    size = max(size_plus_one - 1, 0)
-                else:
-                    size = max(unpack_from(">i", frame, pos)[0], 0)
-                    pos += 4
-                pos += size
-                record_bytes += size
-                if flexible:
-                    pos = skip_tagged_fields(frame, pos)
-            if flexible:
-                pos = skip_tagged_fields(frame, pos)
-            if pos > len(frame):
-                raise FrameError("truncated produce request")
-            topics.append(ProduceTopic(name, start, pos, tuple(partitions), record_bytes))
-    except FrameError:
-        raise
-    except Exception as exc:  # struct.error on truncated input
-        raise FrameError("truncated produce request") from exc
-    return ProduceRequestLayout(topics_offset, pos, tuple(topics))
+    topics = _walk.produce_topics_of(frame, body_offset, len(frame), version, False)
+    if topics is None:
+        raise FrameError("truncated produce request")
+    pos = skip_string(frame, body_offset, version >= FLEXIBLE_FROM) + 2 + 4  # transactional_id, acks, timeout_ms
+    return ProduceRequestLayout(
+        pos,
+        topics[-1][2] if topics else read_count(frame, pos, version >= FLEXIBLE_FROM)[1],
+        tuple(ProduceTopic(str(name, "utf-8", "replace"), *rest) for name, *rest in topics),
+    )
 
 
 def produce_request_keeping(

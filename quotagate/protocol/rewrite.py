@@ -16,12 +16,14 @@ from collections.abc import Callable, Iterable
 from struct import pack, unpack_from
 from typing import Any, Protocol
 
+from quotagate import compiled
 from quotagate.protocol.apis import MAX_VERSIONS, RESPONSE_CLASSES, ApiKey
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
 from quotagate.protocol.headers import response_body_offset
 from quotagate.protocol.produce import produce_response_has_top_level_tags
-from quotagate.protocol.rewrite_memo import RewriteMemo
 from quotagate.protocol.share import encode_node_endpoints, share_response_node_endpoints
+
+RewriteMemo = compiled.load("quotagate.protocol.rewrite_memo").RewriteMemo
 
 
 class ClusterView(Protocol):

@@ -20,11 +20,14 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, cast
 
-from quotagate.proxy.connection_core import ClientCore, UpstreamCore
+from quotagate import compiled
 from quotagate.proxy.flow_control import ReadGate
 from quotagate.proxy.session import PROTOCOL_ERROR, REFUSAL_ANSWERS_TIMEOUT_SECONDS, Session
 from quotagate.security.principal_mapping import NoMatchingRule
 from quotagate.security.tls import certificate_principal
+
+_core = compiled.load("quotagate.proxy.connection_core")
+ClientCore, UpstreamCore = _core.ClientCore, _core.UpstreamCore
 
 if TYPE_CHECKING:
     from quotagate.proxy.server import Proxy
@@ -38,7 +41,8 @@ WRITE_BUFFER_LOW = 256 * 1024
 class ClientConnection(ClientCore, asyncio.Protocol):
     """The client side of a pair: reads requests into the session, writes its answers, mutes.
 
-    `data_received` and `flush`, run per read, are ClientCore's (connection_core.pyx, compiled)."""
+    `data_received` and `flush`, run per read, are ClientCore's (connection_core.py, compiled when
+    it can be); it calls `_close_when_answered` and `_mute` here for the rare cases."""
 
     def __init__(self, proxy: Proxy, listener: str, upstreams: Sequence[tuple[str, int]]) -> None:
         self.proxy = proxy
@@ -115,6 +119,9 @@ class ClientConnection(ClientCore, asyncio.Protocol):
             if self.upstream is not None and self.upstream.transport is not None:
                 self.upstream.transport.close()
 
+    def _mute(self, until: float) -> None:
+        self.proxy.delay_queue.mute(self, until)
+
     def _abort_pair(self) -> None:
         if not self.closed:
             self._abort()
@@ -187,7 +194,7 @@ class ClientConnection(ClientCore, asyncio.Protocol):
 
 class UpstreamConnection(UpstreamCore, asyncio.Protocol):
     """The broker side of a pair: responses go into the client's session, its answers out
-    (`data_received` is UpstreamCore's, compiled)."""
+    (`data_received` is UpstreamCore's)."""
 
     def __init__(self, client: ClientConnection) -> None:
         self.client = client

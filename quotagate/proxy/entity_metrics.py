@@ -26,10 +26,8 @@ from dataclasses import dataclass, fields
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from quotagate.protocol.apis import ApiKey
-from quotagate.protocol.mutations import MUTATION_APIS
 from quotagate.quotas import QuotaEngine, QuotaKey
-from quotagate.quotas.charging import FETCH_APIS
+from quotagate.quotas.charging import count_exchange
 from quotagate.quotas.engine import tokens_per_second
 
 OTHER = "other"
@@ -145,28 +143,8 @@ class EntityMetrics(Collector):
         throttle_ms: int,
         now: float,
     ) -> None:
-        """Counts one exchange (the proxy's hot path: a lookup and a few additions)."""
-        stats = self.entity(user, client_id, now)
-        if api_key == ApiKey.PRODUCE:
-            stats.produce_bytes += request_size
-        elif api_key in FETCH_APIS:
-            stats.fetch_bytes += response_size
-        if request_ms is not None:  # exempt exchanges are counted by record_exempt
-            stats.request_seconds += request_ms / 1000
-        if throttle_ms > 0:
-            seconds = throttle_ms / 1000
-            if api_key == ApiKey.PRODUCE:
-                stats.produce_throttle_seconds += seconds
-                stats.throttled_produce += 1
-            elif api_key in FETCH_APIS:
-                stats.fetch_throttle_seconds += seconds
-                stats.throttled_fetch += 1
-            elif api_key in MUTATION_APIS:
-                stats.mutation_throttle_seconds += seconds
-                stats.throttled_controller_mutation += 1
-            else:
-                stats.request_throttle_seconds += seconds
-                stats.throttled_request += 1
+        """Counts one exchange (the session core counts its own without this call: charging.count_exchange)."""
+        count_exchange(self.entity(user, client_id, now), api_key, request_size, response_size, request_ms, throttle_ms)
 
     def record_shadow(self, user: str, client_id: str, would_throttle_ms: int, now: float) -> None:
         if would_throttle_ms > 0:

@@ -8,7 +8,6 @@ makes no prometheus_client call. The rarer events use prometheus_client's own co
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -133,20 +132,14 @@ class ProxyMetrics:
         self.bytes_in = 0  # client to broker
         self.bytes_out = 0  # broker to client
         self.requests_by_key: dict[int, int] = {}
-        # api key -> counts per LATENCY_BUCKETS bucket (not cumulative; the last is above them all), sum
+        # api key -> counts per LATENCY_BUCKETS bucket (not cumulative; the last is above them all), sum;
+        # written by the session core (session_core.observe_latency)
         self.latency_by_key: dict[int, tuple[list[int], list[float]]] = {}
         self.registry.register(self)
 
     def count_request(self, api_key: int) -> None:
         counts = self.requests_by_key
         counts[api_key] = counts.get(api_key, 0) + 1
-
-    def observe_latency(self, api_key: int, seconds: float) -> None:
-        entry = self.latency_by_key.get(api_key)
-        if entry is None:
-            entry = self.latency_by_key[api_key] = ([0] * (len(LATENCY_BUCKETS) + 1), [0.0])
-        entry[0][bisect_left(LATENCY_BUCKETS, seconds)] += 1  # the first bucket whose bound is >= seconds
-        entry[1][0] += seconds
 
     def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
         # Read while the event loop may add keys (a scrape renders in a worker thread): list() of a

@@ -285,9 +285,6 @@ class Proxy:
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
-    def wall_ms(self, loop_time: float) -> int:
-        return int((loop_time + self._wall_offset) * 1000)
-
     def session_services(self) -> SessionServices:
         """What a new connection's session decides with (usage is known once the proxy started)."""
         return SessionServices(
@@ -299,7 +296,7 @@ class Proxy:
             self.rewriters,
             self,
             self.usage,
-            self.wall_ms,
+            self._wall_offset,
             self.config.proxy.max_frame_size,
             self.quota_admin if self.config.admin.quota_api == "proxy" else None,
             self.config.proxy.oauthbearer_principal_claim,

@@ -16,21 +16,21 @@ caller stops reading and closes the pair when `awaiting_answers` turns false: th
 client pipelined before the offender are answered first, as the broker answers them.
 
 A produce request, start to end:
-- admitted in `_requests` -> `_admit_produce`: per-topic thresholds drop topics over theirs, and the
-  request's size is charged to producer_byte_rate the moment it is read (`charge_request`);
+- admitted in `SessionCore._request` (-> `_admit` when thresholds apply: topics over theirs are
+  dropped), its size charged to producer_byte_rate the moment it is read (`charge_request`);
 - muted there too if that left the client in debt: the request still goes to the broker (Kafka
   appends, then throttles), but the frames read after it are held until `muted_until`;
-- answered in `_respond`, when the broker's response comes back (or in its turn, by the session
-  itself, when every topic was refused): refusals merged in, request time charged
-  (`charge_response`), throttle_time_ms patched, metrics and the usage record written, and the
-  client muted again if the response carries a throttle.
+- answered in `SessionCore._respond`, when the broker's response comes back (or in its turn, by the
+  session itself, when every topic was refused): refusals merged in (`_answered`), request time
+  charged (`charge_response`), throttle_time_ms patched, metrics and the usage record written, and
+  the client muted again if the response carries a throttle.
 
-`client_data` and `broker_data` come from `SessionCore` (session_core.pyx, compiled): its fast lane
-makes those same decisions, in C, for a plain exchange (no topic thresholds, no usage records, no
-refusal to merge, acks != 0, whole frames, the session authenticated and not muted): a produce is
-admitted and charged in `SessionCore._request`, answered and muted in `SessionCore._response`.
-Everything else comes here: `_client_data`, `_requests`, `_broker_data`. The lane's tests
-(tests/unit/test_session_lane.py) hold the two to the same bytes, counters and buckets.
+The exchange itself (every request's peek, cap, charge and forwarding; every response's match,
+rewrite, charge, patch and mute) is `SessionCore`'s (session_core.py, compiled when it can be:
+quotagate/compiled.py); this class adds what only some APIs and states need, as the hooks the core
+calls: `_admit` for the APIs whose policy needs it (SASL, mutations, thresholds, the proxy's own
+quota answers, usage records' topic names), `_answered` for their responses, and the splitters,
+holds and refusals of `_client_data` and `_broker_data`.
 
 Authentication: a SaslAuthenticate goes to the broker and what the client sent after it is held until
 the broker answers; the user it claimed is adopted only if that answer ends the exchange with a
@@ -44,22 +44,18 @@ cut through: their head is charged and patched and the rest is passed on as it a
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from quotagate.protocol.apis import ApiKey, api_name, exceeds_advertised_cap
-from quotagate.protocol.fetch import fetch_max_wait_ms
+from quotagate import compiled
+from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.framing import (
     FrameError,
     FrameSizeError,
     FrameSplitter,
     Piece,
-    StreamingFrameSplitter,
-    frame_body_size,
 )
-from quotagate.protocol.headers import peek_correlation_id, peek_request_header, response_body_offset
+from quotagate.protocol.headers import RequestHeader, response_body_offset
 from quotagate.protocol.mutations import (
-    MUTATION_APIS,
     MutationRequest,
     MutationTopic,
     decode_mutation,
@@ -69,7 +65,6 @@ from quotagate.protocol.mutations import (
 )
 from quotagate.protocol.produce import (
     produce_refusal_response,
-    produce_request_acks,
     produce_request_keeping,
     produce_request_layout,
     produce_response_with_refusals,
@@ -81,26 +76,24 @@ from quotagate.protocol.sasl import (
     authentication_outcome,
     handshake_mechanism,
 )
-from quotagate.protocol.share import share_fetch_max_wait_ms
-from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time, throttle_time_offset
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.flow_control import ByteBudget
 from quotagate.proxy.metrics import PARTIAL_FRAMES_LIMIT, SASL_RECEIVE_LIMIT, ProxyMetrics
-from quotagate.proxy.quota_admin import CLIENT_QUOTA_APIS, QuotaAdmin
-from quotagate.proxy.session_core import InFlight, SessionCore
+from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.proxy.topics import TopicCatalog
-from quotagate.proxy.usage import UsageRecord, UsageRecorder
+from quotagate.proxy.usage import UsageRecorder
 from quotagate.quotas import ANONYMOUS, QuotaEngine, QuotaKey
-from quotagate.quotas.charging import charge_request, charge_response, request_time_ms, shadow_throttle_ms
-from quotagate.quotas.engine import EntityBuckets
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 
-# Responses are not bounded by the client's max frame size; the broker's fetch.max.bytes is.
-MAX_RESPONSE_FRAME = 2**31 - 1
-# Responses from this size on (prefix included) may be cut through once RESPONSE_HEAD_BYTES of them
-# are here (enough for the header and throttle_time_ms); smaller ones are always handled whole.
-STREAM_RESPONSES_FROM = 16 * 1024
-RESPONSE_HEAD_BYTES = 64
+_core = compiled.load("quotagate.proxy.session_core")
+SessionCore = _core.SessionCore
+InFlight = _core.InFlight
+Admission = _core.Admission
+observe_latency = _core.observe_latency
+# The policies whose hook is `Session._admit` (the rest are the core's own).
+THRESHOLDS, LOCAL_ANSWER, MUTATION = _core.THRESHOLDS, _core.LOCAL_ANSWER, _core.MUTATION
+PROTOCOL_ERROR = _core.PROTOCOL_ERROR
+
 # Error for partitions refused by per-topic bytes-in thresholds: THROTTLING_QUOTA_EXCEEDED. Clients
 # treat it as retriable (the Java producer retries it after retry.backoff.ms), and it says a quota
 # was hit rather than that the request was wrong.
@@ -109,16 +102,8 @@ TOPIC_THRESHOLD_ERROR = 89
 # after this long without them: the Java client's default request.timeout.ms, after which it has
 # given up on them anyway.
 REFUSAL_ANSWERS_TIMEOUT_SECONDS = 30.0
-# The reason of a refusal for a request the broker cannot parse (counted as a protocol error).
-PROTOCOL_ERROR = "protocol_error"
 WHOLE, HEAD, LAST = Piece.WHOLE, Piece.HEAD, Piece.LAST
-# The API keys the hot path compares with, as plain ints: an IntEnum member look-up costs ~0.1 µs.
-_PRODUCE, _FETCH, _API_VERSIONS = int(ApiKey.PRODUCE), int(ApiKey.FETCH), int(ApiKey.API_VERSIONS)
-_SHARE_FETCH = int(ApiKey.SHARE_FETCH)
 _SASL_HANDSHAKE, _SASL_AUTHENTICATE = int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE)
-# Requests that are never charged request time: authentication, and the cluster APIs Kafka exempts.
-_AUTH_APIS = frozenset({_SASL_HANDSHAKE, _SASL_AUTHENTICATE})
-_REQUEST_TIME_EXEMPT = THROTTLE_EXEMPT_APIS | _AUTH_APIS
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +118,7 @@ class SessionServices:
     rewriters: dict[int, Rewriter]
     cluster: ClusterView  # what the rewriters tell about the brokers and topics they see
     usage: UsageRecorder | None
-    wall_ms: Callable[[float], int]  # the caller's clock -> epoch milliseconds, for usage records
+    wall_offset: float  # the caller's clock + this = epoch seconds (usage records' times)
     max_frame_size: int
     # Answers DescribeClientQuotas/AlterClientQuotas from the proxy's quotas; None: they are forwarded.
     quota_admin: QuotaAdmin | None = None
@@ -144,9 +129,9 @@ class SessionServices:
     sasl_max_receive_size: int | None = None
     # What every client's partial frames may hold together (proxy.partial_frames_max_bytes).
     partial_frames: ByteBudget | None = None
-    # The compiled fast lane (session_core) takes the plain exchanges; False: every byte goes
-    # through the general path here (the lane's tests compare the two).
-    fast_lane: bool = True
+    # Reads of whole frames are taken straight from the read; False: every read goes through the
+    # splitters (the tests compare the two).
+    whole_reads: bool = True
 
 
 @dataclass(slots=True)
@@ -159,50 +144,25 @@ class MutationInFlight:
     charged: dict[int, int]  # index -> partitions charged for it
 
 
-class Session(SessionCore):
-    """The proxy's decisions for one client connection; the caller moves the bytes.
-
-    `client_data` and `broker_data` are SessionCore's: its compiled lane takes the plain exchanges
-    and hands everything else to `_client_data`, `_requests` and `_broker_data` here."""
+class SessionPolicy:
+    """What only some APIs and states need, as the hooks SessionCore calls; `Session` puts the two
+    together. Kept apart so that the same hooks run over either build of the core (the tests
+    compare them)."""
 
     def __init__(self, services: SessionServices, principal: str | None = None) -> None:
         """`principal`: the user the connection is before any SASL exchange (the mapped subject of a
         verified client certificate), ANONYMOUS if None."""
-        super().__init__(services, services.fast_lane)
-        self.to_broker: list[bytes | memoryview] = []
-        self.to_client: list[bytes | memoryview] = []
-        self.muted_until = 0.0
+        super().__init__(services)
         self.user = principal or ANONYMOUS
         self.sasl_mechanism: str | None = None
         # The user the current SASL exchange claims: adopted only when the broker says it succeeded.
         self.claimed_user: str | None = None
-        # A SaslAuthenticate is in flight: what the client sent after it waits for the broker's
-        # answer, to be charged to the user that answer establishes (never to the one before).
-        self.awaiting_authentication = False
-        # Until the first request that is not ApiVersions or SASL, the client is authenticating:
-        # Kafka does not charge that exchange to request-time quotas.
-        self.authenticating = True
-        self.connected = False
-        # The buckets of (user, client id) of the last request: one look-up per entity, not per charge.
-        self.entity_buckets: EntityBuckets | None = None
-        self.entity_client_id = ""
-        # SessionCore made `in_flight` (deque[InFlight]) and `held` (deque[memoryview]: frames read but
-        # not forwarded yet, while the broker connects, and while muted).
+        # SessionCore made the state the exchange shares (in_flight, held, the phase and its flags).
         self.client_frames = FrameSplitter(services.max_frame_size)
-        # The limit on frames before SASL authentication completes, None once it has (or if the
-        # listener needs none): the broker's SaslServerAuthenticator reads them with this limit.
-        self.receive_limit = services.sasl_max_receive_size
         self.partial_counted = 0  # bytes of the partial frame counted in services.partial_frames
-        # A refusal waiting for the frames held before the offender: (reason, message).
-        self.pending_refusal: tuple[str, str] | None = None
-        # Set when the client sent what the broker would close the connection for. Nothing more is
-        # read or forwarded; the connection closes once the answers to what went before are written.
-        self.refusal: str | None = None
         self.refusal_reason = ""
-        self.broker_frames = StreamingFrameSplitter(MAX_RESPONSE_FRAME, STREAM_RESPONSES_FROM, RESPONSE_HEAD_BYTES)
 
-    # the general path (client_data and broker_data, SessionCore's, come here for what their lane
-    # does not take) --------------------------------------------------------------------------------
+    # hooks: reads the core does not take whole (SessionCore.feed_client, feed_broker) ------------
     def _client_data(self, data: bytes, now: float) -> None:
         """Bytes from the client. What the broker would close the connection for (bytes that are not
         Kafka requests, a request it cannot parse, a frame over a limit) sets `refusal`; the requests
@@ -231,43 +191,6 @@ class Session(SessionCore):
     def close(self) -> None:
         """The connection is gone: gives back what its partial frame held of the shared budget."""
         self._drop_partial()
-
-    def _broker_data(self, data: bytes, now: float) -> None:
-        """Bytes from the broker. Raises FrameError if they are not responses to what is in flight."""
-        out = self.to_client
-        start = len(out)
-        frame = self.broker_frames.whole_frame(data)
-        if frame is not None:  # one whole response, the usual read: no splitting
-            self._whole_response(frame, now)
-        else:
-            for kind, piece in self.broker_frames.pieces(data, self._streamable):
-                if kind is WHOLE:
-                    self._whole_response(piece, now)
-                elif kind is HEAD:
-                    out.append(self._respond(self._expected(piece), piece, now))
-                else:
-                    out.append(piece)
-                    if kind is LAST:  # what the proxy answered itself goes after it, in turn
-                        self._local_responses(now)
-        self.services.metrics.bytes_out += sum(map(len, out[start:] if start else out))
-        self.broker_partial = self.broker_frames.streaming or self.broker_frames.buffered > 0
-        if not self.awaiting_authentication and (
-            self.held or self.receive_limit is not None or self.pending_refusal is not None
-        ):
-            self._release_held(now)  # what waited for a SaslAuthenticate answer
-
-    def broker_connected(self, now: float) -> None:
-        self.connected = True
-        self._release_held(now)
-
-    def unmute(self, now: float) -> None:
-        """The mute is over (`now` >= muted_until): forwards what was held while it lasted."""
-        self._release_held(now)
-
-    @property
-    def awaiting_answers(self) -> bool:
-        """Requests are in flight, or a response is still being cut through to the client."""
-        return bool(self.in_flight) or self.broker_frames.streaming
 
     # limits on what a client makes the proxy hold -------------------------------------------------
     def _count_partial(self) -> None:
@@ -336,157 +259,54 @@ class Session(SessionCore):
             self._requests(frames, now)
         self._check_partial()
 
-    def _requests(self, frames: list[memoryview], now: float) -> None:
-        """Peeks at each request and forwards it; stops (holding the rest) after one that mutes."""
+    def _admit(self, frame: memoryview, header: RequestHeader, policies: int, now: float) -> Admission:
+        """The hooked policies of one request (SessionCore._request has peeked, capped and counted
+        it, and charges and forwards it after): what to forward, and what the response will need."""
+        api_key, version, body = header.api_key, header.api_version, header.body_offset
         services = self.services
-        metrics = services.metrics
-        engine = services.engine
-        out = self.to_broker
-        stop_after: int | None = None  # index of the request after which reading stops (muted)
-        for index, frame in enumerate(frames):
-            if self.receive_limit is not None and len(frame) - 4 > self.receive_limit:
-                self._refuse(SASL_RECEIVE_LIMIT, self._receive_limit_message(len(frame) - 4))
-                break
-            try:
-                header = peek_request_header(frame)
-                api_key, version, body = header.api_key, header.api_version, header.body_offset
-                if exceeds_advertised_cap(api_key, version):  # the broker closes on a version it lacks
-                    raise FrameError(f"{api_name(api_key)} v{version} is above what ApiVersions offered")
-                client_id = header.client_id or ""
-                metrics.count_request(api_key)
-                max_wait = 0
-                forwarded: memoryview | bytes | None = frame
-                refused: dict[str, tuple[int, ...]] | None = None
-                order: tuple[str, ...] = ()
-                refusal_wait = 0
-                mutation: MutationInFlight | None = None
-                local: bytes | None = None  # a response the proxy makes itself, sent in this request's turn
-                over_quota = False
-                if api_key == _PRODUCE:
-                    forwarded, refused, order, refusal_wait, charged_throttle = self._admit_produce(
-                        frame, body, version, client_id, now
-                    )
-                    over_quota = charged_throttle > 0
-                    throttle = max(charged_throttle, refusal_wait)
-                    if throttle > 0:
-                        # In debt: this request goes on (Kafka appends, then throttles), but reading
-                        # stops here; what was read after it waits for the mute to end.
-                        self._mute(throttle, now)
-                        stop_after = index
-                    if produce_request_acks(frame, body, version) == 0:  # no response will come
-                        services.entity_metrics.record_response(
-                            self.user, client_id, api_key, len(frame) - 4, 0, None, throttle, now
-                        )
-                        if forwarded is not None:
-                            out.append(forwarded)
-                        if stop_after is not None:
-                            break
-                        continue
-                elif api_key in CLIENT_QUOTA_APIS and services.quota_admin is not None:
-                    forwarded = None  # the proxy's quotas, not the brokers', are described and altered
-                    local = services.quota_admin.answer(frame, header, self.user, now)
-                elif api_key in MUTATION_APIS and engine.enforces(QuotaKey.CONTROLLER_MUTATION_RATE):
-                    forwarded, mutation = self._admit_mutation(frame, body, api_key, version, client_id, now)
-                elif api_key == _FETCH:
-                    max_wait = fetch_max_wait_ms(frame, body, version)
-                elif api_key == _SHARE_FETCH:
-                    max_wait = share_fetch_max_wait_ms(frame, body, version)
-                elif api_key == _SASL_HANDSHAKE:
-                    if version == 0:
-                        raise FrameError("SaslHandshake v0 (raw SASL tokens) is unsupported; clients since 1.0 use v1")
-                    self.sasl_mechanism = handshake_mechanism(frame, body, version)
-                    self.claimed_user = None  # a new exchange (KIP-368 re-authentication too)
-                    # A re-authentication's frames are read by the broker's authenticator again.
-                    self.receive_limit = services.sasl_max_receive_size
-                elif api_key == _SASL_AUTHENTICATE:
-                    claimed = authenticate_user(self.sasl_mechanism, frame, body, version, services.principal_claim)
-                    if claimed is not None:
-                        self.claimed_user = claimed
-                    self.awaiting_authentication = True
-                    stop_after = index  # what follows waits for the broker's answer
-                if self.authenticating and api_key not in _AUTH_APIS and api_key != _API_VERSIONS:
-                    # Past authentication (a SASL listener closes a connection that asks anything
-                    # else first): the broker reads with socket.request.max.bytes from here on.
-                    self.authenticating = False
-                    self.receive_limit = None
-                if local is None and forwarded is None and mutation is not None:  # nothing admitted: the proxy answers
-                    local = refusal_response(
-                        mutation.request,
-                        header.correlation_id,
-                        mutation.refused,
-                        engine.throttle_ms(self.user, client_id, QuotaKey.CONTROLLER_MUTATION_RATE, now),
-                    )
-                elif local is None and forwarded is None:  # every topic refused: the proxy answers, in turn
-                    assert refused is not None
-                    local = produce_refusal_response(
-                        header.correlation_id,
-                        version,
-                        refused,
-                        TOPIC_THRESHOLD_ERROR,
-                        self._refusal_message(refused, now),
-                    )
-                self.in_flight.append(
-                    InFlight(
-                        header.correlation_id,
-                        api_key,
-                        version,
-                        client_id,
-                        len(frame) - 4,
-                        now,
-                        max_wait,
-                        api_key in _REQUEST_TIME_EXEMPT or (api_key == _API_VERSIONS and self.authenticating),
-                        local,
-                        refused if forwarded is not None else None,
-                        order,
-                        refusal_wait,
-                        mutation,
-                        over_quota,
-                    )
-                )
-                if forwarded is not None:
-                    out.append(forwarded)
-                if stop_after is not None:
-                    break
-            except FrameError as exc:  # the broker closes on a request it cannot parse, after those before
-                self._refuse(PROTOCOL_ERROR, str(exc))
-                break
-        if stop_after is not None and self.refusal is None:
-            self.held.extend(frames[stop_after + 1 :])
-        in_flight = self.in_flight
-        if in_flight and in_flight[0].local_response is not None and not self.broker_frames.streaming:
-            self._local_responses(now)  # else they go after the response being cut through
-
-    def _buckets(self, client_id: str, now: float) -> EntityBuckets:
-        """The client-quota buckets of (user, client_id), looked up again only when either or the
-        engine's configuration changed."""
-        buckets = self.entity_buckets
-        engine = self.services.engine
-        if buckets is None or client_id != self.entity_client_id or buckets.generation != engine.generation:
-            buckets = self.entity_buckets = engine.entity_buckets(self.user, client_id, now)
-            self.entity_client_id = client_id
-        return buckets
-
-    def _admit_produce(
-        self, frame: memoryview, body: int, version: int, client_id: str, now: float
-    ) -> tuple[memoryview | bytes | None, dict[str, tuple[int, ...]] | None, tuple[str, ...], int, int]:
-        """Applies per-topic thresholds to a produce request and charges it its size when read.
-
-        Returns the frame to forward (None when every topic is refused), the refused topics, the
-        request's topic order, the least throttle its refusals need, and the throttle its charge
-        calls for now."""
-        services = self.services
-        forwarded: memoryview | bytes | None = frame
-        refused: dict[str, tuple[int, ...]] | None = None
-        order: tuple[str, ...] = ()
-        if services.topic_guard:
+        if policies & THRESHOLDS:  # a produce
             forwarded, refused, order = self._apply_topic_thresholds(frame, body, version, now)
-        elif services.usage is not None:  # usage records name the topics: a cheap walk
-            order = tuple(t.name for t in produce_request_layout(frame, body, version).topics)
-        engine = services.engine
-        size = len(frame) - 4
-        throttle = charge_request(self._buckets(client_id, now), _PRODUCE, size, now) if engine.limits_anyone else 0
-        refusal_wait = services.topic_guard.retry_after_ms(refused, now) if refused else 0
-        return forwarded, refused, order, refusal_wait, throttle
+            if not refused:
+                return Admission(forwarded, None, None, order)
+            local = None
+            if forwarded is None:  # every topic refused: the proxy answers, in turn
+                local = produce_refusal_response(
+                    header.correlation_id, version, refused, TOPIC_THRESHOLD_ERROR, self._refusal_message(refused, now)
+                )
+            return Admission(forwarded, local, refused, order, services.topic_guard.retry_after_ms(refused, now))
+        if policies & LOCAL_ANSWER:  # the proxy's quotas, not the brokers', are described and altered
+            assert services.quota_admin is not None
+            return Admission(None, services.quota_admin.answer(frame, header, self.user, now))
+        if policies & MUTATION:
+            engine = services.engine
+            if not engine.enforces(QuotaKey.CONTROLLER_MUTATION_RATE):
+                return Admission(frame)
+            client_id = header.client_id or ""
+            forwarded, mutation = self._admit_mutation(frame, body, api_key, version, client_id, now)
+            local = None
+            if forwarded is None and mutation is not None:  # nothing admitted: the proxy answers
+                local = refusal_response(
+                    mutation.request,
+                    header.correlation_id,
+                    mutation.refused,
+                    engine.throttle_ms(self.user, client_id, QuotaKey.CONTROLLER_MUTATION_RATE, now),
+                )
+            return Admission(forwarded, local, mutation=mutation)
+        if api_key == _SASL_HANDSHAKE:
+            if version == 0:
+                raise FrameError("SaslHandshake v0 (raw SASL tokens) is unsupported; clients since 1.0 use v1")
+            self.sasl_mechanism = handshake_mechanism(frame, body, version)
+            self.claimed_user = None  # a new exchange (KIP-368 re-authentication too)
+            # A re-authentication's frames are read by the broker's authenticator again.
+            self.receive_limit = services.sasl_max_receive_size
+            return Admission(frame)
+        if api_key == _SASL_AUTHENTICATE:
+            claimed = authenticate_user(self.sasl_mechanism, frame, body, version, services.principal_claim)
+            if claimed is not None:
+                self.claimed_user = claimed
+            self.awaiting_authentication = True
+            return Admission(frame, stop=True)  # what follows waits for the broker's answer
+        return Admission(frame)
 
     def _apply_topic_thresholds(
         self, frame: memoryview, body: int, version: int, now: float
@@ -558,67 +378,11 @@ class Session(SessionCore):
         return current  # DeleteTopics: the partitions it removes
 
     # responses -----------------------------------------------------------------------------------
-    def _expected(self, frame: memoryview) -> InFlight:
-        """The request a response answers: the oldest in flight, checked by correlation id."""
-        if not self.in_flight:
-            raise FrameError(f"response {peek_correlation_id(frame)} to no request")
-        expected = self.in_flight.popleft()
-        correlation_id = peek_correlation_id(frame)
-        if correlation_id != expected.correlation_id:
-            raise FrameError(f"response {correlation_id} arrived where {expected.correlation_id} was due")
-        return expected
-
-    def _whole_response(self, frame: memoryview, now: float) -> None:
-        """A response that arrived whole: rewritten if it names brokers, answered, and followed by
-        the proxy-made responses whose turn comes after it."""
-        request = self._expected(frame)
-        response: bytes | memoryview = frame
-        rewrite = self.services.rewriters.get(request.api_key)
-        if rewrite is not None:
-            response = rewrite(frame, request.api_version, self.services.cluster) or frame
-        self.to_client.append(self._respond(request, response, now))
-        in_flight = self.in_flight
-        if in_flight and in_flight[0].local_response is not None:
-            self._local_responses(now)
-
-    def _oldest_in_flight(self, frame: memoryview) -> InFlight:
-        """The oldest request in flight; a response (beginning with `frame`) when there is none is bad."""
-        if not self.in_flight:
-            raise FrameError(f"response {peek_correlation_id(frame)} to no request")
-        return self.in_flight[0]
-
-    def _streamable(self, head: memoryview) -> bool:
-        """Whether the response that begins with `head` can be cut through: `_respond` needs no
-        more of it than its head (no rewrite, refusal merge, mutation results or SASL outcome) and
-        its throttle_time_ms, if it has one, lies within the head."""
-        request = self._oldest_in_flight(head)  # a stray is refused now, not after its announced size
-        if (
-            request.refused
-            or request.mutation is not None
-            or request.api_key == _SASL_AUTHENTICATE
-            or request.api_key in self.services.rewriters
-        ):
-            return False
-        try:
-            throttle_time_offset(head, request.api_key, request.api_version)
-        except FrameError:
-            return False  # the field lies further in (or the head is bad): handle it whole
-        return True
-
-    def _local_responses(self, now: float) -> None:
-        """Sends the proxy-made responses now at the head of the in-flight FIFO, in their turn."""
-        in_flight = self.in_flight
-        while in_flight and in_flight[0].local_response is not None:
-            request = in_flight.popleft()
-            assert request.local_response is not None
-            self.to_client.append(self._respond(request, request.local_response, now))
-
-    def _respond(self, request: InFlight, frame: memoryview | bytes, now: float) -> memoryview | bytes:
-        """Charges the exchange, notes authentication, patches throttle_time_ms and mutes if due.
-
-        `frame` may be only the head of a cut-through response: its size is the one its prefix
-        announces, and only what `_streamable` allows happens to it."""
-        services = self.services
+    def _answered(self, request: InFlight, frame: memoryview | bytes, now: float) -> tuple[memoryview | bytes, int]:
+        """What a hooked request's response needs before SessionCore._respond charges it: the SASL
+        outcome noted, the proxy's refusals merged in, a mutation settled. Returns the response to
+        send on and the least throttle it carries."""
+        throttle = request.min_throttle_ms
         if request.api_key == _SASL_AUTHENTICATE:
             self._note_authentication(request, frame)
         elif request.refused:
@@ -630,16 +394,6 @@ class Session(SessionCore):
                 TOPIC_THRESHOLD_ERROR,
                 self._refusal_message(request.refused, now),
             )
-        engine = services.engine
-        latency_ms = (now - request.sent_at) * 1000
-        if request.local_response is None:
-            services.metrics.observe_latency(request.api_key, latency_ms / 1000)
-        if request.exempt:
-            request_ms = None
-            services.entity_metrics.record_exempt(latency_ms)
-        else:
-            request_ms = request_time_ms(request.api_key, latency_ms, request.fetch_max_wait_ms)
-        throttle = request.min_throttle_ms
         mutation = request.mutation
         if mutation is not None:
             frame = self._settle_mutation(request, frame, now)
@@ -648,33 +402,12 @@ class Session(SessionCore):
             # (spec §4; Kafka's StrictControllerMutationQuota). Permissive mode always does.
             if mutation.refused or not mutation.request.strict:
                 throttle = max(
-                    throttle, engine.throttle_ms(self.user, request.client_id, QuotaKey.CONTROLLER_MUTATION_RATE, now)
+                    throttle,
+                    self.services.engine.throttle_ms(
+                        self.user, request.client_id, QuotaKey.CONTROLLER_MUTATION_RATE, now
+                    ),
                 )
-        response_size = frame_body_size(frame)
-        shadow_ms = 0
-        if engine.limits_anyone:
-            buckets = self._buckets(request.client_id, now)
-            throttle = max(throttle, charge_response(buckets, request.api_key, response_size, request_ms, now))
-            if buckets.shadow:  # a quota being tried: what it would have done, never applied
-                shadow_ms = shadow_throttle_ms(buckets, request.api_key, request_ms is not None, now)
-                services.entity_metrics.record_shadow(self.user, request.client_id, shadow_ms, now)
-        services.entity_metrics.record_response(
-            self.user,
-            request.client_id,
-            request.api_key,
-            request.request_size,
-            response_size,
-            request_ms,
-            throttle,
-            now,
-        )
-        if services.usage is not None:
-            services.usage.add(self._usage_record(request, response_size, latency_ms, throttle, shadow_ms, now))
-        if throttle <= 0:
-            return frame
-        patched, _upstream_ms = patch_throttle_time(memoryview(frame), request.api_key, request.api_version, throttle)
-        self._mute(throttle, now)
-        return patched
+        return frame, throttle
 
     def _settle_mutation(self, request: InFlight, frame: memoryview | bytes, now: float) -> memoryview | bytes:
         """Refunds topics the broker rejected (Kafka charges only topics that pass validation),
@@ -708,34 +441,6 @@ class Session(SessionCore):
             return merge_refusals(frame, mutation.request, mutation.forwarded, mutation.refused, response)
         return frame
 
-    def _usage_record(
-        self, request: InFlight, response_size: int, latency_ms: float, throttle: int, shadow_ms: int, now: float
-    ) -> UsageRecord:
-        mutation = request.mutation
-        if request.local_response is not None:
-            decision = "refused"
-        elif request.refused or (mutation is not None and mutation.refused):
-            decision = "partially_refused"
-        else:
-            decision = "throttled" if throttle > 0 else "ok"
-        topics = tuple(t.name or "" for t in mutation.request.topics) if mutation is not None else request.topic_order
-        return UsageRecord(
-            self.services.wall_ms(now),
-            self.user,
-            request.client_id,
-            request.api_key,
-            request.api_version,
-            topics,
-            request.request_size,
-            response_size,
-            sum(mutation.charged.values()) if mutation is not None else 0,
-            latency_ms if request.local_response is None else -1.0,
-            throttle,
-            decision,
-            shadow_ms,
-            request.over_quota,
-        )
-
     def _note_authentication(self, request: InFlight, frame: memoryview | bytes) -> None:
         """Adopts the claimed user once the broker says the exchange is over and succeeded; a refusal
         leaves the principal as it was (the broker closes the connection after it)."""
@@ -758,8 +463,9 @@ class Session(SessionCore):
             self.user = claimed
             self.entity_buckets = None
 
-    # muting --------------------------------------------------------------------------------------
-    def _mute(self, throttle_ms: int, now: float) -> None:
-        """Stops reading from the client until the throttle is over (KIP-219), or longer if already."""
-        self.muted_until = max(self.muted_until, now + throttle_ms / 1000)
-        self.services.metrics.mutes_total.inc()
+
+class Session(SessionPolicy, SessionCore):
+    """The proxy's decisions for one client connection; the caller moves the bytes.
+
+    `client_data` and `broker_data` are SessionCore's; it calls SessionPolicy's hooks for what only
+    some APIs and states need."""

@@ -25,18 +25,17 @@ and a sequence number, which the pipeline's ingest deduplicates on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
 import ssl
 import time
-from collections import deque
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from quotagate import compiled
 from quotagate.config.settings import ConfigError
-from quotagate.quotas.charging import keys_charged
 from quotagate.quotas.engine import QuotaWindows
 from quotagate.quotas.entities import QuotaKey, QuotaTable
 
@@ -46,55 +45,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("quotagate.usage")
 
-REQUEST_SCHEMA_VERSION = 1  # one record per request
-AGGREGATE_SCHEMA_VERSION = 2  # one record per interval and key
-PRODUCE = 0  # ApiKey.PRODUCE, the only API whose aggregates are kept per topic
+# json.dumps with separators makes an encoder per call; this one is made once.
+_json_line = json.JSONEncoder(separators=(",", ":")).encode
 
-Row = dict[str, Any]
+_collectors = compiled.load("quotagate.proxy.usage_collectors")
+UsageRecord = _collectors.UsageRecord
+RequestCollector = _collectors.RequestCollector
+AggregateCollector = _collectors.AggregateCollector
+request_row = _collectors.request_row
+Row = _collectors.Row
+REQUEST_SCHEMA_VERSION = _collectors.REQUEST_SCHEMA_VERSION
+AGGREGATE_SCHEMA_VERSION = _collectors.AGGREGATE_SCHEMA_VERSION
+AGGREGATE_COUNTERS = _collectors.AGGREGATE_COUNTERS
+FLOAT_COUNTERS = _collectors.FLOAT_COUNTERS
 
-
-class UsageRecord(NamedTuple):
-    ts_ms: int  # wall-clock time of the response (of the request when none comes), epoch ms
-    user: str
-    client_id: str
-    api_key: int
-    api_version: int
-    topics: tuple[str, ...]  # where cheap: produce and topic mutations
-    bytes_in: int  # request size
-    bytes_out: int  # response size (0 when none)
-    partitions_mutated: int
-    upstream_latency_ms: float  # −1 when the proxy answered itself
-    throttle_ms: int
-    decision: str  # ok | throttled | refused | partially_refused
-    shadow_throttle_ms: int = 0  # the throttle shadow quotas would have added (never applied)
-    # A produce whose charge to producer_byte_rate, when it was read, left its entity over quota.
-    over_quota: bool = False
-
-
-# The counters of one aggregate, in the order AggregateCollector keeps them in its lists.
-AGGREGATE_COUNTERS = (
-    "requests",
-    "bytes_in",
-    "bytes_out",
-    "request_time_ms",  # upstream latency summed over the requests the broker answered
-    "throttle_ms",  # summed over requests
-    "throttle_ms_max",
-    "throttled_requests",
-    "refusals",  # requests refused whole or in part
-    "partitions_mutated",
-    "shadow_throttle_ms",  # what shadow quotas would have added, summed over requests (never applied)
-    # Bytes of the produce requests whose charge left the entity over its producer_byte_rate: the
-    # traffic the quota throttled (÷ the quota: the time the entity was held at it).
-    "throttled_bytes",
-    # When the row's requests were charged (a produce when read, others when answered), epoch ms:
-    # the first, the last, and the sum of their offsets from the interval's start. A replay places
-    # the requests with these (docs/pipeline.md).
-    "first_ms",
-    "last_ms",
-    "charge_offset_ms",
-)
-# Written as floats (the others as int64).
-FLOAT_COUNTERS = frozenset({"request_time_ms", "charge_offset_ms"})
 # The quota in force for each key, and whether its entry was shadow: null for a key the row's API is
 # not charged to; for a charged key, quota null means unlimited and the shadow flag is false.
 # Then the windows that sized the quotas' bursts (Kafka's quota.window.* and controller.quota.window.*),
@@ -179,164 +143,33 @@ class QuotaFieldCache:
         return found
 
 
-def request_row(
-    record: UsageRecord, proxy_id: str, writer: str, seq: int, quotas: QuotaFieldCache | None = None
-) -> Row:
-    in_force = (
-        quotas.fields(record.ts_ms, record.user, record.client_id, record.api_key)
-        if quotas is not None
-        else NO_QUOTA_FIELDS
-    )
-    return {
-        "v": REQUEST_SCHEMA_VERSION,
-        "ts": record.ts_ms,
-        "proxy": proxy_id,
-        "writer": writer,
-        "seq": seq,
-        "user": record.user,
-        "client_id": record.client_id,
-        "api_key": record.api_key,
-        "api_version": record.api_version,
-        "topics": list(record.topics),
-        "bytes_in": record.bytes_in,
-        "bytes_out": record.bytes_out,
-        "partitions_mutated": record.partitions_mutated,
-        "upstream_latency_ms": round(record.upstream_latency_ms, 3),
-        "throttle_ms": record.throttle_ms,
-        "decision": record.decision,
-        "shadow_throttle_ms": record.shadow_throttle_ms,
-        "throttled_bytes": record.bytes_in if record.over_quota else 0,
-        **in_force,
-    }
+@functools.lru_cache(maxsize=1024)  # one entry per API key seen
+def keys_charged(api_key: int) -> tuple[QuotaKey, ...]:
+    """The quota keys an exchange of `api_key` is charged to, read off the session core's policy
+    table (session_core.POLICIES: the one place an API's charging is declared)."""
+    from quotagate.proxy import session_core as core
+
+    policy = core.POLICIES.get(api_key, 0)
+    keys = []
+    if policy & core.CHARGE_BYTES_IN:
+        keys.append(QuotaKey.PRODUCER_BYTE_RATE)
+    if policy & core.FETCH_WAIT:
+        keys.append(QuotaKey.CONSUMER_BYTE_RATE)
+    if policy & core.MUTATION:
+        keys.append(QuotaKey.CONTROLLER_MUTATION_RATE)
+    if not policy & core.EXEMPT:
+        keys.append(QuotaKey.REQUEST_PERCENTAGE)
+    return tuple(keys)
 
 
-class RequestCollector:
-    """v1: keeps every request's record, up to `limit` of them."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.buffer: deque[UsageRecord] = deque()
-
-    def add(self, record: UsageRecord) -> bool:
-        if len(self.buffer) >= self.limit:
-            return False
-        self.buffer.append(record)
-        return True
-
-    def __len__(self) -> int:
-        return len(self.buffer)
-
-    def take(
-        self, proxy_id: str, writer: str, first_seq: int, quotas: QuotasInForce | None = None
-    ) -> tuple[int, int, Callable[[], list[Row]]]:
-        """Empties the collector; returns (requests, rows, a function making the rows off the loop)."""
-        records = list(self.buffer)
-        self.buffer.clear()
-
-        def rows() -> list[Row]:
-            cache = QuotaFieldCache(quotas)
-            return [request_row(r, proxy_id, writer, first_seq + i, cache) for i, r in enumerate(records)]
-
-        return len(records), len(records), rows
-
-
-class AggregateCollector:
-    """v2: sums requests per (interval, user, client_id, api_key, topic), up to `limit` keys.
-
-    A produce naming several topics splits its bytes_in evenly over them (the record does not carry
-    per-topic sizes) and counts the request, its time, throttle and refusal on its first topic's
-    row, so that sums over topics are exact."""
-
-    def __init__(self, limit: int, interval_ms: int) -> None:
-        self.limit = limit
-        self.interval_ms = interval_ms
-        self.aggregates: dict[tuple[int, str, str, int, str], list[float]] = {}
-        self.requests = 0
-
-    def add(self, record: UsageRecord) -> bool:
-        latency = record.upstream_latency_ms
-        # Counted in the interval in which it was charged: a produce when read, others when answered.
-        charged_ms = record.ts_ms - latency if record.api_key == PRODUCE and latency > 0 else record.ts_ms
-        interval = int(charged_ms // self.interval_ms)
-        topics = record.topics if record.api_key == PRODUCE and record.topics else ("",)
-        share = len(topics)
-        bytes_in = record.bytes_in / share if share > 1 else record.bytes_in
-        throttled_bytes = bytes_in if record.over_quota else 0
-        first = True
-        for topic in topics:
-            key = (interval, record.user, record.client_id, record.api_key, topic)
-            counters = self.aggregates.get(key)
-            if counters is None:
-                if len(self.aggregates) >= self.limit:
-                    return False
-                counters = self.aggregates[key] = [0, 0, 0, 0.0, 0, 0, 0, 0, 0, 0, 0, charged_ms, charged_ms, 0.0]
-            counters[1] += bytes_in
-            counters[10] += throttled_bytes
-            if first:
-                first = False
-                throttle = record.throttle_ms
-                counters[0] += 1
-                counters[2] += record.bytes_out
-                if latency > 0:
-                    counters[3] += latency
-                if throttle > 0:
-                    counters[4] += throttle
-                    counters[6] += 1
-                    if throttle > counters[5]:
-                        counters[5] = throttle
-                if record.decision[0] in "rp":  # refused, partially_refused
-                    counters[7] += 1
-                counters[8] += record.partitions_mutated
-                counters[9] += record.shadow_throttle_ms
-                if charged_ms < counters[11]:
-                    counters[11] = charged_ms
-                elif charged_ms > counters[12]:
-                    counters[12] = charged_ms
-                counters[13] += charged_ms - interval * self.interval_ms
-        self.requests += 1
-        return True
-
-    def __len__(self) -> int:
-        return self.requests
-
-    def take(
-        self, proxy_id: str, writer: str, first_seq: int, quotas: QuotasInForce | None = None
-    ) -> tuple[int, int, Callable[[], list[Row]]]:
-        aggregates, requests = self.aggregates, self.requests
-        self.aggregates, self.requests = {}, 0
-        interval_ms = self.interval_ms
-
-        def rows() -> list[Row]:
-            cache = QuotaFieldCache(quotas)
-            out = []
-            for seq, ((interval, user, client_id, api_key, topic), counters) in enumerate(
-                aggregates.items(), first_seq
-            ):
-                row: Row = {
-                    "v": AGGREGATE_SCHEMA_VERSION,
-                    "ts": interval * interval_ms,
-                    "interval_ms": interval_ms,
-                    "proxy": proxy_id,
-                    "writer": writer,
-                    "seq": seq,
-                    "user": user,
-                    "client_id": client_id,
-                    "api_key": api_key,
-                    "topic": topic,
-                }
-                row.update(zip(AGGREGATE_COUNTERS, counters, strict=True))
-                row["bytes_in"] = round(row["bytes_in"])
-                row["throttled_bytes"] = round(row["throttled_bytes"])
-                row["request_time_ms"] = round(row["request_time_ms"], 3)
-                row["first_ms"] = round(row["first_ms"])
-                row["last_ms"] = round(row["last_ms"])
-                row["charge_offset_ms"] = round(row["charge_offset_ms"], 3)
-                # the quota in force at the interval's last charge (a change mid-interval: the new one)
-                row.update(cache.fields(row["last_ms"], user, client_id, api_key))
-                out.append(row)
-            return out
-
-        return requests, len(aggregates), rows
+def add_quota_fields(rows: list[Row], quotas: QuotasInForce | None) -> list[Row]:
+    """Adds to each row made by a collector the quota in force at its interval (v2: at its last
+    charge) or its time (v1), per charged key, and the windows; null fields when `quotas` is None."""
+    cache = QuotaFieldCache(quotas)
+    for row in rows:
+        at = row.get("last_ms", row["ts"])
+        row.update(cache.fields(at, row["user"], row["client_id"], row["api_key"]))
+    return rows
 
 
 def partition_of(ts_ms: int) -> str:
@@ -381,8 +214,13 @@ class JsonlSink:
 
     def _write_blocking(self, rows: list[Row]) -> None:
         by_partition: dict[str, list[str]] = {}
+        hours: dict[int, str] = {}  # hour -> its partition: strftime once per hour, not per row
         for row in rows:
-            by_partition.setdefault(partition_of(row["ts"]), []).append(json.dumps(row, separators=(",", ":")))
+            hour = row["ts"] // 3_600_000
+            partition = hours.get(hour)
+            if partition is None:
+                partition = hours[hour] = partition_of(row["ts"])
+            by_partition.setdefault(partition, []).append(_json_line(row))
         for partition, lines in by_partition.items():
             with self._file_for(partition).open("a", encoding="utf-8") as out:
                 out.write("\n".join(lines) + "\n")
@@ -579,9 +417,13 @@ class UsageRecorder:
         self._failures_logged = 0
 
     def add(self, record: UsageRecord) -> None:
-        """Hot path: count the record in, or count it as dropped when the collector is full."""
+        """Counts the record in, or counts it as dropped when the collector is full. (The session
+        core adds its exchanges to the collector itself, and calls `dropped` when it is full.)"""
         if not self.collector.add(record):
-            self.metrics.usage_dropped_total.inc()
+            self.dropped()
+
+    def dropped(self) -> None:
+        self.metrics.usage_dropped_total.inc()
 
     async def run(self) -> None:
         try:
@@ -602,10 +444,11 @@ class UsageRecorder:
             self.quotas.forget_before(time.time() * 1000 - QUOTA_HISTORY_MS)
         if not len(self.collector):
             return
-        requests, row_count, make_rows = self.collector.take(self.proxy_id, self.writer, self._seq, self.quotas)
+        requests, row_count, make_rows = self.collector.take(self.proxy_id, self.writer, self._seq)
         self._seq += row_count
+        quotas = self.quotas
         try:
-            rows = await asyncio.get_running_loop().run_in_executor(None, make_rows)
+            rows = await asyncio.get_running_loop().run_in_executor(None, lambda: add_quota_fields(make_rows(), quotas))
             await self.sink.write(rows)
         except Exception as exc:  # a failing sink must not take the proxy down
             self.metrics.usage_dropped_total.inc(requests)

@@ -12,43 +12,35 @@
   fetch.max.wait.ms=0 is thus charged every millisecond it makes the broker work, while an idle
   consumer with a 500 ms max wait is charged ~0 per fetch.
 - Produce and the fetches throttle by the larger of their byte-rate and request-time throttles.
+
+Run per exchange by the session core: compiled with it as charging_c (typed by charging_c.pxd),
+interpreted as it is (quotagate/compiled.py).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.mutations import MUTATION_APIS
-from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS
 from quotagate.quotas.bucket import ShadowTokenBucket
-from quotagate.quotas.engine import EntityBuckets
-from quotagate.quotas.entities import QuotaKey
+
+if TYPE_CHECKING:
+    from quotagate.proxy.entity_metrics import EntityStats
+    from quotagate.quotas.engine import EntityBuckets
 
 # As plain ints: an IntEnum member look-up costs ~0.1 µs, and these run for every exchange.
-_PRODUCE = int(ApiKey.PRODUCE)
+_PRODUCE = 0
+_FETCH = 1
+_SHARE_FETCH = 78
 # The exchanges whose response bytes go to consumer_byte_rate.
 FETCH_APIS = frozenset({int(ApiKey.FETCH), int(ApiKey.SHARE_FETCH)})
-# Requests that are never charged request time: authentication, and the cluster APIs Kafka exempts.
-REQUEST_TIME_EXEMPT_APIS = THROTTLE_EXEMPT_APIS | {int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE)}
-_MUTATION_APIS = frozenset(int(api) for api in MUTATION_APIS)
-
-
-def keys_charged(api_key: int) -> tuple[QuotaKey, ...]:
-    """The quota keys an exchange of `api_key` is charged to (the usage records name their quotas)."""
-    keys: list[QuotaKey] = []
-    if api_key == _PRODUCE:
-        keys.append(QuotaKey.PRODUCER_BYTE_RATE)
-    elif api_key in FETCH_APIS:
-        keys.append(QuotaKey.CONSUMER_BYTE_RATE)
-    elif api_key in _MUTATION_APIS:
-        keys.append(QuotaKey.CONTROLLER_MUTATION_RATE)
-    if api_key not in REQUEST_TIME_EXEMPT_APIS:
-        keys.append(QuotaKey.REQUEST_PERCENTAGE)
-    return tuple(keys)
 
 
 def request_time_ms(api_key: int, latency_ms: float, fetch_max_wait_ms: int) -> float:
-    if api_key in FETCH_APIS:
-        return max(latency_ms - fetch_max_wait_ms, 0.0)
+    if api_key == _FETCH or api_key == _SHARE_FETCH:
+        waited = latency_ms - fetch_max_wait_ms
+        return waited if waited > 0.0 else 0.0
     return latency_ms
 
 
@@ -58,8 +50,10 @@ def charge_request(buckets: EntityBuckets, api_key: int, request_size: int, now:
     Charging produce bytes as they arrive (not when the answer comes back) lets the proxy stop
     reading from a client the moment it is in debt, as a broker does by reading one request at a
     time: a client that pipelines many produce requests cannot get ahead of its quota."""
-    if api_key == _PRODUCE and buckets.produce is not None:
-        return buckets.produce.charge(request_size, now)
+    if api_key == _PRODUCE:
+        bucket = buckets.produce
+        if bucket is not None:
+            return bucket.charge(request_size, now)
     return 0
 
 
@@ -84,11 +78,52 @@ def charge_response(
     throttles are capped at one window (KIP-124)."""
     throttle = 0
     if api_key == _PRODUCE:
-        if buckets.produce is not None:
-            throttle = buckets.produce.throttle_ms(now)
-    elif api_key in FETCH_APIS:
-        if buckets.fetch is not None:
-            throttle = buckets.fetch.charge(response_size, now)
-    if request_ms is not None and buckets.request is not None:
-        throttle = max(throttle, min(buckets.request.charge(request_ms, now), buckets.request_cap_ms))
+        bucket = buckets.produce
+        if bucket is not None:
+            throttle = bucket.throttle_ms(now)
+    elif api_key == _FETCH or api_key == _SHARE_FETCH:
+        bucket = buckets.fetch
+        if bucket is not None:
+            throttle = bucket.charge(response_size, now)
+    bucket = buckets.request
+    if request_ms is not None and bucket is not None:
+        time_throttle = bucket.charge(request_ms, now)
+        cap = buckets.request_cap_ms
+        if time_throttle > cap:
+            time_throttle = cap
+        if time_throttle > throttle:
+            throttle = time_throttle
     return throttle
+
+
+def count_exchange(
+    stats: EntityStats,
+    api_key: int,
+    request_size: int,
+    response_size: int,
+    request_ms: float | None,
+    throttle_ms: int,
+) -> None:
+    """Adds one exchange's charges and throttle to its entity's counters (quotagate_* per entity):
+    the bytes each byte-rate quota was charged, the request time (None: exempt, counted apart), and
+    the throttle by quota group, as Kafka's quota metrics group them."""
+    if api_key == _PRODUCE:
+        stats.produce_bytes += request_size
+    elif api_key == _FETCH or api_key == _SHARE_FETCH:
+        stats.fetch_bytes += response_size
+    if request_ms is not None:
+        stats.request_seconds += request_ms / 1000
+    if throttle_ms > 0:
+        seconds = throttle_ms / 1000
+        if api_key == _PRODUCE:
+            stats.produce_throttle_seconds += seconds
+            stats.throttled_produce += 1
+        elif api_key == _FETCH or api_key == _SHARE_FETCH:
+            stats.fetch_throttle_seconds += seconds
+            stats.throttled_fetch += 1
+        elif api_key in MUTATION_APIS:
+            stats.mutation_throttle_seconds += seconds
+            stats.throttled_controller_mutation += 1
+        else:
+            stats.request_throttle_seconds += seconds
+            stats.throttled_request += 1

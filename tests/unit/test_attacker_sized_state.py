@@ -13,6 +13,7 @@ from quotagate.protocol.apis import ApiKey
 from quotagate.proxy.admin_http import AdminHttpServer
 from quotagate.proxy.entity_metrics import MAX_LABEL_CHARS, EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.proxy.session import observe_latency
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable
 from tests.proxy_fixtures import free_port_block
 from tests.unit.test_connection import rig  # noqa: F401  (fixture)
@@ -23,7 +24,7 @@ def test_random_api_keys_fold_into_one_unknown_series() -> None:
     metrics = ProxyMetrics()
     for api_key in (0, 3, 92, 93, 1000, 32767, -1, -32768):
         metrics.count_request(api_key)
-        metrics.observe_latency(api_key, 0.001)
+        observe_latency(metrics.latency_by_key, api_key, 0.001)
     text = generate_latest(metrics.registry).decode()
     assert sorted(re.findall(r'quotagate_requests_total\{api_key="([^"]+)"\} (\S+)', text)) == [
         ("0", "1.0"),

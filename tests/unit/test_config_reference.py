@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.metadata
+import os
 import re
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from quotagate import __version__
+from quotagate import __version__, compiled
 from quotagate.config import ConfigError, load_config, parse_config
 from quotagate.config import reference as reference_module
 from quotagate.config.reference import (
@@ -224,5 +225,17 @@ def test_version_is_the_package_version() -> None:
         [sys.executable, "-m", "quotagate", "--version"], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"quotagate {__version__}"
+    assert result.stdout.splitlines() == [f"quotagate {__version__}", f"core: {compiled.core_build()}"]
     assert importlib.metadata.version("quotagate") == __version__
+
+
+def test_version_says_which_core_runs() -> None:
+    for no_extensions, build in (("1", "pure Python"), ("", compiled.core_build())):
+        result = subprocess.run(
+            [sys.executable, "-m", "quotagate", "--version"],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "QUOTAGATE_NO_EXTENSIONS": no_extensions},
+        )
+        assert result.stdout.splitlines()[1] == f"core: {build}", result.stderr

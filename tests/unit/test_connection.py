@@ -182,9 +182,10 @@ async def test_a_client_that_does_not_read_pauses_the_broker_side(rig) -> None:
 def test_splitter_is_what_the_session_uses() -> None:
     # Guard against a second framing implementation creeping into the proxy layer.
     import quotagate.proxy.session as session
+    import quotagate.proxy.session_core as session_core
 
     assert session.FrameSplitter is FrameSplitter
-    assert issubclass(session.StreamingFrameSplitter, FrameSplitter)
+    assert issubclass(session_core.StreamingFrameSplitter, FrameSplitter)
 
 
 async def test_a_broker_named_later_gets_a_listener_bound_before_the_answer_leaves(rig) -> None:

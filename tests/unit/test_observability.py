@@ -12,6 +12,7 @@ from quotagate.config.settings import UsageConfig, parse_config
 from quotagate.protocol.apis import ApiKey
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.proxy.session import observe_latency
 from quotagate.proxy.usage import (
     QUOTA_FIELDS,
     AggregateCollector,
@@ -21,6 +22,7 @@ from quotagate.proxy.usage import (
     RequestCollector,
     UsageRecord,
     UsageRecorder,
+    add_quota_fields,
 )
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from tests.unit.test_connection import rig  # noqa: F401  (fixture)
@@ -65,7 +67,7 @@ def test_hot_path_counters_are_exported_as_prometheus_counters_and_a_histogram()
     for api_key in (0, 0, 3):
         metrics.count_request(api_key)
     for seconds in (0.0004, 0.0005, 0.003, 20.0):  # 0.0005 is at a bound: counted in that bucket
-        metrics.observe_latency(0, seconds)
+        observe_latency(metrics.latency_by_key, 0, seconds)
     metrics.bytes_in += 10
     metrics.bytes_out += 7
     text = generate_latest(metrics.registry).decode()
@@ -117,7 +119,6 @@ async def test_usage_records_land_in_hourly_partitions_as_versioned_json(tmp_pat
         "decision": "ok",
         "shadow_throttle_ms": 0,
         "throttled_bytes": 0,
-        **dict.fromkeys(QUOTA_FIELDS),  # a recorder told no quotas names none
     }
 
 
@@ -187,7 +188,7 @@ def test_aggregates_name_the_quota_in_force_in_their_interval_per_charged_key_an
     collector.add(UsageRecord(5_010, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok"))
     collector.add(UsageRecord(6_900, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok"))
     collector.add(UsageRecord(6_900, "alice", "c", 1, 12, (), 90, 5000, 0, 2.0, 0, "ok"))
-    rows = {(r["ts"], r["api_key"]): r for r in collector.take("p", "p-1-1", 0, quotas)[2]()}
+    rows = {(r["ts"], r["api_key"]): r for r in add_quota_fields(collector.take("p", "p-1-1", 0)[2](), quotas)}
     assert {k: rows[(5000, 0)][k] for k in QUOTA_FIELDS} == {
         "quota_producer_byte_rate": 300_000,
         "quota_producer_byte_rate_shadow": False,
@@ -218,7 +219,7 @@ def test_a_request_record_names_the_quota_in_force_when_it_was_made_and_old_tabl
     collector = RequestCollector(100)
     collector.add(record(1_500))
     collector.add(record(2_500))
-    early, late = collector.take("p", "p-1-1", 0, quotas)[2]()
+    early, late = add_quota_fields(collector.take("p", "p-1-1", 0)[2](), quotas)
     assert (early["quota_producer_byte_rate"], late["quota_producer_byte_rate"]) == (1000, None)
     assert late["quota_producer_byte_rate_shadow"] is False  # known: unlimited
     quotas.forget_before(2_100)
@@ -232,7 +233,7 @@ async def test_aggregates_with_their_quotas_land_in_parquet_typed(tmp_path: Path
     collector = AggregateCollector(limit=100, interval_ms=1000)
     collector.add(record(1_700_000_000_002))
     sink = ParquetSink(tmp_path, "p-1-1", max_file_bytes=1 << 20, max_file_seconds=60)
-    await sink.write(collector.take("p", "p-1-1", 0, quotas)[2]())
+    await sink.write(add_quota_fields(collector.take("p", "p-1-1", 0)[2](), quotas))
     await sink.close()
     (file,) = tmp_path.rglob("*.parquet")
     table = pq.read_table(file)

@@ -293,14 +293,16 @@ def test_file_shadow_flag_must_be_a_boolean() -> None:
 
 
 def test_a_shadow_produce_quota_mutes_nothing_and_its_usage_record_says_what_it_would_have_done() -> None:
+    from quotagate.proxy.usage import RequestCollector
     from tests.unit.test_session import produce, produce_answer
 
     services = services_for('[[quotas]]\nclient_id = "app"\nproducer_byte_rate = 1000\nshadow = true\n')
-    records: list = []
 
-    class Usage:
-        def add(self, record: object) -> None:
-            records.append(record)
+    class Usage:  # the recorder's part the session uses: its collector
+        collector = RequestCollector(100)
+
+        def dropped(self) -> None:
+            raise AssertionError("the collector is not full")
 
     session = Session(replace(services, usage=Usage()))  # type: ignore[arg-type]
     session.broker_connected(0.0)
@@ -308,7 +310,7 @@ def test_a_shadow_produce_quota_mutes_nothing_and_its_usage_record_says_what_it_
     session.client_data(produce(1, {"t": b"r" * 20_000}), now=10.0)
     assert session.muted_until == 0.0
     session.broker_data(produce_answer(1, ["t"]), now=10.0)
-    (record,) = records
+    (record,) = Usage.collector.buffer
     assert record.throttle_ms == 0 and 8500 < record.shadow_throttle_ms < 9500, record
     stats = services.entity_metrics.stats[("ANONYMOUS", "app")]
     assert stats.shadow_throttled == 1 and stats.produce_throttle_seconds == 0

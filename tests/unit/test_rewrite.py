@@ -3,7 +3,6 @@ from struct import pack, unpack_from
 import pytest
 from kafka.protocol.admin import DescribeClusterResponse, DescribeConfigsResponse
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
-from quotagate.protocol.produce_walk import usual_flexible_throttle_offset
 
 from quotagate.protocol.apis import (
     FETCH_MAX_VERSION,
@@ -15,6 +14,7 @@ from quotagate.protocol.apis import (
 )
 from quotagate.protocol.headers import response_body_offset
 from quotagate.protocol.produce import _walked_throttle_offset, produce_response_throttle_offset
+from quotagate.protocol.produce_walk import usual_flexible_throttle_offset
 from quotagate.protocol.rewrite import RESPONSE_REWRITERS
 from tests.unit.messages import produce_response
 

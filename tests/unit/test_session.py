@@ -41,11 +41,11 @@ class Cluster:
 
 
 def services_for(
-    config_text: str = "", top_level: str = "", partial_frames: ByteBudget | None = None, fast_lane: bool = True
+    config_text: str = "", top_level: str = "", partial_frames: ByteBudget | None = None, whole_reads: bool = True
 ) -> SessionServices:
     """The services a proxy hands its sessions, built from a config alone: no proxy, no loop.
-    `partial_frames`: a budget shared with other sessions (else one of their own); `fast_lane`:
-    False sends every byte through the general path."""
+    `partial_frames`: a budget shared with other sessions (else one of their own); `whole_reads`:
+    False sends every read through the splitters."""
     config = parse_config(top_level + PROXY + config_text)
     engine = QuotaEngine(config.quotas, config.windows)
     proxy = config.proxy
@@ -58,11 +58,11 @@ def services_for(
         response_rewriters(),
         Cluster(),
         None,
-        lambda now: int(now * 1000),
+        0.0,  # wall_offset: usage records read the test clock as epoch seconds
         proxy.max_frame_size,
         sasl_max_receive_size=proxy.sasl_server_max_receive_size if proxy.client_sasl != "none" else None,
         partial_frames=partial_frames or ByteBudget(proxy.partial_frames_max_bytes),
-        fast_lane=fast_lane,
+        whole_reads=whole_reads,
     )
 
 

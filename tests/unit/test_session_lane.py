@@ -1,28 +1,38 @@
-"""The compiled fast lane (session_core) against the general path: the same streams, the same results.
+"""The session core's two ways in against each other: reads of whole frames taken straight from the
+read (`SessionCore._whole_requests`, `_whole_responses`) against every read through the splitters.
 
-Two sessions with the same configuration, one with the lane and one without, are fed the same random
-streams of client and broker bytes at the same times: Produce (v3-v12, acks 1/-1/0, transactional or
-not, small and over quota, responses with and without KIP-951 endpoints and upstream throttles),
-Fetch (answers small and cut through), Heartbeat, CreateTopics under a mutation quota, requests above
-the advertised cap, reads cut at random places and reads of many frames. After every step each
-side's bytes, the mute and what is held must be equal; at the end so are every counter, every
-entity's metrics and every bucket. Then hostile bytes (hypothesis' truncations, flips, inflated
-counts and noise, as in test_protocol_fuzz.py): requests, and produce responses, whose walk the
-lane makes in C; each must be refused, or passed, exactly as the general path does.
+Two sessions with the same configuration, one taking whole reads and one splitting every read, are
+fed the same random streams of client and broker bytes at the same times: a request of every API
+with a policy in the core's table (Produce v3-v12, acks 1/-1/0, transactional or not, small and over
+quota, responses with and without KIP-951 endpoints and upstream throttles; Fetch, answers small and
+cut through; CreateTopics under a mutation quota; DescribeClientQuotas answered by the proxy; produce
+under per-topic thresholds), a plain API (Heartbeat), requests above the advertised cap, reads cut
+at random places and reads of many frames, with usage records off, as aggregates and per request.
+After every step each side's bytes, the mute and what is held must be equal; at the end so are every
+counter, every entity's metrics, every bucket and every usage record. Then hostile bytes
+(hypothesis' truncations, flips, inflated counts and noise, as in test_protocol_fuzz.py): requests,
+and produce responses; each must be refused, or passed, exactly alike.
+
+The whole unit suite runs once compiled and once interpreted (`make test`), and
+test_compiled_and_interpreted_cores_answer_a_stream_alike compares the two builds on one stream.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from struct import pack, unpack_from
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from kafka.protocol.admin import CreateTopicsResponse
+from kafka.protocol.admin import CreateTopicsResponse, DescribeClientQuotasRequest
 from kafka.protocol.producer import ProduceRequest
 
-from quotagate.proxy.session import Session
+from quotagate.config.settings import UsageConfig
+from quotagate.proxy.quota_admin import QuotaAdmin
+from quotagate.proxy.session import Session, SessionPolicy
+from quotagate.proxy.usage import UsageRecorder
 from tests.unit.messages import produce_response
 from tests.unit.test_connection import FETCH, fetch_v4, header_only_request, heartbeat
 from tests.unit.test_protocol_fuzz import FUZZ, bad_frames, header_only, produce_request
@@ -41,7 +51,22 @@ CONFIGS = {
         "producer_byte_rate = 1e10\nconsumer_byte_rate = 1e10\nrequest_percentage = 10000\n"
     ),
     "shadow": '[[quotas]]\nclient_id = "app"\nproducer_byte_rate = 20000\nshadow = true\n',
+    "thresholds": (
+        '[[quotas]]\nclient_id = "app"\nproducer_byte_rate = 20000\n'
+        "[topic_thresholds]\ntotal_bytes_in_per_sec = 3000\n[topic_thresholds.topics]\na = 1000\n"
+    ),
 }
+USAGE = {"usage_off": None, "aggregates": "aggregate", "per_request": "request"}
+
+
+class KeptRows:
+    """A usage sink that is never flushed: the collectors are compared instead."""
+
+    async def write(self, rows: list) -> None:  # type: ignore[type-arg]
+        raise AssertionError("not flushed in these tests")
+
+    async def close(self) -> None:
+        pass
 
 
 def produce(correlation_id: int, rng: random.Random) -> bytes:
@@ -102,19 +127,27 @@ def acks_zero(request: bytes) -> bool:
     return unpack_from(">h", request, pos)[0] == 0
 
 
-class Pair:
-    """The same configuration twice: through the lane, and through the general path only."""
+def session(config: str, usage: str | None, whole_reads: bool) -> Session:
+    services = services_for(config, whole_reads=whole_reads)
+    engine = services.engine
+    admin = QuotaAdmin(engine.table, {}, (), None, lambda quotas, now: engine.update(quotas, engine.windows, now))
+    recorder = None
+    if usage is not None:
+        recorder = UsageRecorder(UsageConfig(enabled=True, records=usage), services.metrics, KeptRows(), "p", "w")
+    return Session(replace(services, usage=recorder, quota_admin=admin))
 
-    def __init__(self, config: str) -> None:
-        self.lane = Session(services_for(config))
-        self.general = Session(services_for(config, fast_lane=False))
+
+class Pair:
+    """The same configuration twice: whole reads taken straight from the read, and every read split."""
+
+    def __init__(self, config: str, usage: str | None = None) -> None:
+        self.lane = session(config, usage, whole_reads=True)
+        self.general = session(config, usage, whole_reads=False)
         self.sessions = (self.lane, self.general)
         self.to_broker = bytearray()
         self.to_client = bytearray()
-        self.general_calls = 0  # reads the lane handed to the general path
-        for name in ("_client_data", "_broker_data"):
-            general = getattr(self.lane, name)
-            setattr(self.lane, name, self._counted(general))
+        self.general_calls = 0  # client reads the whole-reads session split all the same
+        self.lane._client_data = self._counted(self.lane._client_data)  # type: ignore[method-assign]
 
     def _counted(self, general):  # type: ignore[no-untyped-def]
         def call(*args: object) -> None:
@@ -156,20 +189,26 @@ class Pair:
         assert lane.entity_metrics.exempt_request_seconds == general.entity_metrics.exempt_request_seconds
         buckets = {key: (b.tokens, b.updated, type(b)) for key, b in lane.engine.buckets.items()}
         assert buckets == {key: (b.tokens, b.updated, type(b)) for key, b in general.engine.buckets.items()}
+        if lane.usage is not None:
+            assert general.usage is not None
+            collected = lane.usage.collector
+            other = general.usage.collector
+            assert getattr(collected, "aggregates", None) == getattr(other, "aggregates", None)
+            assert list(getattr(collected, "buffer", ())) == list(getattr(other, "buffer", ()))
 
 
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("seed", range(12))
-def test_the_lane_and_the_general_path_answer_the_same_streams_the_same(config: str, seed: int) -> None:
+def test_whole_reads_and_split_reads_answer_the_same_streams_the_same(config: str, seed: int) -> None:
     rng = random.Random(seed)
-    pair = Pair(CONFIGS[config])
+    pair = Pair(CONFIGS[config], USAGE[list(USAGE)[seed % 3]])
     now = 0.0
     pair.call("broker_connected", now)
     answered = 0
     broker_pending = bytearray()
     correlation_id = 0
     reads_fed = 0
-    builders = [produce, produce, produce, fetch, beat, beat, mutation]
+    builders = [produce, produce, produce, fetch, beat, beat, mutation, quotas_described]
     for index in range(400):
         now += rng.choice([0.0, 0.0005, 0.002, 0.05])
         step = rng.random()
@@ -204,7 +243,7 @@ def test_the_lane_and_the_general_path_answer_the_same_streams_the_same(config: 
             break
     pair.compare_counters()
     if pair.lane.refusal is None:
-        assert pair.general_calls < reads_fed * 0.8, "the lane took almost nothing"
+        assert pair.general_calls < reads_fed * 0.8, "whole reads were almost never taken whole"
 
 
 def fetch(correlation_id: int, rng: random.Random) -> bytes:
@@ -219,22 +258,33 @@ def mutation(correlation_id: int, rng: random.Random) -> bytes:
     return create_topics(correlation_id)
 
 
+def quotas_described(correlation_id: int, rng: random.Random) -> bytes:
+    """DescribeClientQuotas: answered by the proxy, in its turn."""
+    cls = DescribeClientQuotasRequest
+    request = cls(
+        version=1,
+        components=[cls.ComponentData(version=1, entity_type="client-id", match_type=0, match="app")],
+        strict=False,
+    )
+    request.with_header(correlation_id=correlation_id, client_id=rng.choice(["app", "other"]))
+    return bytes(request.encode(header=True, framed=True))
+
+
 def above_cap(correlation_id: int, rng: random.Random) -> bytes:
     """A request the broker closes the connection for (DescribeQuorum v2: above the cap)."""
     return header_only_request(55, 2, correlation_id, body=b"\x01" * 64)
 
 
-def test_the_lane_takes_a_plain_produce_exchange() -> None:
-    """The lane is used at all: a plain produce and its answer leave the general path's splitters untouched."""
+def test_a_plain_produce_exchange_is_taken_whole() -> None:
+    """Whole reads are taken at all: a plain produce and its answer never reach the splitters."""
     session = Session(services_for(CONFIGS["not_binding"]))
     session.broker_connected(0.0)
     session.client_data(heartbeat(1), 0.0)  # the first request that is not ApiVersions or SASL
     session.broker_data(answer(heartbeat(1), random.Random(0)), 0.001)
     taken(session.to_broker), taken(session.to_client)
     calls = []
-    session._requests = lambda *args: calls.append(args)  # type: ignore[method-assign]
     session._client_data = lambda *args: calls.append(args)  # type: ignore[method-assign]
-    session._broker_data = lambda *args: calls.append(args)  # type: ignore[method-assign]
+    session.broker_frames = None  # the broker side's splitter: any use of it would fail
     request = produce(2, random.Random(1))
     while acks_zero(request):
         request = produce(2, random.Random(len(request)))
@@ -245,7 +295,37 @@ def test_the_lane_takes_a_plain_produce_exchange() -> None:
     assert calls == []
 
 
-# hostile bytes: the lane parses them in C, so it must refuse exactly what the general path refuses --
+def test_compiled_and_interpreted_cores_answer_a_stream_alike() -> None:
+    """The session core's two builds (quotagate/compiled.py), side by side on the same streams: the
+    one this process loaded, and its source interpreted (the same when QUOTAGATE_NO_EXTENSIONS=1)."""
+    from quotagate.proxy import session_core as interpreted
+
+    class InterpretedSession(SessionPolicy, interpreted.SessionCore):
+        pass
+
+    for config, usage in (("binding", None), ("not_binding", "aggregate"), ("thresholds", "request")):
+        pair = Pair(CONFIGS[config], usage)
+        services = pair.general.services
+        pair.general = InterpretedSession(services)
+        pair.general.whole_reads = True
+        pair.sessions = (pair.lane, pair.general)
+        rng = random.Random(7)
+        pair.call("broker_connected", 0.0)
+        now = 0.0
+        for correlation_id in range(1, 120):
+            now += 0.003
+            request = rng.choice([produce, fetch, beat, mutation, quotas_described])(correlation_id, rng)
+            if pair.lane.muted_until > now:
+                now = pair.lane.muted_until
+                pair.call("unmute", now)
+            pair.call("client_data", request, now)
+            reached = frames(bytes(pair.to_broker))
+            if reached and unpack_from(">i", reached[-1], 8)[0] == correlation_id and not acks_zero(request):
+                pair.call("broker_data", answer(reached[-1], rng), now + 0.001)
+        pair.compare_counters()
+
+
+# hostile bytes: the whole-read path peeks at them in place, so it must refuse exactly what the splitters' path refuses
 
 FUZZ_SEEDS = [produce_request(v) for v in range(3, 13)] + [
     bytes(fetch_v4(7))[4:],
@@ -257,9 +337,7 @@ FUZZ_SEEDS = [produce_request(v) for v in range(3, 13)] + [
 
 @FUZZ
 @given(frame=bad_frames(FUZZ_SEEDS), config=st.sampled_from(sorted(CONFIGS)))
-def test_a_hostile_request_gets_the_same_answer_from_the_lane_and_the_general_path(
-    frame: memoryview, config: str
-) -> None:
+def test_a_hostile_request_gets_the_same_answer_whole_and_split(frame: memoryview, config: str) -> None:
     pair = Pair(CONFIGS[config])
     pair.call("broker_connected", 0.0)
     pair.call("client_data", heartbeat(1), 0.0)  # past authentication: the lane is open
@@ -283,7 +361,7 @@ def produce_response_bodies(version: int) -> list[bytes]:
     data=st.data(),
     config=st.sampled_from(sorted(CONFIGS)),
 )
-def test_a_hostile_response_gets_the_same_treatment_from_the_lane_and_the_general_path(
+def test_a_hostile_response_gets_the_same_treatment_whole_and_split(
     version: int, data: st.DataObject, config: str
 ) -> None:
     request = ProduceRequest(version=version, transactional_id=None, acks=1, timeout_ms=1000,
@@ -299,3 +377,14 @@ def test_a_hostile_response_gets_the_same_treatment_from_the_lane_and_the_genera
     pair.call("client_data", bytes(request.encode(header=True, framed=True)), 0.002)
     pair.call("broker_data", response, 0.003)
     pair.compare_counters()
+
+
+def test_the_core_is_compiled_unless_told_not_to() -> None:
+    """Where the install compiled it (every `make` venv), the compiled core runs; QUOTAGATE_NO_EXTENSIONS=1
+    (make test's second pass over the unit tests) runs the same sources interpreted."""
+    from quotagate import compiled
+
+    assert compiled.COMPILED is not compiled.NO_EXTENSIONS
+    assert Session.__mro__[2].__module__ == (
+        "quotagate.proxy.session_core_c" if compiled.COMPILED else "quotagate.proxy.session_core"
+    )

@@ -1,14 +1,12 @@
-# cython: language_level=3
-"""The two callbacks a connection pair runs per read, compiled: `data_received` and `flush`.
+"""The two callbacks a connection pair runs per read: `data_received` and `flush`.
 
 `ClientConnection` and `UpstreamConnection` (connection.py) subclass these and keep everything else
 (connecting, closing, refusals, flow control). Per read, the glue only stamps the time, hands the
-bytes to the session and writes what the session queued; compiled, that costs what a bare uvloop
-forwarder's callbacks cost, not a Python frame per call. `flush` does the rare things (a refusal, a
-mute, a hold, a resume) through the subclass's Python methods.
+bytes to the session and writes what the session queued; compiled (as connection_core_c, with
+session_core_c: quotagate/compiled.py), that costs what a bare uvloop forwarder's callbacks cost,
+not a Python frame per call. `flush` does the rare things (a refusal, a mute, a hold, a resume)
+through the hooks below, which the subclass supplies.
 """
-
-from quotagate.proxy.session_core cimport SessionCore
 
 from quotagate.protocol.framing import FrameError
 
@@ -16,7 +14,7 @@ from quotagate.protocol.framing import FrameError
 QUOTA = "quota"
 
 
-cdef inline void _write(object transport, list queued) except *:
+def _write(transport, queued):
     """Writes and empties `queued`: one frame (the usual case) by write(), several by one writelines()."""
     if len(queued) == 1:
         transport.write(queued[0])
@@ -25,37 +23,33 @@ cdef inline void _write(object transport, list queued) except *:
     del queued[:]
 
 
-cdef class ClientCore:
-    """A client connection's per-read work: the session in, its answers out, the mute applied."""
+class ClientCore:
+    """A client connection's per-read work: the session in, its answers out, the mute applied.
 
-    cdef public SessionCore session
-    cdef public object transport
-    cdef public UpstreamCore upstream
-    cdef public object reading  # ReadGate, set in connection_made
-    cdef public object clock
-    cdef public double last_activity  # last byte either way (connections_max_idle_ms)
-    cdef public double muted_until  # kept by the delay queue (its `Mutable`)
+    Its fields (session_core_c.pxd has their C types): `session`, `transport`, `upstream` (the
+    UpstreamCore), `reading` (ReadGate, set in connection_made), `clock`, `last_activity` (last byte
+    either way: connections_max_idle_ms) and `muted_until` (kept by the delay queue, its `Mutable`)."""
 
     def data_received(self, data):
-        cdef double now = self.clock()
+        now = self.clock()
         self.last_activity = now
         self.session.feed_client(data, now)  # what the broker would close for comes back as session.refusal
         self.flush()
 
     def flush(self):
         """Writes what the session queued for either side, and stops reading if it says so."""
-        cdef SessionCore session = self.session
-        cdef list queued = session.to_broker
+        session = self.session
+        queued = session.to_broker
         if queued and self.upstream is not None:
             _write(self.upstream.transport, queued)
         queued = session.to_client
         if queued and self.transport is not None:
             _write(self.transport, queued)
-        cdef double muted_until = session.muted_until
+        muted_until = session.muted_until
         if session.refusal is not None:
             self._close_when_answered()
         elif muted_until > self.muted_until:  # muted now, or for longer
-            self.proxy.delay_queue.mute(self, muted_until)
+            self._mute(muted_until)
             self.reading.pause(QUOTA)
         elif session.is_holding():
             self.reading.pause(QUOTA)
@@ -63,17 +57,22 @@ cdef class ClientCore:
             # What was held for a SaslAuthenticate answer went with the broker's bytes: read again.
             self.reading.resume(QUOTA)
 
+    # hooks: the subclass's ----------------------------------------------------------------------
+    def _close_when_answered(self):
+        """The session refused the client: close once what went before is answered."""
+        raise NotImplementedError
 
-cdef class UpstreamCore:
+    def _mute(self, until):
+        """Stop reading until `until` (the delay queue resumes it)."""
+        raise NotImplementedError
+
+
+class UpstreamCore:
     """A broker connection's per-read work: the broker's bytes into the client's session, then its flush."""
 
-    cdef public ClientCore client
-    cdef public object transport
-    cdef public object reading  # ReadGate, set in connection_made
-
     def data_received(self, data):
-        cdef ClientCore client = self.client
-        cdef double now = client.clock()
+        client = self.client
+        now = client.clock()
         client.last_activity = now
         try:
             client.session.feed_broker(data, now)

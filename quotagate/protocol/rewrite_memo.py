@@ -1,12 +1,11 @@
-# cython: language_level=3
-"""The memo of rewritten responses (rewrite.py's rewriters, memoized), compiled: a hit is every
-ApiVersions, Metadata and FindCoordinator answer a busy client gets, and costs a dict look-up here.
+"""The memo of rewritten responses (rewrite.py's rewriters, memoized): a hit is every ApiVersions,
+Metadata and FindCoordinator answer a busy client gets, and costs a dict look-up here.
+
+Compiled as rewrite_memo_c (typed by rewrite_memo_c.pxd), interpreted as it is: quotagate/compiled.py.
 """
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from libc.string cimport memcpy
-
 from collections import OrderedDict
+from struct import pack
 from typing import NamedTuple
 
 from quotagate.protocol.apis import response_header_is_flexible
@@ -18,8 +17,7 @@ MEMO_MAX_BYTES = 8 * 1024 * 1024
 MEMO_MAX_BODY_BYTES = 2 * 1024 * 1024
 # Response header versions known per API version (0: v0, 1: v1 with tagged fields); versions beyond
 # go through response_body_offset every time.
-cdef enum:
-    HEADER_VERSIONS = 64
+HEADER_VERSIONS = 64
 
 
 class _RecordingView:
@@ -46,15 +44,18 @@ class _RecordingView:
 
 class _Rewritten(NamedTuple):
     """What a memo remembers of one rewrite: the new body (None: the frame went on untouched), the
-    ClusterView calls the rewrite made and what advertise answered, and the bytes it holds."""
+    ClusterView calls the rewrite made and what advertise answered, the bytes it holds, and the new
+    frame's size prefix for a header of the length it had then."""
 
     body: object  # bytes | None
     advertised: tuple
     topics: tuple
     size: int
+    body_offset: int
+    prefix: bytes
 
 
-cdef class RewriteMemo:
+class RewriteMemo:
     """Remembers rewritten bodies: clients ask the same Metadata, ApiVersions and FindCoordinator
     questions over and over, and a hit costs a dict look-up instead of a kafka-python decode and
     encode (~50-500 µs).
@@ -68,49 +69,43 @@ cdef class RewriteMemo:
     is a hit only if advertise answers as it did then. Bounded LRU: MEMO_MAX_BYTES in all, bodies
     over MEMO_MAX_BODY_BYTES are rewritten every time."""
 
-    cdef public object rewrite
-    cdef public int api_key
-    cdef public Py_ssize_t max_entries, max_bytes, max_body_bytes, held_bytes, hits
-    cdef public object entries  # OrderedDict[(version, body), _Rewritten]
-    cdef signed char header_flexible[HEADER_VERSIONS]  # -1: not known yet
-
     def __init__(
         self,
         rewrite,
-        int api_key,
-        Py_ssize_t max_entries=256,
-        Py_ssize_t max_bytes=MEMO_MAX_BYTES,
-        Py_ssize_t max_body_bytes=MEMO_MAX_BODY_BYTES,
+        api_key,
+        max_entries=256,
+        max_bytes=MEMO_MAX_BYTES,
+        max_body_bytes=MEMO_MAX_BODY_BYTES,
     ):
         self.rewrite = rewrite
         self.api_key = api_key
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.max_body_bytes = max_body_bytes
-        self.entries = OrderedDict()
+        self.entries = OrderedDict()  # (version, body) -> _Rewritten
         self.held_bytes = 0
         self.hits = 0
-        for version in range(HEADER_VERSIONS):
-            self.header_flexible[version] = -1
+        self.header_flexible = [-1] * HEADER_VERSIONS  # per API version; -1: not known yet
 
-    cdef Py_ssize_t _body_offset(self, object frame, const unsigned char[:] view, int version) except -1:
+    def _body_offset(self, frame, version):
         """response_body_offset, without the call for a header without tagged fields."""
         if 0 <= version < HEADER_VERSIONS:
-            if self.header_flexible[version] < 0:
-                self.header_flexible[version] = response_header_is_flexible(self.api_key, version)
-            if not self.header_flexible[version]:
+            flexible = self.header_flexible[version]
+            if flexible < 0:
+                flexible = self.header_flexible[version] = int(response_header_is_flexible(self.api_key, version))
+            if not flexible:
                 return 8
-            if view.shape[0] > 8 and view[8] == 0:
+            if len(frame) > 8 and frame[8] == 0:
                 return 9
         return response_body_offset(frame, self.api_key, version)
 
-    def __call__(self, frame, int version, cluster):
-        cdef const unsigned char[:] view = frame
-        cdef Py_ssize_t body_offset = self._body_offset(frame, view, version)
-        cdef Py_ssize_t size = view.shape[0]
-        body = PyBytes_FromStringAndSize(<const char*>&view[0] + body_offset, size - body_offset) if (
-            body_offset < size
-        ) else b""
+    def __call__(self, frame, version, cluster):
+        return self.rewritten(frame, version, cluster)
+
+    def rewritten(self, frame, version, cluster):
+        """The rewritten frame, or None when it goes on as it is; `frame` is bytes or a memoryview."""
+        body_offset = self._body_offset(frame, version)
+        body = frame[body_offset:] if type(frame) is bytes else bytes(frame[body_offset:])
         key = (version, body)
         entry = self.entries.get(key)
         if entry is not None and _replay(entry, cluster):
@@ -118,16 +113,21 @@ cdef class RewriteMemo:
             self.hits += 1
             if entry.body is None:
                 return None
-            return _framed(view, body_offset, <bytes>entry.body)
+            if body_offset == entry.body_offset:
+                return b"".join((entry.prefix, frame[4:body_offset], entry.body))
+            return _framed(frame, body_offset, entry.body)
         recording = _RecordingView(cluster)
-        rewritten = self.rewrite(frame, version, recording)
+        rewritten = self.rewrite(frame if type(frame) is memoryview else memoryview(frame), version, recording)
         # What follows the header of the rewritten frame is its new body.
         new_body = None if rewritten is None else bytes(rewritten[body_offset:])
         held = len(body) + (len(new_body) if new_body is not None else 0)
         if entry is not None:
             self._drop(key)
         if len(body) <= self.max_body_bytes:
-            self.entries[key] = _Rewritten(new_body, tuple(recording.advertised), tuple(recording.topics), held)
+            prefix = b"" if new_body is None else pack(">i", body_offset - 4 + len(new_body))
+            self.entries[key] = _Rewritten(
+                new_body, tuple(recording.advertised), tuple(recording.topics), held, body_offset, prefix
+            )
             self.held_bytes += held
             while len(self.entries) > self.max_entries or self.held_bytes > self.max_bytes:
                 self._drop(next(iter(self.entries)))
@@ -137,7 +137,7 @@ cdef class RewriteMemo:
         self.held_bytes -= self.entries.pop(key).size
 
 
-cdef bint _replay(object entry, object cluster) except -1:
+def _replay(entry, cluster):
     """Makes the ClusterView calls of the rewrite again; False if advertise now answers otherwise
     (the remembered body names the old proxy address: the response is rewritten again)."""
     for node_id, host, port, answer in entry.advertised:
@@ -148,18 +148,7 @@ cdef bint _replay(object entry, object cluster) except -1:
     return True
 
 
-cdef bytes _framed(const unsigned char[:] view, Py_ssize_t body_offset, bytes body):
+def _framed(frame, body_offset, body):
     """The response's own header (its correlation id) with the remembered body, framed."""
-    cdef Py_ssize_t start = min(4, view.shape[0]), end = min(body_offset, view.shape[0])
-    cdef Py_ssize_t header = max(end - start, 0), length = len(body)  # frame[4:body_offset], as slicing cuts it
-    cdef Py_ssize_t size = header + length
-    out = PyBytes_FromStringAndSize(NULL, 4 + size)
-    cdef unsigned char* at = <unsigned char*>PyBytes_AS_STRING(out)
-    at[0] = (size >> 24) & 0xFF
-    at[1] = (size >> 16) & 0xFF
-    at[2] = (size >> 8) & 0xFF
-    at[3] = size & 0xFF
-    if header:
-        memcpy(at + 4, &view[start], header)
-    memcpy(at + 4 + header, PyBytes_AS_STRING(body), length)
-    return out
+    header = bytes(frame[4:body_offset])  # as slicing cuts it: empty for a frame shorter than its header
+    return b"".join((pack(">i", len(header) + len(body)), header, body))

@@ -1,0 +1,56 @@
+"""Which build of quotagate's compiled modules runs: compiled, or the same source interpreted.
+
+Each compiled module is one typed Python source, `X.py`, that runs as it is. At install, Cython
+compiles it as `X_c` (`X_c.py` is a symlink to `X.py`; `X_c.pxd` beside it gives the C types, as
+aiohttp does for its websocket reader): one source, no second copy of any decision. `load` picks the
+compiled build when every module has one and QUOTAGATE_NO_EXTENSIONS is unset, and the interpreted
+one otherwise (no C compiler at install, a zip shipped to Spark executors, or the variable set), for
+all the modules together: the compiled ones reach each other's C functions directly.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import importlib.util
+import os
+from types import ModuleType
+
+# The compiled modules, in the order they import each other.
+MODULES = (
+    "quotagate.protocol.produce_walk",
+    "quotagate.protocol.rewrite_memo",
+    "quotagate.quotas.charging",
+    "quotagate.proxy.usage_collectors",
+    "quotagate.proxy.session_core",
+    "quotagate.proxy.connection_core",
+)
+NO_EXTENSIONS = os.environ.get("QUOTAGATE_NO_EXTENSIONS", "") not in ("", "0")
+
+
+def _is_extension(module: ModuleType) -> bool:
+    return isinstance(getattr(module, "__loader__", None), importlib.machinery.ExtensionFileLoader)
+
+
+def _all_compiled() -> bool:
+    """Whether every module has its compiled build (found, not imported: they import each other)."""
+    if NO_EXTENSIONS:
+        return False
+    for name in MODULES:
+        spec = importlib.util.find_spec(name + "_c")
+        if spec is None or not isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
+            return False
+    return True
+
+
+COMPILED = _all_compiled()
+
+
+def load(name: str) -> ModuleType:
+    """The build of compiled module `name` (one of MODULES) that runs in this process."""
+    return importlib.import_module(name + "_c" if COMPILED else name)
+
+
+def core_build() -> str:
+    """What `quotagate --version` says of the exchange core."""
+    return "compiled" if COMPILED else "pure Python"

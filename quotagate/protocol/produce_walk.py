@@ -1,0 +1,205 @@
+"""The walks over produce messages that run per request: where a request's topics sit, and where
+throttle_time_ms sits in the response nearly every produce gets back.
+
+`produce_topics` is the one walk of a produce request's topics: produce.py's layout (thresholds,
+refusals) and the session core's usage records both read it. `usual_throttle_offset` finds the
+throttle in the usual response shape: flexible (v9+), no record errors, no tagged fields inside,
+every count and length one byte. produce.py's general walk starts with it, and the session core
+(proxy/session_core.py) reads it to tell a response that names no broker (no top-level tags).
+
+Compiled as produce_walk_c (typed by produce_walk_c.pxd), interpreted as it is: quotagate/compiled.py.
+"""
+
+try:
+    import cython
+except ImportError:  # interpreted without Cython installed: quotagate/_cython_shadow.py
+    from quotagate import _cython_shadow as cython
+
+# index, error_code, base_offset, log_append_time_ms, log_start_offset
+PARTITION_BYTES = 30
+TOPIC_ID_FROM = 13
+
+
+def _uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """(value, position after it), or (-1, end + 1) when it runs past `end` or is too long."""
+    value = 0
+    shift = 0
+    while pos < end:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            break
+    return -1, end + 1
+
+
+def _i32(buf: bytes, pos: int) -> int:
+    value = (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]
+    return value - 0x100000000 if value >= 0x80000000 else value
+
+
+def produce_topics_of(frame: bytes | memoryview, pos: int, end: int, version: int, names_only: bool) -> list | None:
+    """produce_topics of a frame that may be a memoryview."""
+    if cython.compiled and type(frame) is not bytes:
+        view = frame
+        if len(frame) == 0:
+            return None
+        return produce_topics(cython.address(view[0]), pos, end, version, names_only)
+    return produce_topics(frame, pos, end, version, names_only)
+
+
+def produce_topics(buf: bytes, pos: int, end: int, version: int, names_only: bool) -> list | None:
+    """The topics of a produce request (v3+) whose body starts at buf[pos] and which ends at end:
+    (name as bytes, start, end, partition indexes, record bytes) each, or the names alone, in order,
+    the record batches never read; None when the request is truncated or malformed."""
+    flexible = version >= 9
+    # transactional_id, acks, timeout_ms
+    if flexible:
+        length, pos = _uvarint(buf, pos, end)
+        if length < 0:
+            return None
+        if length > 1:
+            pos += length - 1
+    else:
+        if pos + 2 > end:
+            return None
+        length = (buf[pos] << 8) | buf[pos + 1]
+        pos += 2
+        if length < 0x8000:
+            pos += length
+    pos += 6
+    if flexible:
+        count, pos = _uvarint(buf, pos, end)
+        count -= 1
+    else:
+        if pos + 4 > end:
+            return None
+        count = _i32(buf, pos)
+        pos += 4
+    if pos > end:
+        return None
+    topics = []
+    for _t in range(count if count > 0 else 0):
+        start = pos
+        if flexible:
+            length, pos = _uvarint(buf, pos, end)
+            length -= 1
+        else:
+            if pos + 2 > end:
+                return None
+            length = (buf[pos] << 8) | buf[pos + 1]
+            if length >= 0x8000:
+                length -= 0x10000
+            pos += 2
+        if length < 0 or pos + length > end:
+            return None
+        name = bytes(buf[pos : pos + length])
+        pos += length
+        if flexible:
+            partition_count, pos = _uvarint(buf, pos, end)
+            partition_count -= 1
+        else:
+            if pos + 4 > end:
+                return None
+            partition_count = _i32(buf, pos)
+            pos += 4
+        if pos > end:
+            return None
+        partitions = None if names_only else []
+        record_bytes = 0
+        for _p in range(partition_count if partition_count > 0 else 0):
+            if pos + 4 > end:
+                return None
+            if partitions is not None:
+                partitions.append(_i32(buf, pos))
+            pos += 4
+            if flexible:
+                size, pos = _uvarint(buf, pos, end)
+                size -= 1
+            else:
+                if pos + 4 > end:
+                    return None
+                size = _i32(buf, pos)
+                pos += 4
+            if size > 0:
+                pos += size
+                record_bytes += size
+            if flexible:
+                pos = _skip_tags(buf, pos, end)
+            if pos > end:
+                return None
+        if flexible:
+            pos = _skip_tags(buf, pos, end)
+        if pos > end:
+            return None
+        if partitions is None:
+            topics.append(name)
+        else:
+            topics.append((name, start, pos, tuple(partitions), record_bytes))
+    return topics
+
+
+def _skip_tags(buf: bytes, pos: int, end: int) -> int:
+    """The position after tagged fields at buf[pos] (past `end` when they run past it)."""
+    if pos < end and buf[pos] == 0:
+        return pos + 1
+    count, pos = _uvarint(buf, pos, end)
+    for _i in range(count if count > 0 else 0):
+        _tag, pos = _uvarint(buf, pos, end)
+        size, pos = _uvarint(buf, pos, end)
+        if size < 0 or pos > end:
+            return end + 1
+        pos += size
+    return pos
+
+
+def usual_throttle_offset(buf: bytes, length: int, pos: int, version: int) -> int:
+    """The offset of throttle_time_ms in the usual shape, from the body at `pos` of buf[:length]; -1
+    for any other shape (the full walk then handles it, errors included): never a wrong offset."""
+    if pos < 0 or pos >= length:
+        return -1
+    topics = buf[pos] - 1
+    pos += 1
+    if topics < 0 or topics >= 0x7F:
+        return -1
+    for _t in range(topics):
+        if version >= TOPIC_ID_FROM:
+            pos += 16
+        else:
+            if pos >= length:
+                return -1
+            name = buf[pos]  # compact string: length + 1, one byte
+            if name == 0 or name >= 0x80:
+                return -1
+            pos += name
+        if pos >= length:
+            return -1
+        partitions = buf[pos] - 1
+        pos += 1
+        if partitions < 0 or partitions >= 0x7F:
+            return -1
+        for _p in range(partitions):
+            pos += PARTITION_BYTES
+            if pos + 1 >= length:
+                return -1
+            message = buf[pos + 1]  # after an empty record_errors (one byte: 1)
+            if buf[pos] != 1 or message >= 0x80:
+                return -1
+            pos += 2 + (message - 1 if message > 1 else 0)
+            if pos >= length or buf[pos] != 0:  # the partition's tagged fields
+                return -1
+            pos += 1
+        if pos >= length or buf[pos] != 0:  # the topic's tagged fields
+            return -1
+        pos += 1
+    return pos if pos + 4 <= length else -1
+
+
+def usual_flexible_throttle_offset(frame: bytes | memoryview, pos: int, version: int) -> int | None:
+    """usual_throttle_offset of a whole frame: the offset, or None for any other shape."""
+    data = frame if type(frame) is bytes else bytes(frame)
+    offset = usual_throttle_offset(data, len(data), pos, version)
+    return None if offset < 0 else offset

@@ -1,0 +1,26 @@
+# C types for produce_walk.py, compiled as produce_walk_c (quotagate/compiled.py). session_core cimports it.
+
+cimport cython
+
+cdef Py_ssize_t PARTITION_BYTES
+cdef int TOPIC_ID_FROM
+
+@cython.locals(topics=int, partitions=int, name=int, message=int, _t=int, _p=int)
+cdef Py_ssize_t usual_throttle_offset(const unsigned char* buf, Py_ssize_t length, Py_ssize_t pos, int version) noexcept
+
+@cython.locals(offset=Py_ssize_t)
+cpdef object usual_flexible_throttle_offset(object frame, Py_ssize_t pos, int version)
+
+@cython.locals(value=long, shift=int, byte=int)
+cdef (long, Py_ssize_t) _uvarint(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end) noexcept
+@cython.locals(value="unsigned int")
+cdef long _i32(const unsigned char* buf, Py_ssize_t pos) noexcept
+@cython.locals(view="const unsigned char[:]")
+cpdef list produce_topics_of(object frame, Py_ssize_t pos, Py_ssize_t end, int version, bint names_only)
+@cython.locals(
+    flexible=bint, length=long, count=long, _t=long, start=Py_ssize_t, partition_count=long, _p=long,
+    size=long, record_bytes=long, topics=list, partitions=list,
+)
+cdef list produce_topics(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, int version, bint names_only)
+@cython.locals(count=long, _i=long, _tag=long, size=long)
+cdef Py_ssize_t _skip_tags(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end) noexcept

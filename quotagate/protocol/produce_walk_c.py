@@ -1,0 +1,1 @@
+produce_walk.py

@@ -1,0 +1,1 @@
+rewrite_memo.py

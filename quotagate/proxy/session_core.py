@@ -1,0 +1,975 @@
+"""The exchange core: every request and every response of a session goes through here, once.
+
+One source, two builds (quotagate/compiled.py): this typed Python runs as it is, and is compiled by
+Cython as session_core_c (C types in session_core_c.pxd). Nothing here is stated a second time
+elsewhere: `Session` (session.py) subclasses `SessionCore` and adds only what a few APIs need beyond
+it (its hooks: SASL, topic mutations, per-topic thresholds, the proxy's own quota answers, refusals,
+partial frames and cut-through responses).
+
+A request (`_request`): the header peeked, the advertised version cap enforced, the request counted,
+then what its API's policy (`POLICY`, below) asks: a Produce is charged its size to
+producer_byte_rate when read (and the client muted if that put it in debt), a Fetch's max wait is
+read; an API whose policy needs a hook goes to the session's `_admit` first. Then it goes to the
+broker (or is answered by the proxy in its turn) and an `InFlight` into the FIFO.
+
+A response (`_respond`): matched to the FIFO's head, rewritten if it names brokers, then the upstream
+latency, the request time and the response bytes charged (quotas/charging.py), the entity's
+counters and the usage record written, and the throttle patched and the client muted when one is due.
+
+The session's phase (`phase`) says what it can do with a read: OPEN takes whole frames straight from
+the read (`feed_client`), every other phase and any partial frame go through the session's splitter
+and holds first (`Session._client_data`); both end in the same `_requests`.
+"""
+
+try:
+    import cython
+except ImportError:  # interpreted without Cython installed: quotagate/_cython_shadow.py
+    from quotagate import _cython_shadow as cython
+
+from collections import deque
+
+from quotagate.protocol.apis import MAX_VERSIONS, ApiKey, api_name, is_flexible
+from quotagate.protocol.fetch import REPLICA_ID_IN_BODY_UNTIL
+from quotagate.protocol.framing import FrameError, Piece, StreamingFrameSplitter, frame_body_size
+from quotagate.protocol.headers import RequestHeader, skip_tagged_fields
+from quotagate.protocol.mutations import MUTATION_APIS
+from quotagate.protocol.share import share_fetch_max_wait_ms
+from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time, throttle_time_offset
+from quotagate.proxy.metrics import LATENCY_BUCKETS, SASL_RECEIVE_LIMIT
+from quotagate.proxy.quota_admin import CLIENT_QUOTA_APIS
+
+if not cython.compiled:  # compiled, these are cimported (session_core_c.pxd)
+    from quotagate.protocol.produce_walk import produce_topics, produce_topics_of, usual_throttle_offset
+    from quotagate.protocol.rewrite_memo import RewriteMemo
+    from quotagate.proxy.usage_collectors import AggregateCollector
+    from quotagate.quotas.charging import (
+        charge_request,
+        charge_response,
+        count_exchange,
+        request_time_ms,
+        shadow_throttle_ms,
+    )
+
+# API keys and versions the tables cover; a request outside them is parsed by the general functions.
+KEYS = 128
+VERSIONS = 128
+
+# What the proxy does with an API beyond forwarding it and charging its request time: declared here,
+# once. The core does CHARGE_BYTES_IN and FETCH_WAIT itself; an API with any policy in the session's
+# `hooked` mask (HOOK_POLICIES, less what its configuration does not use) goes to `Session._admit`
+# first. A policy added to an API therefore reaches it on every path: there is no other list.
+CHARGE_BYTES_IN = 1  # Produce: its size to producer_byte_rate when read; acks=0 gets no response
+FETCH_WAIT = 2  # Fetch, ShareFetch: max wait is not request time; response bytes to consumer_byte_rate
+SASL = 4  # the SASL exchange: mechanism, claimed user, held reads until the broker answers
+LOCAL_ANSWER = 8  # DescribeClientQuotas, AlterClientQuotas: answered by the proxy (with [admin])
+MUTATION = 16  # topic mutations: controller_mutation_rate, admitted per topic (KIP-599)
+THRESHOLDS = 32  # Produce: per-topic bytes-in thresholds (with [thresholds])
+TOPIC_NAMES = 64  # Produce: its topics named in usage records (with [usage]; the core's own walk)
+EXEMPT = 128  # never charged request time (the cluster APIs Kafka exempts; authentication)
+HOOK_POLICIES = SASL | LOCAL_ANSWER | MUTATION | THRESHOLDS
+
+API_PRODUCE = 0
+API_FETCH = 1
+API_SASL_HANDSHAKE = 17
+API_API_VERSIONS = 18
+API_SASL_AUTHENTICATE = 36
+API_SHARE_FETCH = 78
+
+
+def _policies() -> dict:
+    policies = {
+        int(ApiKey.PRODUCE): CHARGE_BYTES_IN | THRESHOLDS | TOPIC_NAMES,
+        int(ApiKey.FETCH): FETCH_WAIT,
+        int(ApiKey.SHARE_FETCH): FETCH_WAIT,
+        int(ApiKey.SASL_HANDSHAKE): SASL | EXEMPT,
+        int(ApiKey.SASL_AUTHENTICATE): SASL | EXEMPT,
+    }
+    for key in CLIENT_QUOTA_APIS:
+        policies[key] = policies.get(key, 0) | LOCAL_ANSWER
+    for key in MUTATION_APIS:
+        policies[key] = policies.get(key, 0) | MUTATION
+    for key in THROTTLE_EXEMPT_APIS:
+        policies[key] = policies.get(key, 0) | EXEMPT
+    return policies
+
+
+# POLICY[api_key]: the policies of each API (0: forwarded and charged request time, nothing else).
+POLICIES = _policies()
+POLICY = [POLICIES.get(key, 0) for key in range(KEYS)]
+# MAX_VERSION[api_key]: the version cap ApiVersions advertises (-1: none); ApiVersions itself is
+# never refused (the broker answers it, KIP-511).
+MAX_VERSION = [-1 if key == API_API_VERSIONS else MAX_VERSIONS.get(key, -1) for key in range(KEYS)]
+
+
+def _flexible_from() -> list:
+    """FLEXIBLE_FROM[api_key]: its first flexible request header version (VERSIONS: none, or not
+    monotonic: then every version asks is_flexible)."""
+    first_versions = []
+    for key in range(KEYS):
+        first = VERSIONS
+        monotonic = True
+        for version in range(VERSIONS):
+            flexible = is_flexible.__wrapped__(key, version)  # past its lru_cache: 16 k pairs no client sends
+            if flexible and first == VERSIONS:
+                first = version
+            elif not flexible and first != VERSIONS:
+                monotonic = False
+        first_versions.append(first if monotonic else -1)
+    return first_versions
+
+
+FLEXIBLE_FROM = _flexible_from()
+
+# Responses are not bounded by the client's max frame size; the broker's fetch.max.bytes is.
+MAX_RESPONSE_FRAME = 2**31 - 1
+# Responses from this size on (prefix included) may be cut through once RESPONSE_HEAD_BYTES of them
+# are here (enough for the header and throttle_time_ms); smaller ones are always handled whole.
+STREAM_RESPONSES_FROM = 16 * 1024
+RESPONSE_HEAD_BYTES = 64
+WHOLE, HEAD, LAST = Piece.WHOLE, Piece.HEAD, Piece.LAST
+
+# LATENCY_BUCKETS as the C array observe_latency scans (compiled: double[16]).
+N_BOUNDS = len(LATENCY_BUCKETS)
+if N_BOUNDS > 16:
+    raise ValueError("LATENCY_BUCKETS has more bounds than observe_latency keeps")
+BOUNDS = [float(bound) for bound in LATENCY_BUCKETS] + [0.0] * (16 - N_BOUNDS)
+
+# The session's phases: what it can do with a read.
+CONNECTING = 0  # the broker connection is not up yet: frames are held
+OPEN = 1  # requests flow; a mute or a hold may still stop them for a while
+AUTHENTICATING = 2  # SASL: frames before authentication completes are limited in size (receive_limit)
+AWAITING_AUTHENTICATION = 3  # a SaslAuthenticate is at the broker: what follows waits for its answer
+REFUSING = 4  # the client sent what the broker closes a connection for: nothing more is read
+
+# The reason of a refusal for a request the broker cannot parse (counted as a protocol error).
+PROTOCOL_ERROR = "protocol_error"
+
+# What one request did to the frames read after it.
+GO_ON = 0  # the next frame may go
+STOP = 1  # reading stops here (a mute, or a SaslAuthenticate waiting for its answer): the rest is held
+REFUSED = 2  # the client is refused: the rest is dropped
+
+# Bytes of a frame that came through the splitter copied to peek at: a header, a produce's
+# transactional id and acks, nearly always; all of it when they are longer (`_ShortPeek`).
+PEEK_BYTES = 512
+
+
+class _ShortPeek(Exception):
+    """What a request's peek needs lies past the bytes copied of it: copy them all and peek again."""
+
+
+def _i16(buf: bytes, pos: int) -> int:
+    value = (buf[pos] << 8) | buf[pos + 1]
+    return value - 0x10000 if value >= 0x8000 else value
+
+
+def _i32(buf: bytes, pos: int) -> int:
+    value = (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]
+    return value - 0x100000000 if value >= 0x80000000 else value
+
+
+class InFlight:
+    """A request between the proxy and its response: what the response will be matched and charged by."""
+
+    def __init__(
+        self,
+        correlation_id,
+        api_key,
+        api_version,
+        client_id,
+        request_size,
+        sent_at,
+        fetch_max_wait_ms,
+        exempt,
+        local_response=None,
+        refused=None,
+        topic_order=(),
+        min_throttle_ms=0,
+        mutation=None,
+        over_quota=False,
+    ):
+        self.correlation_id = correlation_id
+        self.api_key = api_key
+        self.api_version = api_version
+        self.client_id = client_id
+        self.request_size = request_size  # header + body, without the size prefix
+        self.sent_at = sent_at  # when forwarded
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.exempt = exempt  # never charged request time
+        # A response the proxy makes itself (the request was not forwarded); sent in its turn.
+        self.local_response = local_response
+        # Topics the proxy refused from a forwarded produce, merged back into the broker's answer.
+        self.refused = refused
+        self.topic_order = topic_order
+        # Least throttle the response must carry (a refusal says when to come back).
+        self.min_throttle_ms = min_throttle_ms
+        self.mutation = mutation
+        # A produce whose charge when read left its entity over quota (usage records).
+        self.over_quota = over_quota
+
+    def __repr__(self):
+        return (
+            f"InFlight(correlation_id={self.correlation_id}, api_key={self.api_key}, "
+            f"api_version={self.api_version}, client_id={self.client_id!r})"
+        )
+
+
+class Admission:
+    """What a hooked policy (`Session._admit`) decided for one request; the core does the rest."""
+
+    def __init__(self, forwarded, local=None, refused=None, order=(), refusal_wait=0, mutation=None, stop=False):
+        self.forwarded = forwarded  # the frame to forward (the original, or one with fewer topics), or None
+        self.local = local  # a response the proxy makes itself, sent in the request's turn
+        self.refused = refused  # produce topics refused by their thresholds, merged into the response
+        self.order = order  # a produce's topics, in the client's order
+        self.refusal_wait = refusal_wait  # least throttle the refusals need
+        self.mutation = mutation  # MutationInFlight, settled when the response comes
+        self.stop = stop  # reading stops after this request (a SaslAuthenticate)
+
+
+class SessionCore:
+    """The state a session's decisions share, and the exchange itself (`client_data`, `broker_data`).
+
+    Subclassed by `Session`, which supplies the hooks named in the module's docstring."""
+
+    def __init__(self, services):
+        self.services = services
+        self._engine = services.engine
+        self._metrics = services.metrics
+        self._entity_metrics = services.entity_metrics
+        self._rewriters = services.rewriters
+        self._cluster = services.cluster
+        self._usage = services.usage
+        self._usage_collector = services.usage.collector if services.usage is not None else None
+        self._wall_offset = services.wall_offset
+        self._topic_names = {}  # a produce's topic names as sent -> decoded (usage records)
+        self._last_sent = None  # the last produce's topic names as sent, and decoded
+        self._last_order = ()
+        self._max_frame_size = services.max_frame_size
+        # The policies this session gives to its hooks: the ones its services use.
+        hooked = SASL | MUTATION
+        if services.quota_admin is not None:
+            hooked |= LOCAL_ANSWER
+        if services.topic_guard:
+            hooked |= THRESHOLDS
+        self.hooked = hooked
+        self.whole_reads = services.whole_reads
+        self._requests_by_key = services.metrics.requests_by_key
+        self._latency_by_key = services.metrics.latency_by_key
+        self.in_flight = deque()
+        self._in_flight_append = self.in_flight.append  # bound once: these run per exchange
+        self._in_flight_popleft = self.in_flight.popleft
+        # Frames read but not forwarded yet (memoryviews): while the broker connects, while muted,
+        # while a SaslAuthenticate waits for its answer.
+        self.held = deque()
+        self._client_id_raw = b""
+        self._client_id = ""
+        self._entity_key = None  # (user, client_id) of the entity counters last written
+        self.phase = CONNECTING
+        self.connected = False
+        # A SaslAuthenticate is in flight: what the client sent after it waits for the broker's
+        # answer, to be charged to the user that answer establishes (never to the one before).
+        self.awaiting_authentication = False
+        # Until the first request that is not ApiVersions or SASL, the client is authenticating:
+        # Kafka does not charge that exchange to request-time quotas.
+        self.authenticating = True
+        # The limit on frames before SASL authentication completes, None once it has (or if the
+        # listener needs none): the broker's SaslServerAuthenticator reads them with this limit.
+        self.receive_limit = services.sasl_max_receive_size
+        # A refusal waiting for the frames held before the offender: (reason, message).
+        self.pending_refusal = None
+        # Set when the client sent what the broker would close the connection for. Nothing more is
+        # read or forwarded; the connection closes once the answers to what went before are written.
+        self.refusal = None
+        # Kept by the splitters: a partial frame is buffered on that side (or a response is being cut
+        # through), so the next read must go through the splitter.
+        self.client_partial = False
+        self.broker_partial = False
+        self.broker_frames = StreamingFrameSplitter(MAX_RESPONSE_FRAME, STREAM_RESPONSES_FROM, RESPONSE_HEAD_BYTES)
+        self.to_broker = []
+        self.to_client = []
+        self.muted_until = 0.0
+        # The buckets of (user, client id) of the last request: one look-up per entity, not per charge.
+        self.entity_buckets = None
+        self.entity_client_id = ""
+
+    # the phase ---------------------------------------------------------------------------------
+    def _set_phase(self):
+        """The phase the session's state makes; called wherever that state changes."""
+        if self.refusal is not None or self.pending_refusal is not None:
+            self.phase = REFUSING
+        elif not self.connected:
+            self.phase = CONNECTING
+        elif self.awaiting_authentication:
+            self.phase = AWAITING_AUTHENTICATION
+        elif self.receive_limit is not None:
+            self.phase = AUTHENTICATING
+        else:
+            self.phase = OPEN
+
+    @property
+    def holding(self):
+        """Frames are held (or a frame is arriving while a SaslAuthenticate is answered, as the
+        broker reads nothing meanwhile): reading from the client should stay stopped."""
+        return self.is_holding()
+
+    def is_holding(self):
+        return bool(self.held) or (self.awaiting_authentication and self.client_partial)
+
+    # the interface -----------------------------------------------------------------------------
+    def client_data(self, data, now):
+        """Bytes from the client (see Session)."""
+        self.feed_client(data, now)
+
+    def broker_data(self, data, now):
+        """Bytes from the broker (see Session). Raises FrameError if they are not responses to what is in flight."""
+        self.feed_broker(data, now)
+
+    def feed_client(self, data, now):
+        """client_data, for the compiled glue (connection_core) to call without a Python call."""
+        if not (
+            self.phase == OPEN
+            and self.whole_reads
+            and type(data) is bytes
+            and not self.client_partial
+            and not self.held
+            and self.muted_until <= now
+            and self._whole_requests(data, now)
+        ):
+            self._client_data(data, now)
+        self._set_phase()
+
+    def feed_broker(self, data, now):
+        if not (
+            self.whole_reads and type(data) is bytes and not self.broker_partial and self._whole_responses(data, now)
+        ):
+            self._broker_data(data, now)
+        self._set_phase()
+
+    def broker_connected(self, now):
+        """The broker connection is up: what was held may go."""
+        self.connected = True
+        self._set_phase()
+        self._release_held(now)
+        self._set_phase()
+
+    def unmute(self, now):
+        """The mute is over (`now` >= muted_until): forwards what was held while it lasted."""
+        self._release_held(now)
+        self._set_phase()
+
+    # hooks: Session's ---------------------------------------------------------------------------
+    def _client_data(self, data, now):
+        raise NotImplementedError
+
+    def _admit(self, frame, header, policy, now):
+        """The hooked policies of one request: an Admission."""
+        raise NotImplementedError
+
+    def _answered(self, request, frame, now):
+        """What a hooked request's response needs before it is charged (SASL outcome, refusals
+        merged, a mutation settled): the response to send on, and the least throttle it carries."""
+        raise NotImplementedError
+
+    def _refuse(self, reason, message):
+        raise NotImplementedError
+
+    def _receive_limit_message(self, size):
+        raise NotImplementedError
+
+    def _release_held(self, now):
+        raise NotImplementedError
+
+    @property
+    def awaiting_answers(self):
+        """Requests are in flight, or a response is still being cut through to the client."""
+        return bool(self.in_flight) or self.broker_frames.streaming
+
+    # requests ----------------------------------------------------------------------------------
+    def _whole_requests(self, data, now):
+        """Takes a read of whole frames within the limit (the usual read) straight from `data`:
+        False, with nothing done, for any other read (the splitter's)."""
+        buf = data
+        n = len(data)
+        pos = 0
+        while pos < n:
+            if n - pos < 4:
+                return False
+            size = _i32(buf, pos)
+            if size < 0 or size > self._max_frame_size or size > n - pos - 4:
+                return False
+            pos += 4 + size
+        self._metrics.bytes_in += n
+        out = self.to_broker
+        run = 0  # the frames from here on went to the broker as they are: one write for them all
+        pos = 0
+        step = GO_ON
+        while pos < n and step == GO_ON:
+            end = pos + 4 + _i32(buf, pos)
+            forwarded = self._request(data, pos, end, None, now)
+            if forwarded is not data:  # not as it is: what came before it goes first
+                if run < pos:
+                    out.append(_slice(data, run, pos))
+                if forwarded is not None:
+                    out.append(forwarded)
+                run = end
+            pos = end
+            step = self._step
+        if run < pos:
+            out.append(_slice(data, run, pos))
+        if pos < n and step == STOP:
+            view = memoryview(data)
+            while pos < n:  # what was read after a request that stops reading waits, in order
+                end = pos + 4 + _i32(buf, pos)
+                self.held.append(view[pos:end])
+                pos = end
+        self._local_turn(now)
+        return True
+
+    def _requests(self, frames, now):
+        """Requests that came through the splitter (or were held): each one as `_whole_requests`
+        takes them; stops (holding the rest) after one that stops reading."""
+        out = self.to_broker
+        count = len(frames)
+        index = 0
+        step = GO_ON
+        while index < count and step == GO_ON:
+            frame = frames[index]
+            index += 1
+            head = frame if type(frame) is bytes else bytes(frame[:PEEK_BYTES])
+            try:
+                forwarded = self._request(head, 0, len(frame), frame, now)
+            except _ShortPeek:  # raised before the request had any effect
+                head = bytes(frame)
+                forwarded = self._request(head, 0, len(frame), frame, now)
+            if forwarded is head:
+                out.append(frame)
+            elif forwarded is not None:
+                out.append(forwarded)
+            step = self._step
+        if step == STOP:
+            self.held.extend(frames[index:])
+        self._local_turn(now)
+
+    def _request(self, data, pos, end, frame, now):
+        """One request: data[pos:end] (size prefix included); `frame` is the frame's own object
+        when data holds only its head (a frame from the splitter), else None. Returns what to
+        forward (`data` itself: the frame as it is; None: nothing) and leaves in `_step` what
+        it did to the frames after it."""
+        self._step = GO_ON
+        size = end - pos - 4
+        if self.receive_limit is not None and size > self.receive_limit:
+            self._refuse(SASL_RECEIVE_LIMIT, self._receive_limit_message(size))
+            self._step = REFUSED
+            return None
+        try:
+            return self._peeked_request(data, pos, end, size, frame, now)
+        except FrameError as exc:  # the broker closes on a request it cannot parse, after those before
+            self._refuse(PROTOCOL_ERROR, str(exc))
+            self._step = REFUSED
+            return None
+
+    def _peeked_request(self, data, pos, end, size, frame, now):
+        buf = data
+        peek_end = min(end, len(data))
+        if peek_end - pos < 14:
+            _short(peek_end, end)
+            raise FrameError(f"request of {size} bytes is shorter than a header")
+        api_key = _i16(buf, pos + 4)
+        version = _i16(buf, pos + 6)
+        correlation_id = _i32(buf, pos + 8)
+        client_id_len = _i16(buf, pos + 12)
+        body = pos + 14
+        if client_id_len >= 0:
+            if body + client_id_len > peek_end:
+                _short(peek_end, end)
+                raise FrameError("client_id runs past the end of the request")
+            client_id = self._decode_client_id(data, body, client_id_len)
+            body += client_id_len
+        else:
+            client_id = ""
+        known = 0 <= api_key < KEYS and 0 <= version < VERSIONS
+        flexible_from = FLEXIBLE_FROM[api_key] if known else -1
+        if (version >= flexible_from) if flexible_from >= 0 else is_flexible(api_key, version):
+            if body < peek_end and buf[body] == 0:  # no tagged fields: the usual case
+                body += 1
+            else:
+                _short(peek_end, end)
+                body = skip_tagged_fields(memoryview(data)[:peek_end], body)
+        if known:
+            cap = MAX_VERSION[api_key]
+            policy = POLICY[api_key]
+        else:
+            cap = MAX_VERSIONS.get(api_key, -1) if api_key != API_API_VERSIONS else -1
+            policy = 0
+        if cap >= 0 and version > cap:  # the broker closes on a version it lacks (apis.exceeds_advertised_cap)
+            raise FrameError(f"{api_name(api_key)} v{version} is above what ApiVersions offered")
+        # What lies further in, read before anything happens (a short peek starts over).
+        acks = 1
+        max_wait = 0
+        if policy & CHARGE_BYTES_IN:
+            acks = _produce_acks(buf, body, peek_end, end, version)
+        elif policy & FETCH_WAIT and api_key == API_FETCH:
+            at = body + (4 if version <= REPLICA_ID_IN_BODY_UNTIL else 0)
+            if at + 4 > peek_end:
+                _short(peek_end, end)
+                raise FrameError("fetch request too short to hold max_wait_ms")
+            max_wait = _i32(buf, at)
+            if max_wait < 0:
+                max_wait = 0
+        counts = self._requests_by_key
+        counts[api_key] = counts.get(api_key, 0) + 1
+        forwarded = data  # as it is (the caller has the frame's own object)
+        local = None
+        refused = None
+        order = ()
+        refusal_wait = 0
+        mutation = None
+        stop = False
+        if policy & self.hooked:
+            view = frame if frame is not None else memoryview(data)[pos:end]
+            header = RequestHeader(
+                api_key, version, correlation_id, client_id if client_id_len >= 0 else None, body - pos
+            )
+            admission = self._admit(view, header, policy & self.hooked, now)
+            forwarded = admission.forwarded
+            if forwarded is view:
+                forwarded = data
+            local = admission.local
+            refused = admission.refused
+            order = admission.order
+            refusal_wait = admission.refusal_wait
+            mutation = admission.mutation
+            stop = admission.stop
+        if policy & TOPIC_NAMES and self._usage is not None and not order:  # usage records name its topics
+            order = self._topic_order(buf, frame, body, end, version)
+        throttle = 0
+        if policy & CHARGE_BYTES_IN:
+            if self._engine.limits_anyone:
+                throttle = charge_request(self._buckets(client_id, now), api_key, size, now)
+            over_quota = throttle > 0
+            if refusal_wait > throttle:
+                throttle = refusal_wait
+            if throttle > 0:
+                # In debt: this request goes on (Kafka appends, then throttles), but reading stops
+                # here; what was read after it waits for the mute to end.
+                self._mute(throttle, now)
+                stop = True
+            if acks == 0:  # no response will come
+                count_exchange(self._entity_stats(client_id, now), api_key, size, 0, None, throttle)
+                self._step = STOP if stop else GO_ON
+                return forwarded
+        else:
+            over_quota = False
+            if policy & FETCH_WAIT and api_key == API_SHARE_FETCH:
+                view = frame if frame is not None else memoryview(data)[pos:end]
+                max_wait = share_fetch_max_wait_ms(view, body - pos, version)
+        if self.authenticating and not (policy & SASL) and api_key != API_API_VERSIONS:
+            # Past authentication (a SASL listener closes a connection that asks anything else
+            # first): the broker reads with socket.request.max.bytes from here on.
+            self.authenticating = False
+            self.receive_limit = None
+        exempt = bool(policy & EXEMPT) or (api_key == API_API_VERSIONS and self.authenticating)
+        if local is None and forwarded is None:
+            raise AssertionError("a hook refused everything and made no answer")
+        entry = _in_flight(correlation_id, api_key, version, client_id, size, now, max_wait, exempt, over_quota)
+        if local is not None or refused is not None or order or refusal_wait or mutation is not None:
+            entry.local_response = local
+            entry.refused = refused if forwarded is not None else None
+            entry.topic_order = order
+            entry.min_throttle_ms = refusal_wait
+            entry.mutation = mutation
+        self._in_flight_append(entry)
+        self._step = STOP if stop else GO_ON
+        return forwarded
+
+    def _decode_client_id(self, data, at, length):
+        """The client id at data[at:at+length], decoded once per connection (it sends the same one)."""
+        raw = self._client_id_raw
+        if len(raw) == length:
+            if cython.compiled:
+                buf = data
+                kept = raw
+                if memcmp(buf + at, kept, length) == 0:  # noqa: F821  (cimported: session_core_c.pxd)
+                    return self._client_id
+            elif data[at : at + length] == raw:
+                return self._client_id
+        raw = data[at : at + length]
+        client_id = raw.decode("utf-8", "replace")
+        self._client_id_raw = raw
+        self._client_id = client_id
+        return client_id
+
+    def _topic_order(self, buf, frame, body, end, version):
+        """A produce request's topic names, in order (produce_walk's walk, names decoded once); the
+        request is buf[:end], or `frame` when buf holds only its head."""
+        if frame is None:
+            sent = produce_topics(buf, body, end, version, True)
+        else:
+            sent = produce_topics_of(frame, body, end, version, True)
+        if sent is None:
+            raise FrameError("truncated produce request")
+        if sent == self._last_sent:  # a producer names the same topics request after request
+            return self._last_order
+        names = self._topic_names
+        order = []
+        for raw in sent:
+            name = names.get(raw)
+            if name is None:
+                if len(names) >= 64:  # bounded: a client may name any number of topics
+                    names.clear()
+                name = names[raw] = raw.decode("utf-8", "replace")
+            order.append(name)
+        self._last_sent = sent
+        self._last_order = tuple(order)
+        return self._last_order
+
+    def _buckets(self, client_id, now):
+        """The client-quota buckets of (user, client_id), looked up again only when either or the
+        engine's configuration changed."""
+        buckets = self.entity_buckets
+        engine = self._engine
+        if buckets is None or client_id != self.entity_client_id or buckets.generation != engine.generation:
+            buckets = self.entity_buckets = engine.entity_buckets(self.user, client_id, now)
+            self.entity_client_id = client_id
+        return buckets
+
+    def _entity_stats(self, client_id, now):
+        """EntityMetrics.entity(user, client_id): its counters, found without the call while they are kept."""
+        key = self._entity_key
+        if key is None or key[0] is not self.user or key[1] is not client_id:
+            key = self._entity_key = (self.user, client_id)
+        stats = self._entity_metrics.stats.get(key)
+        if stats is None:
+            return self._entity_metrics.entity(self.user, client_id, now)
+        stats.last_seen = now
+        return stats
+
+    def _local_turn(self, now):
+        """Sends the proxy-made responses at the head of the FIFO, unless a response is being cut through."""
+        in_flight = self.in_flight
+        if in_flight and in_flight[0].local_response is not None and not self.broker_partial:
+            self._local_responses(now)
+
+    def _local_responses(self, now):
+        """Sends the proxy-made responses now at the head of the in-flight FIFO, in their turn."""
+        in_flight = self.in_flight
+        while in_flight and in_flight[0].local_response is not None:
+            request = in_flight.popleft()
+            self.to_client.append(self._respond(request, request.local_response, now))
+
+    # responses ---------------------------------------------------------------------------------
+    def _whole_responses(self, data, now):
+        """Takes a read of whole responses (the usual read) straight from `data`; False, with
+        nothing done, when its first frame is partial (the splitter's)."""
+        buf = data
+        n = len(data)
+        if n < 4 or not self.in_flight:
+            return False
+        size = _i32(buf, 0)
+        if size < 0 or size > n - 4:
+            return False
+        out = self.to_client
+        start = len(out)
+        pos = 0
+        view = None
+        while n - pos >= 4:
+            size = _i32(buf, pos)
+            if size < 0 or size > n - pos - 4:
+                break  # partial (or bad): the splitter's
+            if pos == 0 and size == n - 4:
+                frame = data
+            else:
+                if view is None:
+                    view = memoryview(data)
+                frame = view[pos : pos + 4 + size]
+            self._whole_response(frame, now)
+            pos += 4 + size
+        written = 0
+        for piece in out[start:]:
+            written += len(piece)
+        if pos < n:
+            self._broker_data(data[pos:], now)  # counted after it, as the splitter counts: not if it raises
+        elif not self.awaiting_authentication and (
+            self.held or self.receive_limit is not None or self.pending_refusal is not None
+        ):
+            self._release_held(now)
+        self._metrics.bytes_out += written
+        return True
+
+    def _broker_data(self, data, now):
+        """Bytes from the broker that are not whole responses: split, and cut through where they can
+        be. Raises FrameError if they are not responses to what is in flight."""
+        out = self.to_client
+        start = len(out)
+        frames = self.broker_frames
+        frame = frames.whole_frame(data)
+        if frame is not None:  # one whole response: no splitting
+            self._whole_response(frame, now)
+        else:
+            for kind, piece in frames.pieces(data, self._streamable):
+                if kind is WHOLE:
+                    self._whole_response(piece, now)
+                elif kind is HEAD:
+                    out.append(self._respond(self._expected(piece), piece, now))
+                else:
+                    out.append(piece)
+                    if kind is LAST:  # what the proxy answered itself goes after it, in turn
+                        self._local_responses(now)
+        written = 0
+        for piece in out[start:]:
+            written += len(piece)
+        self._metrics.bytes_out += written
+        self.broker_partial = frames.streaming or frames.buffered > 0
+        if not self.awaiting_authentication and (
+            self.held or self.receive_limit is not None or self.pending_refusal is not None
+        ):
+            self._release_held(now)  # what waited for a SaslAuthenticate answer
+
+    def _streamable(self, head):
+        """Whether the response that begins with `head` can be cut through: `_respond` needs no
+        more of it than its head (no rewrite, refusal merge, mutation results or SASL outcome) and
+        its throttle_time_ms, if it has one, lies within the head."""
+        if not self.in_flight:  # a stray is refused now, not after its announced size
+            raise FrameError(f"response {_correlation_id(head)} to no request")
+        request = self.in_flight[0]
+        if (
+            request.refused
+            or request.mutation is not None
+            or request.api_key == API_SASL_AUTHENTICATE
+            or request.api_key in self._rewriters
+        ):
+            return False
+        try:
+            throttle_time_offset(head, request.api_key, request.api_version)
+        except FrameError:
+            return False  # the field lies further in (or the head is bad): handle it whole
+        return True
+
+    def _expected(self, frame):
+        """The request a response answers: the oldest in flight, checked by correlation id."""
+        if not self.in_flight:
+            raise FrameError(f"response {_correlation_id(frame)} to no request")
+        expected = self._in_flight_popleft()
+        correlation_id = _correlation_id(frame)
+        if correlation_id != expected.correlation_id:
+            raise FrameError(f"response {correlation_id} arrived where {expected.correlation_id} was due")
+        return expected
+
+    def _whole_response(self, frame, now):
+        """A response that arrived whole: rewritten if it names brokers, answered, and followed by
+        the proxy-made responses whose turn comes after it."""
+        request = self._expected(frame)
+        response = frame
+        rewrite = self._rewriters.get(request.api_key)
+        if rewrite is None:
+            pass
+        elif type(rewrite) is RewriteMemo:  # its hits are nearly every ApiVersions, Metadata, FindCoordinator
+            memo = rewrite
+            response = memo.rewritten(frame, request.api_version, self._cluster) or frame
+        elif not (request.api_key == API_PRODUCE and _plain_produce_response(frame, request.api_version)):
+            response = (
+                rewrite(frame if type(frame) is memoryview else memoryview(frame), request.api_version, self._cluster)
+                or frame
+            )
+        self.to_client.append(self._respond(request, response, now))
+        in_flight = self.in_flight
+        if in_flight and in_flight[0].local_response is not None:
+            self._local_responses(now)
+
+    def _respond(self, request, frame, now):
+        """Charges the exchange, patches throttle_time_ms and mutes if due.
+
+        `frame` may be only the head of a cut-through response: its size is the one its prefix
+        announces, and only what the session's `_streamable` allows happens to it."""
+        api_key = request.api_key
+        throttle = request.min_throttle_ms
+        if request.refused or request.mutation is not None or api_key == API_SASL_AUTHENTICATE:
+            frame, throttle = self._answered(request, frame, now)
+        latency_ms = (now - request.sent_at) * 1000
+        if request.local_response is None:
+            observe_latency(self._latency_by_key, api_key, latency_ms / 1000)
+        if request.exempt:
+            request_ms = None
+            self._entity_metrics.record_exempt(latency_ms)
+        else:
+            request_ms = request_time_ms(api_key, latency_ms, request.fetch_max_wait_ms)
+        response_size = _i32(frame, 0) if type(frame) is bytes else frame_body_size(frame)
+        shadow_ms = 0
+        if self._engine.limits_anyone:
+            buckets = self._buckets(request.client_id, now)
+            charged = charge_response(buckets, api_key, response_size, request_ms, now)
+            if charged > throttle:
+                throttle = charged
+            if buckets.shadow:  # a quota being tried: what it would have done, never applied
+                shadow_ms = shadow_throttle_ms(buckets, api_key, request_ms is not None, now)
+                self._entity_metrics.record_shadow(self.user, request.client_id, shadow_ms, now)
+        count_exchange(
+            self._entity_stats(request.client_id, now),
+            api_key,
+            request.request_size,
+            response_size,
+            request_ms,
+            throttle,
+        )
+        if self._usage is not None:
+            self._account_usage(request, response_size, latency_ms, throttle, shadow_ms, now)
+        if throttle <= 0:
+            return frame
+        patched, _upstream_ms = patch_throttle_time(
+            frame if type(frame) is memoryview else memoryview(frame), api_key, request.api_version, throttle
+        )
+        self._mute(throttle, now)
+        return patched
+
+    def _account_usage(self, request, response_size, latency_ms, throttle, shadow_ms, now):
+        """The exchange's usage record, into the recorder's collector (docs/usage-records.md)."""
+        mutation = request.mutation
+        if request.local_response is not None:
+            decision = "refused"
+            latency_ms = -1.0
+        elif request.refused or (mutation is not None and mutation.refused):
+            decision = "partially_refused"
+        elif throttle > 0:
+            decision = "throttled"
+        else:
+            decision = "ok"
+        if mutation is not None:
+            topics = tuple([topic.name or "" for topic in mutation.request.topics])
+            partitions = sum(mutation.charged.values())
+        else:
+            topics = request.topic_order
+            partitions = 0
+        collector = self._usage_collector
+        ts_ms = int((now + self._wall_offset) * 1000)
+        if type(collector) is AggregateCollector:
+            aggregates = collector
+            added = aggregates.add_exchange(
+                ts_ms, self.user, request.client_id, request.api_key, request.api_version, topics,
+                request.request_size, response_size, partitions, latency_ms, throttle, decision, shadow_ms,
+                request.over_quota,
+            )  # fmt: skip
+        else:
+            records = collector
+            added = records.add_exchange(
+                ts_ms, self.user, request.client_id, request.api_key, request.api_version, topics,
+                request.request_size, response_size, partitions, latency_ms, throttle, decision, shadow_ms,
+                request.over_quota,
+            )  # fmt: skip
+        if not added:
+            self._usage.dropped()
+
+    # muting ------------------------------------------------------------------------------------
+    def _mute(self, throttle_ms, now):
+        """Stops reading from the client until the throttle is over (KIP-219), or longer if already."""
+        until = now + throttle_ms / 1000
+        if until > self.muted_until:
+            self.muted_until = until
+        self._metrics.mutes_total.inc()
+
+
+def observe_latency(latency_by_key, api_key, seconds):
+    """Counts an upstream latency in its API's histogram (ProxyMetrics exports them)."""
+    entry = latency_by_key.get(api_key)
+    if entry is None:
+        entry = latency_by_key[api_key] = ([0] * (len(LATENCY_BUCKETS) + 1), [0.0])
+    index = 0
+    while index < N_BOUNDS and BOUNDS[index] < seconds:  # bisect_left: the first bucket whose bound is >= seconds
+        index += 1
+    counts = entry[0]
+    counts[index] += 1
+    total = entry[1]
+    total[0] += seconds
+
+
+def _in_flight(correlation_id, api_key, api_version, client_id, request_size, sent_at, max_wait, exempt, over_quota):
+    entry = InFlight.__new__(InFlight)
+    entry.correlation_id = correlation_id
+    entry.api_key = api_key
+    entry.api_version = api_version
+    entry.client_id = client_id
+    entry.request_size = request_size
+    entry.sent_at = sent_at
+    entry.fetch_max_wait_ms = max_wait
+    entry.exempt = exempt
+    entry.local_response = None
+    entry.refused = None
+    entry.topic_order = ()
+    entry.min_throttle_ms = 0
+    entry.mutation = None
+    entry.over_quota = over_quota
+    return entry
+
+
+def _slice(data, start, end):
+    return data if start == 0 and end == len(data) else memoryview(data)[start:end]
+
+
+def _correlation_id(frame):
+    if len(frame) < 8:
+        raise FrameError("response shorter than a correlation id")
+    head = frame if type(frame) is bytes else bytes(frame[:8])
+    return _i32(head, 4)
+
+
+def _short(peek_end, end):
+    """A read past the bytes peeked at: _ShortPeek when the frame has more of them."""
+    if peek_end < end:
+        raise _ShortPeek()
+
+
+def _produce_acks(data, body, peek_end, end, version):
+    """A produce request's acks (0: the broker sends no response), from its body at data[body:peek_end]."""
+    at = body
+    if version >= 3:  # transactional_id comes first
+        if version >= 9:  # compact nullable string: uvarint length + 1
+            if at < peek_end and data[at] < 0x80:
+                length = data[at] - 1
+                at += 1
+            else:
+                length, at = _uvarint(data, at, peek_end, end)
+                length -= 1
+        else:
+            if at + 2 > peek_end:
+                _short(peek_end, end)
+                raise FrameError("produce request too short to hold acks")
+            length = _i16(data, at)
+            at += 2
+        if length > 0:
+            at += length
+    if at + 2 > peek_end:
+        _short(peek_end, end)
+        raise FrameError("produce request too short to hold acks")
+    return _i16(data, at)
+
+
+def _uvarint(data, at, peek_end, end):
+    value = 0
+    shift = 0
+    while True:
+        if at >= peek_end:
+            _short(peek_end, end)
+            raise FrameError("truncated varint")
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, at
+        shift += 7
+        if shift > 28:
+            raise FrameError("varint longer than 5 bytes")
+
+
+def _plain_produce_response(frame, version):
+    """Whether a Produce response (prefix included) ends with no top-level tagged fields, in the usual
+    shape (produce_walk): then it names no broker and needs no rewrite. False means "walk it", never
+    "it has tags"."""
+    if version < 9:
+        return True  # no tagged fields at all before v9
+    data = frame if type(frame) is bytes else bytes(frame)
+    length = len(data)
+    if length < 10 or data[8] != 0:  # prefix, correlation id, the response header's tags: none
+        return False
+    throttle_at = usual_throttle_offset(data, length, 9, version)
+    # throttle_time_ms, then the top-level tagged fields: none, and nothing after them
+    return throttle_at >= 0 and throttle_at + 5 == length and data[throttle_at + 4] == 0

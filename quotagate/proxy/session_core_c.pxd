@@ -1,0 +1,153 @@
+# C types for session_core.py, compiled as session_core_c (quotagate/compiled.py). What each field
+# means is said where session_core.py sets it; connection_core_c cimports SessionCore to feed it.
+
+cimport cython
+from libc.string cimport memcmp
+
+from quotagate.protocol.produce_walk_c cimport produce_topics, produce_topics_of, usual_throttle_offset
+from quotagate.proxy.usage_collectors_c cimport AggregateCollector, RequestCollector
+from quotagate.protocol.rewrite_memo_c cimport RewriteMemo
+from quotagate.quotas.charging_c cimport charge_request, charge_response, count_exchange, request_time_ms, shadow_throttle_ms
+
+# Constants (their values and meaning: session_core.py); THRESHOLDS, TOPIC_NAMES, LOCAL_ANSWER and
+# MUTATION stay Python objects, for session.py to read.
+cdef int KEYS, VERSIONS
+cdef int CHARGE_BYTES_IN, FETCH_WAIT, SASL, EXEMPT, TOPIC_NAMES
+cdef int API_PRODUCE, API_FETCH, API_SASL_HANDSHAKE, API_API_VERSIONS, API_SASL_AUTHENTICATE, API_SHARE_FETCH
+cdef int CONNECTING, OPEN, AUTHENTICATING, AWAITING_AUTHENTICATION, REFUSING
+cdef int GO_ON, STOP, REFUSED
+cdef Py_ssize_t PEEK_BYTES
+
+cdef int POLICY[128]
+cdef int MAX_VERSION[128]
+cdef int FLEXIBLE_FROM[128]
+cdef double BOUNDS[16]
+cdef Py_ssize_t N_BOUNDS
+
+@cython.locals(value=int)
+cdef inline int _i16(const unsigned char* buf, Py_ssize_t pos) noexcept
+@cython.locals(value="unsigned int")
+cdef inline long _i32(const unsigned char* buf, Py_ssize_t pos) noexcept
+
+
+cdef class InFlight:
+    cdef readonly int correlation_id
+    cdef readonly int api_key
+    cdef readonly int api_version
+    cdef readonly object client_id
+    cdef readonly Py_ssize_t request_size
+    cdef readonly double sent_at
+    cdef readonly int fetch_max_wait_ms
+    cdef readonly bint exempt
+    cdef readonly object local_response
+    cdef readonly object refused
+    cdef readonly object topic_order
+    cdef readonly int min_throttle_ms
+    cdef readonly object mutation
+    cdef readonly bint over_quota
+
+
+cdef class Admission:
+    cdef public object forwarded
+    cdef public object local
+    cdef public object refused
+    cdef public object order
+    cdef public int refusal_wait
+    cdef public object mutation
+    cdef public bint stop
+
+
+cdef class SessionCore:
+    cdef public object services
+    cdef public list to_broker
+    cdef public list to_client
+    cdef public double muted_until
+    cdef public object user
+    cdef public int phase
+    cdef public bint connected
+    cdef public bint authenticating
+    cdef public bint awaiting_authentication
+    cdef public object receive_limit
+    cdef public object pending_refusal
+    cdef public object refusal
+    cdef public object in_flight
+    cdef public object held
+    cdef public object entity_buckets
+    cdef public object entity_client_id
+    cdef public bint client_partial
+    cdef public bint broker_partial
+    cdef public object broker_frames
+    cdef public bint whole_reads
+    cdef public int hooked
+    cdef int _step
+    cdef object _engine, _metrics, _entity_metrics, _rewriters, _cluster, _usage, _usage_collector
+    cdef double _wall_offset
+    cdef dict _topic_names
+    cdef list _last_sent
+    cdef tuple _last_order
+    cdef dict _requests_by_key, _latency_by_key
+    cdef Py_ssize_t _max_frame_size
+    cdef bytes _client_id_raw
+    cdef object _client_id
+    cdef object _in_flight_append, _in_flight_popleft
+    cdef tuple _entity_key
+
+    cdef void _set_phase(self) noexcept
+    cdef bint is_holding(self) except -1
+    cdef void feed_client(self, object data, double now) except *
+    cdef void feed_broker(self, object data, double now) except *
+
+    @cython.locals(n=Py_ssize_t, pos=Py_ssize_t, size=Py_ssize_t, end=Py_ssize_t, run=Py_ssize_t, step=int, buf="const unsigned char*")
+    cdef bint _whole_requests(self, bytes data, double now) except -1
+    @cython.locals(count=Py_ssize_t, index=Py_ssize_t, step=int, head=bytes)
+    cpdef void _requests(self, object frames, double now) except *
+    @cython.locals(size=Py_ssize_t)
+    cdef object _request(self, bytes data, Py_ssize_t pos, Py_ssize_t end, object frame, double now)
+    @cython.locals(
+        buf="const unsigned char*", peek_end=Py_ssize_t, api_key=int, version=int, correlation_id=int,
+        client_id_len=int, body=Py_ssize_t, known=bint, flexible_from=int, cap=int, policy=int, acks=int,
+        max_wait=int, at=Py_ssize_t, refusal_wait=int, stop=bint, throttle=long, over_quota=bint, exempt=bint,
+        counts=dict, entry=InFlight, admission=Admission,
+    )
+    cdef object _peeked_request(self, bytes data, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t size, object frame, double now)
+    @cython.locals(raw=bytes, buf="const unsigned char*", kept="const unsigned char*")
+    cdef object _decode_client_id(self, bytes data, Py_ssize_t at, Py_ssize_t length)
+    @cython.locals(sent=list, names=dict, order=list, raw=bytes)
+    cdef tuple _topic_order(self, const unsigned char* buf, object frame, Py_ssize_t body, Py_ssize_t end, int version)
+    cdef object _buckets(self, object client_id, double now)
+    @cython.locals(key=tuple)
+    cdef object _entity_stats(self, object client_id, double now)
+    cdef void _local_turn(self, double now) except *
+    cdef void _local_responses(self, double now) except *
+
+    @cython.locals(buf="const unsigned char*", n=Py_ssize_t, pos=Py_ssize_t, size=Py_ssize_t, start=Py_ssize_t, written=Py_ssize_t, out=list)
+    cdef bint _whole_responses(self, bytes data, double now) except -1
+    @cython.locals(out=list, start=Py_ssize_t, written=Py_ssize_t)
+    cdef void _broker_data(self, object data, double now) except *
+    @cython.locals(request=InFlight)
+    cpdef bint _streamable(self, object head) except -1
+    cdef InFlight _expected(self, object frame)
+    @cython.locals(request=InFlight, memo=RewriteMemo)
+    cdef void _whole_response(self, object frame, double now) except *
+    @cython.locals(api_key=int, throttle=long, charged=long, latency_ms=double, response_size=Py_ssize_t, shadow_ms=long)
+    cdef object _respond(self, InFlight request, object frame, double now)
+    @cython.locals(aggregates=AggregateCollector, records=RequestCollector, added=bint, partitions=long, ts_ms="long long")
+    cdef void _account_usage(self, InFlight request, Py_ssize_t response_size, double latency_ms, long throttle,
+                             long shadow_ms, double now) except *
+    cdef void _mute(self, long throttle_ms, double now) except *
+
+
+@cython.locals(entry=tuple, counts=list, total=list, index=Py_ssize_t)
+cpdef void observe_latency(dict latency_by_key, int api_key, double seconds) except *
+@cython.locals(entry=InFlight)
+cdef InFlight _in_flight(int correlation_id, int api_key, int api_version, object client_id, Py_ssize_t request_size, double sent_at, int max_wait, bint exempt, bint over_quota)
+cdef object _slice(bytes data, Py_ssize_t start, Py_ssize_t end)
+@cython.locals(head=bytes)
+cdef int _correlation_id(object frame) except? -1
+cdef int _short(Py_ssize_t peek_end, Py_ssize_t end) except -1
+@cython.locals(at=Py_ssize_t, length=Py_ssize_t)
+cdef int _produce_acks(const unsigned char* data, Py_ssize_t body, Py_ssize_t peek_end, Py_ssize_t end, int version) except? -32768
+@cython.locals(value=long, shift=int, byte=int)
+cdef tuple _uvarint(const unsigned char* data, Py_ssize_t at, Py_ssize_t peek_end, Py_ssize_t end)
+@cython.locals(data=bytes, length=Py_ssize_t, throttle_at=Py_ssize_t)
+cdef bint _plain_produce_response(object frame, int version) except -1

@@ -1,0 +1,50 @@
+# C types for usage_collectors.py, compiled as usage_collectors_c (quotagate/compiled.py); the session
+# core cimports the collectors to add its exchanges without a Python call.
+
+cimport cython
+
+cdef int PRODUCE
+
+
+cdef class RequestCollector:
+    cdef public Py_ssize_t limit
+    cdef list _ts_ms, _user, _client_id, _api_key, _api_version, _topics, _bytes_in, _bytes_out
+    cdef list _partitions_mutated, _latency_ms, _throttle_ms, _decision, _shadow_ms, _over_quota
+
+    cpdef bint add_exchange(self, long long ts_ms, object user, object client_id, int api_key, int api_version,
+                            tuple topics, Py_ssize_t bytes_in, Py_ssize_t bytes_out, long partitions_mutated,
+                            double latency_ms, long throttle_ms, str decision, long shadow_ms, bint over_quota) except -1
+
+
+cdef class Counters:
+    cdef public long long requests
+    cdef public double bytes_in
+    cdef public long long bytes_out
+    cdef public double request_time_ms
+    cdef public long long throttle_ms
+    cdef public long long throttle_ms_max
+    cdef public long long throttled_requests
+    cdef public long long refusals
+    cdef public long long partitions_mutated
+    cdef public long long shadow_throttle_ms
+    cdef public double throttled_bytes
+    cdef public double first_ms
+    cdef public double last_ms
+    cdef public double charge_offset_ms
+
+
+cdef class AggregateCollector:
+    cdef public Py_ssize_t limit
+    cdef public long interval_ms
+    cdef public dict aggregates
+    cdef public Py_ssize_t requests
+    cdef Counters _last
+    cdef long _last_interval
+    cdef object _last_user, _last_client_id, _last_topic
+    cdef int _last_api_key
+
+    @cython.locals(charged_ms=double, interval=long, share=Py_ssize_t, bytes_in_share=double, throttled_bytes=double,
+                   first=bint, counters=Counters)
+    cpdef bint add_exchange(self, long long ts_ms, object user, object client_id, int api_key, int api_version,
+                            tuple topics, Py_ssize_t bytes_in, Py_ssize_t bytes_out, long partitions_mutated,
+                            double latency_ms, long throttle_ms, str decision, long shadow_ms, bint over_quota) except -1

@@ -1,0 +1,1 @@
+usage_collectors.py
