@@ -376,7 +376,8 @@ class Proxy:
     def _usage_quotas_changed(self, now: float) -> None:
         """Usage rows name the quota in force in their interval: tell the recorder when it changed."""
         if self.usage is not None:
-            self.usage.quotas_changed(self.engine.table, self.wall_ms(now), self.engine.windows)
+            at_ms = int((now + self._wall_offset) * 1000)  # wall-clock epoch ms, as the records' times
+            self.usage.quotas_changed(self.engine.table, at_ms, self.engine.windows)
 
     def watch_config(self, path: str) -> ConfigWatcher:
         """Reloads `path` when it changes (and when the returned watcher's reload() is called)."""
