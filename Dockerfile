@@ -34,7 +34,7 @@ USER quotagate
 ENTRYPOINT ["python", "-m", "pytest", "-p", "no:cacheprovider"]
 CMD ["-q", "-rs", "tests/stack"]
 
-# The proxy: its own dependencies only (kafka-python, uvloop, prometheus-client). The PySpark pipeline
+# The proxy: its own dependencies only (kafka-python, uvloop, prometheus-client, aiokafka for the usage sink). The PySpark pipeline
 # (the `pipeline` extra) does not belong in it and is not installed.
 FROM base AS proxy
 ARG VERSION=0.1.0

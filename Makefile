@@ -106,13 +106,13 @@ bench-shared: venv kafka-jars redis-tools
 .PHONY: bench-compare
 bench-compare: venv kafka-jars
 	bash scripts/ensure_debian_tools.sh haproxy haproxy
-	$(PY) bench/compare.py $(BENCH_COMPARE_ARGS)
+	$(PY) -m bench.compare $(BENCH_COMPARE_ARGS)
 
 # What one lease call costs Redis (CPU per call) on one server and on a 3-primary Redis Cluster, and
 # so the busy triples a primary carries (bench/results/redis-cost.json; ~30 s). See docs/scaling.md.
 .PHONY: bench-redis-cost
 bench-redis-cost: venv redis-tools
-	$(PY) bench/redis_cost.py $(BENCH_REDIS_COST_ARGS)
+	$(PY) -m bench.redis_cost $(BENCH_REDIS_COST_ARGS)
 
 # The same workloads, shorter and with fewer rounds: under 3 minutes with the Kafka start.
 # TLS on both sides against plaintext on both sides: produce MB/s and the proxy's CPU per GB (~4 min;
@@ -128,7 +128,7 @@ bench-preauth-memory: venv
 
 .PHONY: bench-client-id-memory
 bench-client-id-memory: venv
-	$(PY) bench/client_id_memory.py
+	$(PY) -m bench.client_id_memory
 
 # The proxy's Python cost per exchange, in-process, without sockets (~15 s; also the end of make bench).
 .PHONY: bench-hot-path

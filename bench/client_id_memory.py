@@ -22,11 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-
-from bench.harness import rss_mb  # noqa: E402
-from tests.proxy_fixtures import free_port_block, start_proxy  # noqa: E402
+from bench.harness import rss_mb
+from tests.support.proxy_fixtures import free_port_block, start_proxy
 
 CONNECTIONS = 8
 BLOCK = 5000

@@ -124,7 +124,7 @@ def log(message: str) -> None:
 
 
 def measure(path: Any, rate: int, seconds: float) -> dict[str, Any]:
-    import harness
+    from bench import harness
 
     cpu_before = harness.cpu_seconds(path.pid) if path.pid else 0.0
     started = time.monotonic()
@@ -189,8 +189,8 @@ def main() -> int:
         return 0
     rounds_count, seconds = (2, 6.0) if args.quick else (args.rounds, args.seconds)
 
-    import harness
-    from harness import HOST, BenchPath
+    from bench import harness
+    from bench.harness import HOST, BenchPath
 
     if harness.listening(harness.KAFKA_PORT) or harness.TMPFS_WORKDIR.exists():
         # The benches share these ports and the broker's tmpfs folder: starting would end the other run's broker.

@@ -37,7 +37,7 @@ from kafka.protocol.producer import ProduceRequest
 
 from quotagate.config import parse_config
 from quotagate.proxy.server import Proxy
-from quotagate.proxy.usage import UsageRecorder, make_sink
+from quotagate.proxy.usage import QuotasInForce, UsageRecorder, make_sink
 from tests.support.in_process import connected_pair
 from tests.support.messages import produce_response
 
@@ -108,7 +108,10 @@ def run(config: str, exchange: list[tuple[bytes, list[bytes]]], count: int, prof
         recorder = None
         if proxy.config.usage.enabled:  # before the pair: a session takes the recorder its services name
             usage = proxy.config.usage
-            recorder = proxy.usage = UsageRecorder(usage, proxy.metrics, make_sink(usage, "bench", []), "bench")
+            quotas = QuotasInForce(proxy.engine.table, proxy.engine.windows)  # as the proxy's own recorder
+            recorder = proxy.usage = UsageRecorder(
+                usage, proxy.metrics, make_sink(usage, "bench", []), "bench", "", quotas
+            )
         client, upstream, _, _ = connected_pair(proxy, keep=False)
         sink_write = getattr(recorder.sink, "_write_blocking", None) if recorder else None
 

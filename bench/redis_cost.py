@@ -31,10 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import harness
-import shared
-from harness import HOST, Child
-
+from bench import harness, shared
+from bench.harness import HOST, Child
 from quotagate.config.settings import ClusterConfig
 from quotagate.proxy.cluster import LEASE_SCRIPT, SharedQuotas
 from quotagate.proxy.metrics import ProxyMetrics

@@ -32,10 +32,8 @@ def _is_extension(module: ModuleType) -> bool:
     return isinstance(getattr(module, "__loader__", None), importlib.machinery.ExtensionFileLoader)
 
 
-def _all_compiled() -> bool:
+def extensions_built() -> bool:
     """Whether every module has its compiled build (found, not imported: they import each other)."""
-    if NO_EXTENSIONS:
-        return False
     for name in MODULES:
         spec = importlib.util.find_spec(name + "_c")
         if spec is None or not isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
@@ -43,7 +41,7 @@ def _all_compiled() -> bool:
     return True
 
 
-COMPILED = _all_compiled()
+COMPILED = not NO_EXTENSIONS and extensions_built()
 
 
 def load(name: str) -> ModuleType:

@@ -94,12 +94,14 @@ def produce_for(bootstrap: str, client_id: str, rates: dict[str, float]) -> None
 
 
 def run_pipeline(workdir: Path) -> bool:
-    """The usage the demo recorded, through the whole pipeline on local Spark; prints the
-    recommendation for the limited producer and where the report is."""
+    """The usage the demo recorded, through the whole pipeline on local Spark; prints the quota the
+    records say the limited producer had (set with kafka-configs.sh: in no file), what it did at it,
+    the recommendation, and where the report is."""
     print("== the usage pipeline on Spark (local[2]) over the records the proxy wrote")
     started = time.monotonic()
     work = workdir / "pipeline"
-    inputs = ["--input", str(workdir / "usage"), "--work", str(work), "--config", str(workdir / "quotagate.toml")]
+    # No --config: the records name the quota in force (set with kafka-configs.sh) and the windows.
+    inputs = ["--input", str(workdir / "usage"), "--work", str(work)]
     done = subprocess.run(
         [
             sys.executable,
@@ -121,10 +123,24 @@ def run_pipeline(workdir: Path) -> bool:
         return False
     toml = (work / "recommendations" / "quotas.toml").read_text()
     limited = next((block for block in toml.split("\n\n") if 'client_id = "limited"' in block), "")
-    print(f"   done in {time.monotonic() - started:.0f} s; recommended for the limited producer (it ran at its quota):")
+    import pandas as pd
+
+    found = pd.read_parquet(work / "recommendations" / "recommendations.parquet")
+    rows = found[(found["client_id"] == "limited") & (found["quota_key"] == "producer_byte_rate")]
+    current = float(rows["current"].iloc[0]) if len(rows) else float("nan")
+    print(f"   done in {time.monotonic() - started:.0f} s")
+    if len(rows):
+        row = rows.iloc[0]
+        print(
+            f"   the limited producer's current quota, from the usage records: {current:,.0f} B/s "
+            f"({row['current_source']}); at it the replay holds it {row['current_throttled_time_ms'] / 1000:.1f} s "
+            f"({row['current_seconds_throttled']:.0f} s throttled), the proxy recorded "
+            f"{row['current_recorded_held_ms'] / 1000:.1f} s ({row['current_recorded_seconds_throttled']:.0f} s)"
+        )
+    print("   recommended for it (it ran at its quota, so this is a floor):")
     print("   " + limited.strip().replace("\n", "\n   "))
     print(f"   report: {work / 'report.html'}")
-    return bool(limited)
+    return bool(limited) and current == QUOTA
 
 
 def main() -> int:

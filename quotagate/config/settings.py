@@ -414,8 +414,8 @@ class UsageConfig:
     kafka_bootstrap_servers: tuple[str, ...] = field(
         default=(),
         metadata={
-            "doc": 'Cluster the "kafka" sink writes to, over TLS with [upstream.tls] when that is set '
-            "(its CAs and client certificate); the sink does not authenticate with SASL.",
+            "doc": 'Cluster the "kafka" sink writes to (directly, not through the proxy), with '
+            "kafka_security_protocol.",
             "type": 'array of "host:port" strings',
             "default": "proxy.bootstrap_servers",
         },
@@ -425,6 +425,32 @@ class UsageConfig:
         default="",
         metadata={"doc": "Names this proxy in its records and file names.", "default": "the host name"},
     )
+    kafka_security_protocol: str = field(
+        default="",
+        metadata={
+            "doc": 'How the "kafka" sink connects: "PLAINTEXT", "SSL", "SASL_PLAINTEXT" or "SASL_SSL". TLS uses '
+            "[upstream.tls] (its CAs and client certificate) when set, else the system's CAs.",
+            "default": '"SSL" when [upstream.tls] is set, else "PLAINTEXT"',
+        },
+    )
+    kafka_sasl_mechanism: str = field(
+        default="PLAIN",
+        metadata={"doc": 'SASL mechanism of the "kafka" sink: "PLAIN", "SCRAM-SHA-256" or "SCRAM-SHA-512".'},
+    )
+    kafka_sasl_username: str = field(default="", metadata={"doc": 'SASL user of the "kafka" sink.'})
+    kafka_sasl_password: str = field(
+        default="",
+        repr=False,  # never in a log line
+        metadata={"doc": "Its password; prefer kafka_sasl_password_env, which keeps it out of this file."},
+    )
+    kafka_sasl_password_env: str = field(
+        default="",
+        metadata={"doc": "An environment variable holding the SASL password (read when the proxy starts)."},
+    )
+
+    @property
+    def kafka_sasl(self) -> bool:
+        return self.kafka_security_protocol.startswith("SASL_")
 
     @property
     def interval_ms(self) -> int:
@@ -771,6 +797,24 @@ def _parse_usage(table: dict[str, Any]) -> UsageConfig:
     servers = table.get("kafka_bootstrap_servers", [])
     if not isinstance(servers, list) or not all(isinstance(s, str) and ":" in s for s in servers):
         raise ConfigError("usage.kafka_bootstrap_servers", 'must be a list of "host:port" strings')
+    protocol = _choice(
+        table, "usage.kafka_security_protocol", "", ("", "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+    )
+    mechanism = _choice(table, "usage.kafka_sasl_mechanism", "PLAIN", ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
+    username = _string(table, "usage.kafka_sasl_username", "")
+    password = _string(table, "usage.kafka_sasl_password", "")
+    password_env = _string(table, "usage.kafka_sasl_password_env", "")
+    if protocol.startswith("SASL_"):
+        if not username:
+            raise ConfigError("usage.kafka_sasl_username", f"is required with kafka_security_protocol = {protocol!r}")
+        if not password and not password_env:
+            raise ConfigError(
+                "usage.kafka_sasl_password", f"(or kafka_sasl_password_env) is required with {protocol!r}"
+            )
+    elif username or password or password_env:
+        raise ConfigError(
+            "usage.kafka_security_protocol", 'must be "SASL_PLAINTEXT" or "SASL_SSL" when SASL credentials are given'
+        )
     return UsageConfig(
         enabled=enabled,
         sink=sink,
@@ -784,6 +828,11 @@ def _parse_usage(table: dict[str, Any]) -> UsageConfig:
         kafka_bootstrap_servers=tuple(servers),
         kafka_topic=_string(table, "usage.kafka_topic", "quotagate-usage"),
         proxy_id=_string(table, "usage.proxy_id", ""),
+        kafka_security_protocol=protocol,
+        kafka_sasl_mechanism=mechanism,
+        kafka_sasl_username=username,
+        kafka_sasl_password=password,
+        kafka_sasl_password_env=password_env,
     )
 
 

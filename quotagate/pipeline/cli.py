@@ -10,7 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
-JOBS = ("ingest", "rollup", "whatif", "recommend", "report", "all", "generate")
+JOBS = ("ingest", "rollup", "whatif", "recommend", "report", "all", "generate", "apply", "promote")
+# Jobs that only edit the proxy's quota file: no SparkSession.
+WITHOUT_SPARK = ("apply", "promote")
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -37,7 +39,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
     def candidates(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "--config", help="the proxy's TOML: its quota windows, and its current quotas as candidates"
+            "--config",
+            help="the proxy's TOML: its quota windows, and the current quotas of entities whose usage records "
+            "do not say which quota was in force (records name it since schema 2's quota fields)",
         )
         parser.add_argument(
             "--quota", action="append", default=[], metavar="KEY=VALUE", help="a candidate quota (repeatable)"
@@ -62,7 +66,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = job("recommend", "the smallest quota meeting an objective, as TOML and kafka-configs.sh")
     parser.add_argument("--whatif", required=True)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--config", help="the proxy's TOML, for the current quotas")
+    parser.add_argument(
+        "--config", help="the proxy's TOML: current quotas for entities whose usage records do not name them"
+    )
     objective(parser)
     parser = job("report", "one self-contained HTML file")
     parser.add_argument("--table", required=True)
@@ -74,6 +80,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--work", required=True, help="folder for the table and every output")
     candidates(parser)
     objective(parser)
+    parser = job("apply", "write the recommendations into the proxy's quota file as shadow quotas (it reloads)")
+    parser.add_argument("--recommendations", required=True, help="the --out folder of recommend")
+    parser.add_argument("--config", required=True, help="the running proxy's TOML file, edited in place")
+    parser.add_argument(
+        "--quota-key", action="append", default=[], help="apply only this key's recommendations (repeatable)"
+    )
+    parser = job("promote", "make the quotas `apply` wrote binding (drops their shadow flags)")
+    parser.add_argument("--config", required=True, help="the running proxy's TOML file, edited in place")
     parser = job("generate", "synthetic usage records with known rates and bursts")
     parser.add_argument("--out", required=True)
     parser.add_argument("--seconds", type=int, default=300)
@@ -81,6 +95,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.job in WITHOUT_SPARK:
+        from quotagate.config.settings import ConfigError
+
+        try:
+            return JOB_RUNNERS[args.job](None, args)
+        except (FileNotFoundError, ValueError, ConfigError) as exc:
+            print(f"quotagate pipeline {args.job}: {exc}", file=sys.stderr)
+            return 1
     try:
         from quotagate.pipeline.session import create_session
     except ImportError as exc:
@@ -157,7 +179,8 @@ def _whatif(spark, args: argparse.Namespace, table_path: str, out: str) -> None:
 
     candidates, config = _candidates(args)
     windows = config.windows if config else None
-    whatif(read_table(spark, table_path), candidates, windows).write.mode("overwrite").parquet(out)
+    stand_in = config.quotas if config else None
+    whatif(read_table(spark, table_path), candidates, windows, stand_in=stand_in).write.mode("overwrite").parquet(out)
     print(f"what-if: {out}")
 
 
@@ -255,6 +278,37 @@ def _run_generate(spark, args) -> int:
     return 0
 
 
+def _run_apply(_spark, args) -> int:
+    import pandas as pd
+
+    from quotagate.pipeline.apply import apply_shadow, shadow_recommendations, write_config
+    from quotagate.quotas import QuotaKey
+
+    recommendations = pd.read_parquet(Path(args.recommendations) / "recommendations.parquet")
+    if args.quota_key:  # a name that is no quota key is refused (ValueError), not silently matched by nothing
+        keys = [QuotaKey(name).value for name in args.quota_key]
+        recommendations = recommendations[recommendations["quota_key"].isin(keys)]
+    text = Path(args.config).read_text(encoding="utf-8")
+    tried, skipped = shadow_recommendations(recommendations, text)
+    for reason in skipped:
+        print(f"not applied: {reason}", file=sys.stderr)
+    write_config(args.config, apply_shadow(text, tried))
+    entities = tried.groupby(["user", "client_id"]).ngroups if len(tried) else 0
+    print(
+        f"applied as shadow quotas: {len(tried)} quotas of {entities} entities in {args.config} (the proxy reloads it)"
+    )
+    return 0
+
+
+def _run_promote(_spark, args) -> int:
+    from quotagate.pipeline.apply import promote, write_config
+
+    text, promoted = promote(Path(args.config).read_text(encoding="utf-8"))
+    write_config(args.config, text)
+    print(f"promoted: {promoted} shadow entries of {args.config} are now enforced")
+    return 0
+
+
 JOB_RUNNERS = {
     "ingest": _run_ingest,
     "rollup": _run_rollup,
@@ -263,4 +317,6 @@ JOB_RUNNERS = {
     "report": _run_report,
     "all": _run_all,
     "generate": _run_generate,
+    "apply": _run_apply,
+    "promote": _run_promote,
 }

@@ -3,8 +3,11 @@
 Three parts a person reads at a glance: usage over time for the top entities (bytes in and out per
 second, throttled seconds marked), what-if curves (quota → share of seconds throttled, the token
 bucket beside Kafka's sampled rate, the recommendation marked), and the recommendations next to
-the current quotas. The charts are SVG drawn by a small inline script from JSON embedded in the
-page; each chart says how many marks it drew in its data-drawn attribute.
+the current quotas (the quota the records say was in force) with, at that quota, the replay's
+prediction beside what the proxy recorded (or, for a shadow quota, observed). The charts are SVG
+drawn by a small inline script from JSON embedded in the page; each chart says how many lines it
+drew in its data-drawn attribute. Every axis is labelled (clock time in UTC, quota ticks in the
+key's unit) and every line is named at its end, so no colour needs the legend.
 """
 
 from __future__ import annotations
@@ -20,6 +23,13 @@ from pyspark.sql import functions as F
 from quotagate.pipeline.rollup import per_entity_topic_second, per_second
 
 TOP_ENTITIES = 6
+# The unit each quota key is in, everywhere the report prints one (request_percentage: of one thread).
+UNITS = {
+    "producer_byte_rate": "B/s",
+    "consumer_byte_rate": "B/s",
+    "request_percentage": "%",
+    "controller_mutation_rate": "partitions/s",
+}
 
 
 def report_data(table: DataFrame, whatif: DataFrame, recommendations: pd.DataFrame, top: int = TOP_ENTITIES) -> dict:
@@ -28,6 +38,17 @@ def report_data(table: DataFrame, whatif: DataFrame, recommendations: pd.DataFra
     totals = seconds.groupBy("user", "client_id").agg(F.sum(F.col("bytes_in") + F.col("bytes_out")).alias("moved"))
     leaders = totals.orderBy(F.col("moved").desc()).limit(top)
     series = seconds.join(leaders.select("user", "client_id"), ["user", "client_id"]).orderBy("second").toPandas()
+    # The byte-rate quotas in force, per second, as the records name them (null: unlimited, unknown)
+    in_force = (
+        table.join(leaders.select("user", "client_id"), ["user", "client_id"])
+        .groupBy("user", "client_id", F.floor(F.col("ts") / 1000).cast("long").alias("second"))
+        .agg(
+            F.max("quota_producer_byte_rate").alias("producer_quota"),
+            F.max("quota_consumer_byte_rate").alias("consumer_quota"),
+        )
+        .toPandas()
+    )
+    series = series.merge(in_force, on=["user", "client_id", "second"], how="left")
     curves = whatif.join(leaders.select("user", "client_id"), ["user", "client_id"]).orderBy("quota").toPandas()
     order = [(r["user"], r["client_id"]) for r in leaders.collect()]
     return {"order": order, "series": series, "curves": curves, "recommendations": recommendations}
@@ -51,6 +72,11 @@ def render_report(data: dict, title: str = "quotagate usage report") -> str:
                 "bytes_in": mine["bytes_in"].astype(float).tolist(),
                 "bytes_out": mine["bytes_out"].astype(float).tolist(),
                 "throttled": mine["throttled"].astype(int).tolist(),
+                "quotas": [
+                    {"name": name, "values": [_clean(v) for v in mine[column].astype(float).tolist()]}
+                    for name, column in (("produce quota", "producer_quota"), ("fetch quota", "consumer_quota"))
+                    if column in mine and mine[column].notna().any()
+                ],
                 "curves": [
                     {
                         "key": key,
@@ -59,6 +85,7 @@ def render_report(data: dict, title: str = "quotagate usage report") -> str:
                         "kafka": rows["kafka_throttled_share"].tolist(),
                         "recommended": _clean(next(iter(recs[recs["quota_key"] == key]["recommended"].tolist()), None)),
                         "current": _clean(next(iter(recs[recs["quota_key"] == key]["current"].tolist()), None)),
+                        "unit": UNITS.get(key, ""),
                     }
                     for key, rows in entity_curves.groupby("quota_key", sort=True)
                 ],
@@ -71,12 +98,13 @@ def render_report(data: dict, title: str = "quotagate usage report") -> str:
             for cell in (
                 row["user"],
                 row["client_id"],
-                row["quota_key"],
-                _number(row["current"]),
+                f"{row['quota_key']} ({UNITS.get(row['quota_key'], '')})",
+                _current(row),
                 _number(row["recommended"]),
                 _number(row["peak_second"]),
                 f"{row['throttled_share_at']:.1%}",
                 "yes" if row["met"] else "no",
+                *_at_current(row),
             )
         )
         + "</tr>"
@@ -84,6 +112,43 @@ def render_report(data: dict, title: str = "quotagate usage report") -> str:
     )
     payload = json.dumps({"entities": entities}).replace("</", "<\\/")
     return PAGE.replace("__TITLE__", html.escape(title)).replace("__DATA__", payload).replace("__ROWS__", table_rows)
+
+
+def _value(row: pd.Series, name: str) -> object:
+    value = row.get(name)
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def _current(row: pd.Series) -> str:
+    """The quota the entity had: shadow or from --config said so, a change mid-run shown."""
+    text = _number(row["current"])
+    if _value(row, "current_shadow"):
+        text += " (shadow)"
+    if _value(row, "current_source") == "config":
+        text += " (from --config)"
+    history = _value(row, "quota_history")
+    if history:
+        steps = json.loads(history)
+        if len(steps) > 1:
+            text += "; was " + " → ".join(_number(value) for _, value, _ in steps[:-1])
+    return text
+
+
+def _at_current(row: pd.Series) -> tuple[str, str]:
+    """At the current quota: seconds throttled and time held at it, the replay's / the proxy's
+    records' (for a shadow quota: what it observed it would have done)."""
+    if _value(row, "current_throttled_time_ms") is None:
+        return "", ""
+    shadow = bool(_value(row, "current_shadow"))
+    seconds = _value(row, "current_shadow_seconds_throttled" if shadow else "current_recorded_seconds_throttled")
+    held = _value(row, "current_shadow_held_ms" if shadow else "current_recorded_held_ms")
+    observed = "observed" if shadow else "recorded"
+    replay_seconds = int(row["current_seconds_throttled"])
+    replay_held = row["current_throttled_time_ms"] / 1000
+    return (
+        f"{replay_seconds} s / {observed} {'–' if seconds is None else f'{int(seconds)} s'}",
+        f"{replay_held:,.1f} s / {observed} " + ("–" if held is None else f"{held / 1000:,.1f} s"),
+    )
 
 
 def _number(value: float) -> str:
@@ -116,11 +181,16 @@ td:nth-child(-n+3),th:nth-child(-n+3){text-align:left}
 <div class="grid" id="whatif"></div>
 <h2>Recommendations</h2>
 <table><tr><th>user</th><th>client_id</th><th>quota key</th><th>current</th><th>recommended</th>
-<th>peak second</th><th>throttled at the chosen quota</th><th>objective met</th></tr>__ROWS__</table>
+<th>peak second</th><th>throttled at the chosen quota</th><th>objective met</th>
+<th>at the current quota: seconds throttled, replay / recorded</th>
+<th>time held at the current quota, replay / recorded</th></tr>__ROWS__</table>
+<p>Quotas, peaks and rates are in each key's unit: bytes a second, or percent of one thread for
+request_percentage. "Time held at the quota" is the amount charged over it ÷ the quota. For a shadow
+quota the second figure is what it observed on live traffic (it never throttled anyone).</p>
 <script type="application/json" id="data">__DATA__</script>
 <script>
 (function () {
-  var NS = "http://www.w3.org/2000/svg", W = 420, H = 180, L = 56, B = 24;
+  var NS = "http://www.w3.org/2000/svg", W = 440, H = 200, L = 64, B = 30;
   var data = JSON.parse(document.getElementById("data").textContent);
   function el(name, attrs, parent) {
     var node = document.createElementNS(NS, name);
@@ -153,24 +223,64 @@ td:nth-child(-n+3),th:nth-child(-n+3){text-align:left}
     el("polyline", {points: points.join(" "), fill: "none", stroke: color, "stroke-width": 2}, svg);
     svg.setAttribute("data-drawn", Number(svg.getAttribute("data-drawn")) + 1);
   }
+  function clock(s) { return new Date(s * 1000).toISOString().substr(11, 8); }
+  function niceTicks(lo, hi) {
+    // quota ticks on a log axis: 1, 2, 5 × 10^k inside [lo, hi], at most six
+    var ticks = [], k = Math.floor(Math.log10(lo)) - 1;
+    for (; Math.pow(10, k) <= hi * 10 && ticks.length < 40; k++) {
+      [1, 2, 5].forEach(function (m) { var v = m * Math.pow(10, k); if (v >= lo && v <= hi) ticks.push(v); });
+    }
+    while (ticks.length > 6) ticks = ticks.filter(function (_, i) { return i % 2 === 0; });
+    return ticks;
+  }
+  function inside(y) { return Math.min(Math.max(y, 14), H - B - 4); }  // a line's name stays in its plot
+  function tick(svg, x1, y1, x2, y2) { el("line", {x1: x1, y1: y1, x2: x2, y2: y2, stroke: "#bbb"}, svg); }
   data.entities.forEach(function (e) {
     if (!e.seconds.length) return;
     var svg = chart(document.getElementById("usage"), e.name);
     var t0 = e.seconds[0], t1 = Math.max(e.seconds[e.seconds.length - 1], t0 + 1);
-    var top = Math.max.apply(null, e.bytes_in.concat(e.bytes_out, [1]));
+    var limits = [];
+    e.quotas.forEach(function (q) { q.values.forEach(function (v) { if (v !== null) limits.push(v); }); });
+    var top = Math.max.apply(null, e.bytes_in.concat(e.bytes_out, limits, [1]));
     var sx = function (s) { return L + (s - t0) / (t1 - t0) * (W - L - 8); };
     var sy = function (v) { return H - B - v / top * (H - B - 8); };
+    var first = true;
     e.seconds.forEach(function (s, i) {
       if (!e.throttled[i]) return;
       var width = Math.max((W - L) / (t1 - t0), 1);
       el("rect", {x: sx(s), y: 4, width: width, height: H - B - 4, fill: "#d62728", opacity: 0.15}, svg);
+      if (first) { label(svg, sx(s) + 2, 14, "throttled", "start"); first = false; }
     });
     line(svg, e.seconds, e.bytes_in, sx, sy, "#1f77b4");
     line(svg, e.seconds, e.bytes_out, sx, sy, "#ff7f0e");
-    label(svg, L - 4, 12, fmt(top)); label(svg, L - 4, H - B, "0");
-    label(svg, W - 4, H - 6, (t1 - t0) + " s");
+    e.quotas.forEach(function (q) {
+      // the quota in force as a dashed step line, named with its last value (a change shows as a step)
+      var points = [], last = null;
+      e.seconds.forEach(function (s, i) {
+        var v = q.values[i];
+        if (v === null) return;
+        points.push(sx(s).toFixed(1) + "," + sy(v).toFixed(1), sx(s + 1).toFixed(1) + "," + sy(v).toFixed(1));
+        last = v;
+      });
+      if (!points.length) return;
+      el("polyline", {points: points.join(" "), fill: "none", stroke: "#444", "stroke-dasharray": "4 3"}, svg);
+      label(svg, L + 4, inside(sy(last) - 3), q.name + " " + fmt(last) + "B/s", "start");
+    });
+    var n = e.seconds.length - 1;
+    label(svg, W - 6, inside(sy(e.bytes_in[n]) - 3), "in", "end");
+    label(svg, W - 6, inside(sy(e.bytes_out[n]) - 3 - (e.bytes_out[n] === e.bytes_in[n] ? 11 : 0)), "out", "end");
+    [0, 0.5, 1].forEach(function (f) {
+      tick(svg, L - 3, sy(top * f), L, sy(top * f));
+      label(svg, L - 4, sy(top * f) + 3, fmt(top * f) + "B/s");
+    });
+    for (var i = 0; i <= 3; i++) {
+      var s = t0 + (t1 - t0) * i / 3;
+      tick(svg, sx(s), H - B, sx(s), H - B + 3);
+      label(svg, sx(s), H - B + 13, clock(s), i === 0 ? "start" : i === 3 ? "end" : "middle");
+    }
+    label(svg, (L + W) / 2, H - 1, "time (UTC)", "middle");
     e.curves.forEach(function (c) {
-      var svg2 = chart(document.getElementById("whatif"), e.name + " — " + c.key);
+      var svg2 = chart(document.getElementById("whatif"), e.name + " — " + c.key + " (" + c.unit + ")");
       var q = c.quota.concat(c.recommended ? [c.recommended] : [], c.current ? [c.current] : []);
       var lo = Math.log(Math.min.apply(null, q)), hi = Math.log(Math.max.apply(null, q));
       if (hi - lo < 1e-9) { lo -= 1; hi += 1; }
@@ -178,14 +288,25 @@ td:nth-child(-n+3),th:nth-child(-n+3){text-align:left}
       var qy = function (v) { return H - B - v * (H - B - 8); };
       line(svg2, c.quota, c.kafka, qx, qy, "#9467bd");
       line(svg2, c.quota, c.bucket, qx, qy, "#1f77b4");
-      function mark(v, attrs) {
+      label(svg2, qx(c.quota[0]) + 2, inside(qy(c.bucket[0]) + 11), "token bucket", "start");
+      label(svg2, qx(c.quota[0]) + 2, inside(qy(c.kafka[0]) + 24), "Kafka", "start");
+      function mark(v, attrs, text, y) {
         attrs.x1 = attrs.x2 = qx(v); attrs.y1 = 4; attrs.y2 = H - B;
         el("line", attrs, svg2);
+        var right = qx(v) > W * 0.65;  // near the right edge the name goes to the mark's left
+        label(svg2, qx(v) + (right ? -3 : 3), y, text + " " + fmt(v), right ? "end" : "start");
       }
-      if (c.recommended) mark(c.recommended, {stroke: "#d62728", "stroke-width": 2});
-      if (c.current) mark(c.current, {stroke: "#444", "stroke-dasharray": "4 3"});
-      label(svg2, L - 4, 12, "100%"); label(svg2, L - 4, H - B, "0%");
-      label(svg2, L, H - 6, fmt(Math.exp(lo)), "start"); label(svg2, W - 4, H - 6, fmt(Math.exp(hi)));
+      if (c.recommended) mark(c.recommended, {stroke: "#d62728", "stroke-width": 2}, "recommended", 40);
+      if (c.current) mark(c.current, {stroke: "#444", "stroke-dasharray": "4 3"}, "current", 60);
+      [0, 0.5, 1].forEach(function (f) {
+        tick(svg2, L - 3, qy(f), L, qy(f));
+        label(svg2, L - 4, qy(f) + 3, (f * 100) + "%");
+      });
+      niceTicks(Math.exp(lo), Math.exp(hi)).forEach(function (v) {
+        tick(svg2, qx(v), H - B, qx(v), H - B + 3);
+        label(svg2, qx(v), H - B + 13, fmt(v), "middle");
+      });
+      label(svg2, (L + W) / 2, H - 1, "quota (" + c.unit + "); up: share of seconds throttled", "middle");
     });
   });
   document.body.setAttribute("data-charts", document.querySelectorAll("svg.chart").length);

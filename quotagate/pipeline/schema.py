@@ -14,7 +14,27 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from quotagate.quotas.entities import QuotaKey
+
 SUPPORTED_VERSIONS = (1, 2)
+# The quota in force for each key, and whether it was shadow (docs/usage-records.md): per key,
+# the value (null: unlimited, or not recorded) and the shadow flag (null: not recorded).
+# Then the windows that sized the bursts (null: not recorded).
+WINDOW_COLUMNS = [
+    T.StructField("quota_window_num", T.IntegerType()),
+    T.StructField("quota_window_size_seconds", T.DoubleType()),
+    T.StructField("controller_quota_window_num", T.IntegerType()),
+    T.StructField("controller_quota_window_size_seconds", T.DoubleType()),
+]
+QUOTA_COLUMNS = [
+    *(
+        T.StructField(name, kind)
+        for key in QuotaKey
+        for name, kind in ((f"quota_{key.value}", T.DoubleType()), (f"quota_{key.value}_shadow", T.BooleanType()))
+    ),
+    *WINDOW_COLUMNS,
+]
+QUOTA_COLUMN_NAMES = tuple(field.name for field in QUOTA_COLUMNS)
 
 # Every field of either version, as read from JSON or Parquet (absent fields read as null).
 RAW_SCHEMA = T.StructType(
@@ -46,6 +66,8 @@ RAW_SCHEMA = T.StructType(
         T.StructField("first_ms", T.LongType()),
         T.StructField("last_ms", T.LongType()),
         T.StructField("charge_offset_ms", T.DoubleType()),
+        T.StructField("shadow_throttle_ms", T.LongType()),
+        *QUOTA_COLUMNS,
     ]
 )
 
@@ -76,13 +98,17 @@ TABLE_SCHEMA = T.StructType(
         T.StructField("first_ms", T.LongType()),
         T.StructField("last_ms", T.LongType()),
         T.StructField("charge_offset_ms", T.DoubleType()),
+        # What shadow quotas would have added (null in tables made before it was kept), and the
+        # quota in force per key with its shadow flag, as the proxy recorded them.
+        T.StructField("shadow_throttle_ms", T.LongType()),
+        *QUOTA_COLUMNS,
         T.StructField("date", T.StringType()),  # yyyy-MM-dd of ts, the table's partition column
     ]
 )
 TABLE_COLUMNS = [field.name for field in TABLE_SCHEMA.fields]
 DEDUP_KEY = ["writer", "seq", "topic"]
 # v2 columns added after its first files (null when a file lacks them)
-V2_ADDED_COLUMNS = ("throttled_bytes", "first_ms", "last_ms", "charge_offset_ms")
+V2_ADDED_COLUMNS = ("throttled_bytes", "first_ms", "last_ms", "charge_offset_ms", *QUOTA_COLUMN_NAMES)
 PRODUCE, FETCH, SHARE_FETCH = 0, 1, 78
 # The exchanges whose response bytes the proxy charges to consumer_byte_rate (quotas.charging.FETCH_APIS).
 FETCHES = (FETCH, SHARE_FETCH)
@@ -145,6 +171,8 @@ def to_table(raw: DataFrame) -> DataFrame:
         F.lit(None).cast("long").alias("first_ms"),
         F.lit(None).cast("long").alias("last_ms"),
         F.lit(None).cast("double").alias("charge_offset_ms"),
+        F.when(first, F.col("shadow_throttle_ms")).otherwise(0).cast("long").alias("shadow_throttle_ms"),
+        *(F.col(field.name).cast(field.dataType).alias(field.name) for field in QUOTA_COLUMNS),
     )
     v2_rows = raw.where(F.col("v") == 2).select(
         F.lit(2).cast("int").alias("v"),
@@ -169,6 +197,7 @@ def to_table(raw: DataFrame) -> DataFrame:
                 "throttled_requests",
                 "refusals",
                 "partitions_mutated",
+                "shadow_throttle_ms",
             )
         ),
         *(F.col(name).cast(TABLE_SCHEMA[name].dataType).alias(name) for name in V2_ADDED_COLUMNS),

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from quotagate.pipeline.schema import TABLE_COLUMNS, TABLE_SCHEMA, date_of
+from quotagate.pipeline.schema import TABLE_COLUMNS, TABLE_SCHEMA, WINDOW_COLUMNS, date_of
+from quotagate.quotas.entities import QuotaKey
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -31,11 +32,13 @@ class SyntheticEntity:
     burst_every_seconds: int = 0  # 0: no bursts
     burst_seconds: int = 0
     burst_factor: float = 1.0
+    # The byte-rate quota its records say was in force (binding); None: records that do not say.
+    quota: float | None = None
 
 
 ENTITY_SCHEMA = (
     "user string, client_id string, bytes_per_second double, requests_per_second long, api_key int, "
-    "topic string, burst_every_seconds long, burst_seconds long, burst_factor double"
+    "topic string, burst_every_seconds long, burst_seconds long, burst_factor double, quota double"
 )
 
 
@@ -44,6 +47,7 @@ def _entities(spark: SparkSession, entities: list[SyntheticEntity]) -> DataFrame
         (
             *(e.user, e.client_id, float(e.bytes_per_second), e.requests_per_second, e.api_key, e.topic),
             *(e.burst_every_seconds, e.burst_seconds, float(e.burst_factor)),
+            None if e.quota is None else float(e.quota),
         )
         for e in entities
     ]
@@ -87,8 +91,22 @@ def _rows(frame: DataFrame, second: Column, ts: Column, requests: Column, v: int
         "first_ms": F.lit(None) if v == 1 else ts,
         "last_ms": F.lit(None) if v == 1 else ts + F.floor((rps - 1) * 1000 / rps),
         "charge_offset_ms": F.lit(None) if v == 1 else F.col("offsets_ms"),
+        "shadow_throttle_ms": F.lit(0),
         "date": date_of(ts),
     }
+    known = F.col("quota").isNotNull()
+    for window in WINDOW_COLUMNS:  # the replay then takes its windows as given
+        values[window.name] = F.lit(None)
+    for key in QuotaKey:
+        charged = produce if key is QuotaKey.PRODUCER_BYTE_RATE else ~produce
+        if key in (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE):
+            values[f"quota_{key.value}"] = F.when(charged, F.col("quota"))
+            values[f"quota_{key.value}_shadow"] = F.when(charged & known, F.lit(False))
+        else:  # request time is charged, unlimited; mutations are not charged
+            values[f"quota_{key.value}"] = F.lit(None)
+            values[f"quota_{key.value}_shadow"] = (
+                F.when(known, F.lit(False)) if key is QuotaKey.REQUEST_PERCENTAGE else F.lit(None)
+            )
     return frame.select(*(values[name].cast(TABLE_SCHEMA[name].dataType).alias(name) for name in TABLE_COLUMNS))
 
 

@@ -20,25 +20,35 @@ the amount charged over quota (`amount_delayed`: bytes for byte rates, of the re
 left the entity in debt) with `throttled_time_ms`, that amount at the candidate rate: how long the
 quota held the entity at it. The last is what the records reproduce best (docs/pipeline.md: a
 summed throttle_time_ms or the time in debt turn on when, within the second, each request came
-back from its mute, which an aggregate does not keep). Beside it, Kafka's sampled-rate rule
+back from its mute, which an aggregate does not keep). Rates (peak_second, mean_rate) are in the
+key's quota unit: request_percentage in percent of one thread (1 % = 10 ms of request time a
+second). Beside it, Kafka's sampled-rate rule
 (quotagate.quotas.sampled_rate) on the same charges and quota. Candidates come from a table
-(quota_key, quota[, user, client_id]) or, by default, a grid around each entity's peak second.
+(quota_key, quota[, user, client_id]) or, by default, a grid around each entity's peak second; the
+quota the entity actually had is always one of them (`is_current`).
+
+The current quota is what the records say was in force (their `quota_<key>` fields: the proxy's
+file and Admin API quotas alike), the last one recorded, with every change in `quota_history`;
+a table of quotas (the proxy's --config) stands in only for entities whose records do not say. At
+the current quota the row also carries what the proxy recorded (throttle, seconds throttled,
+bytes held at the quota) and, for a shadow quota, what it observed it would have done.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from quotagate.pipeline.schema import FETCHES, PRODUCE
+from quotagate.pipeline.schema import FETCHES, PRODUCE, WINDOW_COLUMNS
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
-from quotagate.quotas.engine import tokens_per_second
+from quotagate.quotas.engine import MS_PER_SECOND_PER_PERCENT, tokens_per_second
 from quotagate.quotas.sampled_rate import SampledRate
 
 SLICES = 16  # charges per v2 aggregate at most
@@ -54,11 +64,13 @@ RESULT_SCHEMA = (
     "amount_delayed double, throttled_time_ms double, kafka_seconds_throttled long, "
     "kafka_throttled_share double, kafka_total_delay_ms double, kafka_p99_delay_ms double, "
     "recorded_throttle_ms double, recorded_seconds_throttled long, recorded_amount_delayed double, "
-    "peak_second double, mean_rate double"
+    "peak_second double, mean_rate double, current_quota double, current_shadow boolean, "
+    "current_source string, quota_history string, is_current boolean, recorded_shadow_throttle_ms double, "
+    "recorded_shadow_seconds_throttled long, recorded_shadow_amount_delayed double"
 )
 RESULT_ARROW_SCHEMA = pa.schema(
     [
-        (name, {"string": pa.string(), "double": pa.float64(), "long": pa.int64()}[kind])
+        (name, {"string": pa.string(), "double": pa.float64(), "long": pa.int64(), "boolean": pa.bool_()}[kind])
         for name, kind in (c.split(" ") for c in RESULT_SCHEMA.split(", "))
     ]
 )
@@ -84,7 +96,24 @@ def record_columns(keys: list[str]) -> list[str]:
         columns.append("request_time_ms")  # the upstream latency, back from the response's time
     if QuotaKey.PRODUCER_BYTE_RATE in quota_keys:
         columns.append("throttled_bytes")
+    columns.append("shadow_throttle_ms")
+    columns += [f"quota_{key.value}" for key in quota_keys]  # with its shadow flag: quota_code()
     return list(dict.fromkeys(columns + [AMOUNT_COLUMN[k] for k in quota_keys]))
+
+
+def quota_code(key: str) -> Column:
+    """The quota in force and its shadow flag as one number, one column less to send to Python:
+    null where the records do not say, 0 when unlimited, the quota when binding, minus it when shadow
+    (quotas are positive)."""
+    value, shadow = F.col(f"quota_{key}"), F.col(f"quota_{key}_shadow")
+    return (
+        F.when(shadow.isNull(), F.lit(None))
+        .when(value.isNull(), F.lit(0.0))
+        .when(shadow, -value)
+        .otherwise(value)
+        .cast("double")
+        .alias(f"quota_{key}")
+    )
 
 
 # Per quota key, the records that count for it: (API keys, whether it is all but those).
@@ -115,7 +144,9 @@ def replay_input(table: DataFrame, keys: list[str]) -> DataFrame:
         apis, all_but = COUNTED_APIS[QuotaKey(key)]
         selected.append(~F.col("api_key").isin(*apis) if all_but else F.col("api_key").isin(*apis))
     request = F.when(F.col("interval_ms") == 0, F.xxhash64("writer", "seq")).otherwise(F.lit(0)).alias("request")
-    narrowed = table.select("user", "client_id", *record_columns(keys), request)
+    codes = {f"quota_{key}": key for key in keys}
+    columns = [quota_code(codes[c]) if c in codes else F.col(c) for c in record_columns(keys)]
+    narrowed = table.select("user", "client_id", *columns, request)
     return narrowed.where(functools.reduce(lambda a, b: a | b, selected)) if selected else narrowed
 
 
@@ -123,8 +154,9 @@ def series(records: pa.Table, key: QuotaKey) -> dict[str, np.ndarray] | None:
     """One entity's records (rows of `replay_input`) → its series for `key`, one entry per v1 request
     or v2 aggregate that counts for it, in record order: ts, interval, n (requests), a (amount),
     t (recorded throttle ms), l (request time ms), b (throttled bytes), f and g (first and last
-    charge ms), o (summed charge offsets ms). b, f, g, o are NaN where the records do not carry them
-    (v1, older v2). None when nothing counts."""
+    charge ms), o (summed charge offsets ms), w (shadow throttle ms), q (the quota in force: NaN when
+    unlimited or not recorded) and s (1 if it was shadow, 0 if not, NaN where not recorded). b, f, g,
+    o are NaN where the records do not carry them (v1, older v2). None when nothing counts."""
     names = set(records.column_names)
     rows = counted(key, _numbers(records, "api_key")) if "api_key" in names else np.ones(records.num_rows, bool)
     if not rows.any():
@@ -138,14 +170,19 @@ def series(records: pa.Table, key: QuotaKey) -> dict[str, np.ndarray] | None:
     ts, interval, request = ts[order], interval[order], request[order]
     sources = {"n": "requests", "a": AMOUNT_COLUMN[key], "t": "throttle_ms", "l": "request_time_ms"}
     sources |= {"b": "throttled_bytes", "f": "first_ms", "g": "last_ms", "o": "charge_offset_ms"}
+    sources |= {"w": "shadow_throttle_ms", "q": f"quota_{key.value}"}
     values = {name: column(source)[order] for name, source in sources.items()}
+    code = values["q"]  # quota_code(): NaN unknown, 0 unlimited, > 0 binding, < 0 shadow
+    values["s"] = np.where(np.isnan(code), np.nan, (code < 0).astype(float))
+    values["q"] = np.where(code == 0, np.nan, np.abs(code))
     new = np.r_[True, (ts[1:] != ts[:-1]) | (interval[1:] != interval[:-1]) | (request[1:] != request[:-1])]
     if not new.all():  # rows of one request or aggregate: summed, a NaN only where all of them are
         starts = np.flatnonzero(new)
-        for name in "ntlabo":
+        for name in "ntlabow":
             values[name] = _sum_at(values[name], starts)
         values["f"] = np.fmin.reduceat(values["f"], starts)
-        values["g"] = np.fmax.reduceat(values["g"], starts)
+        for name in "gqs":  # q and s: one value for an interval's rows (the fmax skips NaN)
+            values[name] = np.fmax.reduceat(values[name], starts)
         ts, interval = ts[starts], interval[starts]
     return {"ts": ts.astype(float), "interval": interval.astype(float), **values}
 
@@ -165,6 +202,62 @@ def _sum_at(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.where(np.add.reduceat(present, starts) > 0, sums, np.nan)
 
 
+def current_quota(
+    entity_series: dict[str, np.ndarray], key: QuotaKey, user: str, client_id: str, stand_in: QuotaTable | None
+) -> dict:
+    """The quota the entity had for `key`: the last the records name (with every change), else what
+    `stand_in` (the proxy's --config) gives, else unknown (source None)."""
+    known = ~np.isnan(entity_series["s"])
+    if known.any():
+        ts, values, shadows = entity_series["ts"][known], entity_series["q"][known], entity_series["s"][known]
+        changed = np.r_[
+            True,
+            ((values[1:] != values[:-1]) & ~(np.isnan(values[1:]) & np.isnan(values[:-1])))
+            | (shadows[1:] != shadows[:-1]),
+        ]
+        history = [
+            [int(at), None if np.isnan(value) else float(value), bool(shadow)]
+            for at, value, shadow in zip(ts[changed], values[changed], shadows[changed], strict=True)
+        ]
+        value, shadow = history[-1][1], history[-1][2]
+        return {
+            "current_quota": value,
+            "current_shadow": shadow,
+            "current_source": "records",
+            "quota_history": json.dumps(history),
+        }
+    if stand_in is None:
+        return {"current_quota": None, "current_shadow": None, "current_source": None, "quota_history": None}
+    resolution = stand_in.resolve(user, client_id, key)
+    return {
+        "current_quota": None if resolution is None else resolution.value,
+        "current_shadow": resolution is not None and resolution.shadow,
+        "current_source": "config",
+        "quota_history": None,
+    }
+
+
+def recorded_windows(table: DataFrame) -> dict[tuple[str, str], QuotaWindows]:
+    """Per entity, the windows the proxy sized its bursts with, as its latest record carrying them
+    says. A small job of its own: four columns sent to every replay would cost more (whatif's docs)."""
+    names = [window.name for window in WINDOW_COLUMNS]
+    latest = (
+        table.where(F.col("quota_window_num").isNotNull())
+        .groupBy("user", "client_id")
+        .agg(F.max_by(F.struct(*names), "ts").alias("windows"))
+        .collect()
+    )
+    return {
+        (row["user"], row["client_id"]): QuotaWindows(
+            int(row["windows"]["quota_window_num"]),
+            float(row["windows"]["quota_window_size_seconds"]),
+            int(row["windows"]["controller_quota_window_num"]),
+            float(row["windows"]["controller_quota_window_size_seconds"]),
+        )
+        for row in latest
+    }
+
+
 def replay_entity(
     user: str,
     client_id: str,
@@ -172,8 +265,12 @@ def replay_entity(
     candidates: pd.DataFrame | None,
     windows: QuotaWindows,
     keys: list[str],
+    stand_in: QuotaTable | None = None,
 ) -> pa.Table:
-    """One entity's records (rows of `replay_input`) → one row per (quota key, candidate)."""
+    """One entity's records (rows of `replay_input`) → one row per (quota key, candidate).
+
+    `stand_in`: the quotas for entities whose records do not say which quota was in force. `windows`:
+    the proxy's, from the records (recorded_windows), else the --config's."""
     out = []
     for key_name in keys:
         key = QuotaKey(key_name)
@@ -184,7 +281,7 @@ def replay_entity(
         active = (counts > 0) & (amounts > 0)
         if not active.any():
             continue
-        column = {name: entity_series[name][active] for name in "tlbfgo"}
+        column = {name: entity_series[name][active] for name in "tlbfgow"}
         ts = entity_series["ts"][active]
         charges = charges_of(
             ts,
@@ -198,14 +295,23 @@ def replay_entity(
         )
         recorded, throttled_bytes = column["t"], column["b"]
         seconds = np.floor(ts / 1000).astype(np.int64)
-        per_second = np.bincount(seconds - seconds.min(), weights=amounts[active])
+        # in the quota's unit: request time (ms a second) as percent of one thread
+        unit = MS_PER_SECOND_PER_PERCENT if key is QuotaKey.REQUEST_PERCENTAGE else 1.0
+        per_second = np.bincount(seconds - seconds.min(), weights=amounts[active]) / unit
         peak, span = float(per_second.max()), max(float(seconds.max() - seconds.min() + 1), 1.0)
+        current = current_quota(entity_series, key, user, client_id, stand_in)
+        shadow_throttle = column["w"]
+        shadow_rows = np.nan_to_num(shadow_throttle) > 0
         recorded_delayed = (
             float(np.nansum(throttled_bytes))
             if key is QuotaKey.PRODUCER_BYTE_RATE and not np.isnan(throttled_bytes).all()
             else None
         )
-        for quota in _candidates_for(candidates, user, client_id, key_name, peak):
+        quotas = set(_candidates_for(candidates, user, client_id, key_name, peak))
+        at_current = current["current_quota"]
+        if at_current is not None and at_current > 0:
+            quotas.add(float(at_current))
+        for quota in sorted(quotas):
             out.append(
                 {
                     "user": user,
@@ -217,7 +323,12 @@ def replay_entity(
                     "recorded_seconds_throttled": len(np.unique(seconds[recorded > 0])),
                     "recorded_amount_delayed": recorded_delayed,
                     "peak_second": peak,
-                    "mean_rate": float(amounts[active].sum()) / span,
+                    "mean_rate": float(amounts[active].sum()) / unit / span,
+                    **current,
+                    "is_current": at_current is not None and float(quota) == float(at_current),
+                    "recorded_shadow_throttle_ms": float(np.nansum(shadow_throttle)),
+                    "recorded_shadow_seconds_throttled": len(np.unique(seconds[shadow_rows])),
+                    "recorded_shadow_amount_delayed": float(amounts[active][shadow_rows].sum()),
                 }
             )
     return pa.Table.from_pylist(out, schema=RESULT_ARROW_SCHEMA)
@@ -375,16 +486,22 @@ def whatif(
     candidates: pd.DataFrame | None = None,
     windows: QuotaWindows | None = None,
     keys: list[str] | None = None,
+    stand_in: QuotaTable | None = None,
 ) -> DataFrame:
-    """Replays every entity of the usage table; see the module docstring for the columns."""
+    """Replays every entity of the usage table; see the module docstring for the columns.
+
+    `stand_in`: the current quotas of entities whose records do not say (the proxy's --config)."""
     windows = windows or QuotaWindows()
     keys = keys or KEYS
     if candidates is not None:
         keys = [k for k in keys if k in set(candidates["quota_key"])]
 
+    by_entity = recorded_windows(table)
+
     def replay_group(entity: tuple[pa.Scalar, pa.Scalar], records: pa.Table) -> pa.Table:
         user, client_id = (scalar.as_py() for scalar in entity)
-        return replay_entity(user, client_id, records, candidates, windows, keys)
+        entity_windows = by_entity.get((user, client_id), windows)
+        return replay_entity(user, client_id, records, candidates, entity_windows, keys, stand_in)
 
     # Arrow, not pandas: the records reach the replay as numbers with no per-row Python objects
     return replay_input(table, keys).groupBy("user", "client_id").applyInArrow(replay_group, RESULT_SCHEMA)

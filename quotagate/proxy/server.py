@@ -42,7 +42,7 @@ from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.proxy.session import SessionServices
 from quotagate.proxy.supervisor import Supervisor, TaskFactory
 from quotagate.proxy.topics import TopicCatalog
-from quotagate.proxy.usage import UsageRecorder, make_sink, writer_id
+from quotagate.proxy.usage import QuotasInForce, UsageRecorder, make_sink, writer_id
 from quotagate.quotas import QuotaEngine, QuotaKey, QuotaTable
 from quotagate.quotas.engine import local_bucket
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
@@ -227,7 +227,12 @@ class Proxy:
             servers = [f"{host}:{port}" for host, port in self.config.proxy.bootstrap_servers]
             writer = writer_id(self.proxy_id)
             self.usage = UsageRecorder(
-                usage, self.metrics, make_sink(usage, writer, servers, self.tls.upstream), self.proxy_id, writer
+                usage,
+                self.metrics,
+                make_sink(usage, writer, servers, self.tls.upstream),
+                self.proxy_id,
+                writer,
+                QuotasInForce(self.engine.table, self.engine.windows),
             )
             self._spawn("usage-records", self.usage.run)
             where = f"topic {usage.kafka_topic}" if usage.sink == "kafka" else usage.directory
@@ -393,6 +398,7 @@ class Proxy:
         for a restart. Certificate files are read again (a SIGHUP lands here too)."""
         now = self.loop.time()
         self.engine.update(self.quota_admin.file_changed(config.quotas), config.windows, now)
+        self._usage_quotas_changed(now)
         self.topic_guard.update(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE), now)
         self.quota_admin.set_alter_principals(config.admin.alter_principals)
         self.config = replace(
@@ -407,6 +413,13 @@ class Proxy:
     def _quotas_altered(self, quotas: QuotaTable, now: float) -> None:
         """AlterClientQuotas changed the quotas in force: applied live, as a file reload is."""
         self.engine.update(quotas, self.engine.windows, now)
+        self._usage_quotas_changed(now)
+
+    def _usage_quotas_changed(self, now: float) -> None:
+        """Usage rows name the quota in force in their interval: tell the recorder when it changed."""
+        if self.usage is not None:
+            at_ms = int((now + self._wall_offset) * 1000)  # wall-clock epoch ms, as the records' times
+            self.usage.quotas_changed(self.engine.table, at_ms, self.engine.windows)
 
     def watch_config(self, path: str) -> ConfigWatcher:
         """Reloads `path` when it changes (and when the returned watcher's reload() is called)."""

@@ -12,6 +12,11 @@ through aiokafka. A slow or failing sink never slows forwarding: while a flush i
 collection goes on, and what does not fit (`buffer_records` records, or distinct aggregate keys) is
 dropped and counted in quotagate_usage_records_dropped_total.
 
+Every row also says which quota was in force for each key its API is charged to, and whether that
+entry was shadow (`quota_<key>`, `quota_<key>_shadow`): resolved when the rows are made, off the
+hot path, from the quota table in force at the row's interval (the file's and the Admin API's
+quotas alike: the server tells the recorder when the table changes), once per entity and interval.
+
 Files are partitioned as DIRECTORY/date=YYYY-MM-DD/hour=HH/usage-<writer>-<n>.{parquet,jsonl} (UTC),
 the layout Spark reads as partition columns. Every row carries its writer (proxy, pid, start time)
 and a sequence number, which the pipeline's ingest deduplicates on.
@@ -20,6 +25,7 @@ and a sequence number, which the pipeline's ingest deduplicates on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -29,6 +35,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from quotagate import compiled
+from quotagate.config.settings import ConfigError
+from quotagate.quotas.engine import QuotaWindows
+from quotagate.quotas.entities import QuotaKey, QuotaTable
 
 if TYPE_CHECKING:
     from quotagate.config.settings import UsageConfig
@@ -49,6 +58,118 @@ REQUEST_SCHEMA_VERSION = _collectors.REQUEST_SCHEMA_VERSION
 AGGREGATE_SCHEMA_VERSION = _collectors.AGGREGATE_SCHEMA_VERSION
 AGGREGATE_COUNTERS = _collectors.AGGREGATE_COUNTERS
 FLOAT_COUNTERS = _collectors.FLOAT_COUNTERS
+
+# The quota in force for each key, and whether its entry was shadow: null for a key the row's API is
+# not charged to; for a charged key, quota null means unlimited and the shadow flag is false.
+# Then the windows that sized the quotas' bursts (Kafka's quota.window.* and controller.quota.window.*),
+# so that a replay from the records alone gives a quota the burst the proxy gave it.
+WINDOW_FIELDS = (
+    "quota_window_num",
+    "quota_window_size_seconds",
+    "controller_quota_window_num",
+    "controller_quota_window_size_seconds",
+)
+QUOTA_FIELDS = (
+    *(name for key in QuotaKey for name in (f"quota_{key.value}", f"quota_{key.value}_shadow")),
+    *WINDOW_FIELDS,
+)
+QUOTA_VALUE_FIELDS = frozenset(f"quota_{key.value}" for key in QuotaKey)
+NO_QUOTA_FIELDS: Row = dict.fromkeys(QUOTA_FIELDS)
+QUOTA_HISTORY_MS = 60_000  # how long a replaced quota table is kept for rows still to be made
+
+
+class QuotasInForce:
+    """The quota tables (and windows) in force over time (wall-clock epoch ms), so that rows made
+    after a change still name the quota of their own interval. Read in the worker thread that makes
+    rows; the tables and windows themselves are immutable."""
+
+    def __init__(self, table: QuotaTable, windows: QuotaWindows | None = None, since_ms: int = 0) -> None:
+        self._history: list[tuple[int, QuotaTable, QuotaWindows]] = [(since_ms, table, windows or QuotaWindows())]
+
+    def changed(self, table: QuotaTable, at_ms: int, windows: QuotaWindows | None = None) -> None:
+        windows = windows or self._history[-1][2]
+        self._history = [*self._history, (at_ms, table, windows)]  # a new list: a reader's copy stays whole
+
+    def at(self, ts_ms: float) -> QuotaTable:
+        return self.state_at(ts_ms)[0]
+
+    def state_at(self, ts_ms: float) -> tuple[QuotaTable, QuotaWindows]:
+        history = self._history
+        for since_ms, table, windows in reversed(history):
+            if since_ms <= ts_ms:
+                return table, windows
+        return history[0][1], history[0][2]
+
+    def forget_before(self, ts_ms: float) -> None:
+        """Drops the tables no row from `ts_ms` on can need (keeps the one in force then)."""
+        history = self._history
+        keep = next((i for i in range(len(history) - 1, -1, -1) if history[i][0] <= ts_ms), 0)
+        if keep:
+            self._history = history[keep:]
+
+
+def quota_fields(
+    table: QuotaTable, user: str, client_id: str, api_key: int, windows: QuotaWindows | None = None
+) -> Row:
+    """The `quota_*` fields of a row: what `table` gives (user, client_id) for the keys `api_key` is
+    charged to, and the windows sizing their bursts."""
+    fields = dict(NO_QUOTA_FIELDS)
+    windows = windows or QuotaWindows()
+    for name in WINDOW_FIELDS:
+        value = getattr(windows, name)
+        fields[name] = float(value) if name.endswith("_seconds") else value
+    for key in keys_charged(api_key):
+        resolution = table.resolve(user, client_id, key)
+        fields[f"quota_{key.value}"] = None if resolution is None else resolution.value
+        fields[f"quota_{key.value}_shadow"] = resolution is not None and resolution.shadow
+    return fields
+
+
+class QuotaFieldCache:
+    """quota_fields once per (table, entity, API): a flush's rows share an interval's table."""
+
+    def __init__(self, quotas: QuotasInForce | None) -> None:
+        self.quotas = quotas
+        self._cache: dict[tuple[int, int, str, str, int], Row] = {}
+
+    def fields(self, ts_ms: float, user: str, client_id: str, api_key: int) -> Row:
+        if self.quotas is None:
+            return NO_QUOTA_FIELDS
+        table, windows = self.quotas.state_at(ts_ms)
+        key = (id(table), id(windows), user, client_id, api_key)
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = quota_fields(table, user, client_id, api_key, windows)
+        return found
+
+
+@functools.lru_cache(maxsize=1024)  # one entry per API key seen
+def keys_charged(api_key: int) -> tuple[QuotaKey, ...]:
+    """The quota keys an exchange of `api_key` is charged to, read off the session core's policy
+    table (session_core.POLICIES: the one place an API's charging is declared)."""
+    from quotagate.proxy import session_core as core
+
+    policy = core.POLICIES.get(api_key, 0)
+    keys = []
+    if policy & core.CHARGE_BYTES_IN:
+        keys.append(QuotaKey.PRODUCER_BYTE_RATE)
+    if policy & core.FETCH_WAIT:
+        keys.append(QuotaKey.CONSUMER_BYTE_RATE)
+    if policy & core.MUTATION:
+        keys.append(QuotaKey.CONTROLLER_MUTATION_RATE)
+    if not policy & core.EXEMPT:
+        keys.append(QuotaKey.REQUEST_PERCENTAGE)
+    return tuple(keys)
+
+
+def add_quota_fields(rows: list[Row], quotas: QuotasInForce | None) -> list[Row]:
+    """Adds to each row made by a collector the quota in force at its interval (v2: at its last
+    charge) or its time (v1), per charged key, and the windows; null fields when `quotas` is None."""
+    cache = QuotaFieldCache(quotas)
+    for row in rows:
+        at = row.get("last_ms", row["ts"])
+        row.update(cache.fields(at, row["user"], row["client_id"], row["api_key"]))
+    return rows
 
 
 def partition_of(ts_ms: int) -> str:
@@ -172,6 +293,14 @@ class ParquetSink:
         return path.with_name(f".{path.name}.open")
 
 
+def _quota_field_type(name: str) -> Any:
+    import pyarrow as pa
+
+    if name in QUOTA_VALUE_FIELDS or name.endswith("_seconds"):
+        return pa.float64()
+    return pa.int32() if name.endswith("_num") else pa.bool_()
+
+
 def _arrow_schema(version: int) -> Any:
     import pyarrow as pa
 
@@ -202,34 +331,52 @@ def _arrow_schema(version: int) -> Any:
             ("decision", pa.string()),
             ("throttled_bytes", pa.int64()),
         ]
-    return pa.schema(fields)
+    quotas = [(name, _quota_field_type(name)) for name in QUOTA_FIELDS]
+    return pa.schema([*fields, *quotas])
 
 
 class KafkaSink:
-    """Sends rows as JSON to a Kafka topic (directly to the cluster, not through the proxy)."""
+    """Sends rows as JSON to a Kafka topic (directly to the cluster, not through the proxy), over the
+    cluster's own security: TLS ([upstream.tls], else the system's CAs) and SASL PLAIN or SCRAM."""
 
     def __init__(
-        self, bootstrap_servers: list[str], topic: str, writer: str, ssl_context: ssl.SSLContext | None = None
+        self,
+        bootstrap_servers: list[str],
+        topic: str,
+        writer: str,
+        ssl_context: ssl.SSLContext | None = None,
+        security_protocol: str = "",
+        sasl: tuple[str, str, str] | None = None,  # (mechanism, user, password)
     ) -> None:
-        try:
-            from aiokafka import AIOKafkaProducer
-        except ImportError as exc:  # an optional dependency
-            raise RuntimeError("usage.sink = \"kafka\" needs aiokafka: pip install 'quotagate[kafka-sink]'") from exc
+        from aiokafka import AIOKafkaProducer  # a dependency of quotagate; imported only when used
+
+        protocol = security_protocol or ("SSL" if ssl_context is not None else "PLAINTEXT")
+        if protocol in ("SSL", "SASL_SSL") and ssl_context is None:
+            ssl_context = ssl.create_default_context()
         self.topic = topic
-        # TLS as the proxy's own connections to the brokers ([upstream.tls]): same CAs, same client
-        # certificate, so a cluster reachable only over SSL takes the usage records too.
+        self.where = f"topic {topic} at {','.join(bootstrap_servers)} ({protocol})"
+        mechanism, user, password = sasl or ("PLAIN", None, None)
         self._producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap_servers,
             client_id=f"quotagate-usage-{writer}",
             linger_ms=50,
-            security_protocol="SSL" if ssl_context is not None else "PLAINTEXT",
-            ssl_context=ssl_context,
+            security_protocol=protocol,
+            ssl_context=ssl_context if protocol in ("SSL", "SASL_SSL") else None,
+            sasl_mechanism=mechanism,
+            sasl_plain_username=user,
+            sasl_plain_password=password,
         )
         self._started = False
 
     async def write(self, rows: list[Row]) -> None:
         if not self._started:
-            await self._producer.start()
+            try:
+                await self._producer.start()
+            except Exception as exc:
+                raise RuntimeError(
+                    f"the usage sink cannot reach {self.where}: {exc!r}; check usage.kafka_bootstrap_servers, "
+                    "usage.kafka_security_protocol and the SASL user and password (usage.kafka_sasl_*)"
+                ) from exc
             self._started = True
         encoded = await asyncio.get_running_loop().run_in_executor(None, _encode_for_kafka, rows)
         sends = [await self._producer.send(self.topic, value=value, key=key) for key, value in encoded]
@@ -246,9 +393,17 @@ def _encode_for_kafka(rows: list[Row]) -> list[tuple[bytes, bytes]]:
 
 class UsageRecorder:
     def __init__(
-        self, config: UsageConfig, metrics: ProxyMetrics, sink: UsageSink, proxy_id: str = "", writer: str = ""
+        self,
+        config: UsageConfig,
+        metrics: ProxyMetrics,
+        sink: UsageSink,
+        proxy_id: str = "",
+        writer: str = "",
+        quotas: QuotasInForce | None = None,
     ) -> None:
         self.config = config
+        # The quota tables in force (None: rows carry null quota fields, as for an unknown quota).
+        self.quotas = quotas
         self.metrics = metrics
         self.sink = sink
         self.proxy_id = proxy_id
@@ -282,13 +437,21 @@ class UsageRecorder:
             await self.sink.close()
             raise
 
+    def quotas_changed(self, table: QuotaTable, at_ms: int, windows: QuotaWindows | None = None) -> None:
+        """The quotas in force changed (a file reload, AlterClientQuotas): rows from `at_ms` name them."""
+        if self.quotas is not None:
+            self.quotas.changed(table, at_ms, windows)
+
     async def flush(self) -> None:
+        if self.quotas is not None:  # no row to come is older than a minute (a request's latency)
+            self.quotas.forget_before(time.time() * 1000 - QUOTA_HISTORY_MS)
         if not len(self.collector):
             return
         requests, row_count, make_rows = self.collector.take(self.proxy_id, self.writer, self._seq)
         self._seq += row_count
+        quotas = self.quotas
         try:
-            rows = await asyncio.get_running_loop().run_in_executor(None, make_rows)
+            rows = await asyncio.get_running_loop().run_in_executor(None, lambda: add_quota_fields(make_rows(), quotas))
             await self.sink.write(rows)
         except Exception as exc:  # a failing sink must not take the proxy down
             self.metrics.usage_dropped_total.inc(requests)
@@ -304,11 +467,34 @@ def writer_id(proxy_id: str) -> str:
     return f"{proxy_id}-{os.getpid()}-{time.time_ns() // 1_000_000}"
 
 
+def sasl_credentials(config: UsageConfig) -> tuple[str, str, str] | None:
+    """(mechanism, user, password) of the "kafka" sink, the password read from its environment
+    variable when named there; None without SASL."""
+    if not config.kafka_sasl:
+        return None
+    password = config.kafka_sasl_password
+    if config.kafka_sasl_password_env:
+        password = os.environ.get(config.kafka_sasl_password_env, "")
+        if not password:
+            raise ConfigError(
+                "usage.kafka_sasl_password_env",
+                f"names {config.kafka_sasl_password_env}, which is not set in the proxy's environment",
+            )
+    return config.kafka_sasl_mechanism, config.kafka_sasl_username, password
+
+
 def make_sink(
     config: UsageConfig, writer: str, default_bootstrap: list[str], ssl_context: ssl.SSLContext | None = None
 ) -> UsageSink:
     if config.sink == "kafka":
-        return KafkaSink(config.kafka_bootstrap_servers or default_bootstrap, config.kafka_topic, writer, ssl_context)
+        return KafkaSink(
+            list(config.kafka_bootstrap_servers) or default_bootstrap,
+            config.kafka_topic,
+            writer,
+            ssl_context,
+            config.kafka_security_protocol,
+            sasl_credentials(config),
+        )
     if config.sink == "jsonl":
         return JsonlSink(config.directory, writer, config.max_file_bytes)
     return ParquetSink(config.directory, writer, config.max_file_bytes, config.max_file_seconds)

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from pyspark.sql import functions as F
 
 from quotagate.pipeline.ingest import classify, ingest, problems_in, read_table, read_usage_files, write_table
 from quotagate.pipeline.recommend import recommend, to_kafka_configs, to_toml, with_current
 from quotagate.pipeline.rollup import per_entity_topic_second, release, rollup
 from quotagate.pipeline.synthetic import START_MS, SyntheticEntity, synthetic_aggregates, synthetic_requests
 from quotagate.pipeline.whatif import whatif
-from quotagate.quotas import QuotaWindows
+from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 
 QUOTA = 100_000.0  # bytes/s
 HEAVY = SyntheticEntity("alice", "heavy", 2 * QUOTA, requests_per_second=20)
@@ -70,7 +71,7 @@ def test_a_recommendation_brackets_the_generated_rate(spark) -> None:
     frame = with_current(recommendations.where("quota_key = 'producer_byte_rate'").toPandas(), None)
     toml = to_toml(frame)
     assert 'user = "dave"\nclient_id = "steady"\nproducer_byte_rate = ' in toml
-    assert "--entity-type users --entity-name 'dave' --entity-type clients --entity-name 'steady'" in to_kafka_configs(
+    assert "--entity-type users --entity-name dave --entity-type clients --entity-name steady" in to_kafka_configs(
         frame
     )
 
@@ -154,3 +155,58 @@ def test_replay_uses_the_configured_windows(spark) -> None:
     one_window = by_entity(whatif(table, CANDIDATE, QuotaWindows(quota_window_num=1)))["heavy"]
     eleven = by_entity(whatif(table, CANDIDATE))["heavy"]
     assert one_window["seconds_throttled"] > eleven["seconds_throttled"]
+
+
+def test_the_quota_the_records_name_is_the_current_quota_and_always_a_candidate(spark) -> None:
+    # `held` had 350 000 B/s (its records say so); the grid alone (x 2^(i/4)) has no row there.
+    held = SyntheticEntity("alice", "held", 300_000, 20, quota=350_000)
+    unknown = SyntheticEntity("bob", "unknown", 300_000, 20)  # records from before the quota fields
+    stand_in = QuotaTable(
+        {
+            QuotaEntity("alice", None): {QuotaKey.PRODUCER_BYTE_RATE: 123_000},  # the records win
+            QuotaEntity("bob", None): {QuotaKey.PRODUCER_BYTE_RATE: 200_000},
+        }
+    )
+    results = whatif(synthetic_aggregates(spark, [held, unknown], 30), stand_in=stand_in, keys=["producer_byte_rate"])
+    rows = results.toPandas()
+    for client_id, quota, source in (("held", 350_000.0, "records"), ("unknown", 200_000.0, "config")):
+        mine = rows[rows["client_id"] == client_id]
+        current = mine[mine["is_current"]]
+        assert current["quota"].tolist() == [quota], (client_id, sorted(mine["quota"]))
+        assert set(mine["current_source"]) == {source} and set(mine["current_quota"]) == {quota}
+        assert len(mine) == 22, "the grid's 21 candidates and the current quota"
+    found = with_current(recommend(results).toPandas(), stand_in)
+    held_row = found[found["client_id"] == "held"].iloc[0]
+    assert (held_row["current"], held_row["current_source"]) == (350_000.0, "records")
+    assert held_row["current_seconds_throttled"] == 0, "300 000 B/s fits a 350 000 B/s quota"
+
+
+def test_a_quota_changed_mid_run_shows_as_changed(spark) -> None:
+    before = synthetic_aggregates(spark, [SyntheticEntity("alice", "moved", 100_000, 10, quota=300_000)], 20)
+    after = synthetic_aggregates(
+        spark, [SyntheticEntity("alice", "moved", 100_000, 10, quota=500_000)], 20, start_ms=START_MS + 20_000
+    )
+    after = after.withColumn("writer", F.lit("later"))
+    rows = whatif(before.unionByName(after), keys=["producer_byte_rate"]).toPandas()
+    assert set(rows["current_quota"]) == {500_000.0}
+    history = json.loads(rows["quota_history"].iloc[0])
+    assert history == [[START_MS, 300_000.0, False], [START_MS + 20_000, 500_000.0, False]]
+
+
+def test_request_percentage_rows_are_in_percent_throughout(spark) -> None:
+    # 20 requests a second of 2 ms each (synthetic): 40 ms of request time a second, 4 % of a thread
+    table = synthetic_aggregates(spark, [SyntheticEntity("carol", "timed", 10_000, 20)], 30)
+    rows = whatif(table, keys=["request_percentage"]).toPandas()
+    assert set(rows["peak_second"]) == {4.0} and rows["mean_rate"].iloc[0] == pytest.approx(4.0)
+    assert rows["quota"].max() == 8.0, "the grid reaches 2 × the peak second, in percent"
+
+
+def test_the_windows_the_records_carry_size_the_replayed_burst(spark) -> None:
+    # At twice the quota: an 11 s burst (Kafka's default) lasts 11 s, a 2 s one (the proxy's, as its
+    # records say) 2 s, and the replay must give the burst the proxy gave.
+    table = synthetic_aggregates(spark, [SyntheticEntity("alice", "windowed", 2 * QUOTA, 20, quota=QUOTA)], 20)
+    recorded = table.withColumn("quota_window_num", F.lit(2)).withColumn("quota_window_size_seconds", F.lit(1.0))
+    recorded = recorded.withColumn("controller_quota_window_num", F.lit(11))
+    recorded = recorded.withColumn("controller_quota_window_size_seconds", F.lit(1.0))
+    default, held = (by_entity(whatif(frame, CANDIDATE).where("is_current"))["windowed"] for frame in (table, recorded))
+    assert default["seconds_throttled"] <= 10 and held["seconds_throttled"] >= 17, (default, held)

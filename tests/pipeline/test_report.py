@@ -90,12 +90,12 @@ def count_colour(rows: list[bytes], colour: tuple[int, int, int]) -> int:
 
 def test_the_report_opens_offline_and_its_charts_draw(spark, tmp_path: Path) -> None:
     entities = [
-        SyntheticEntity("ANONYMOUS", "steady", 200_000, 20),
+        SyntheticEntity("ANONYMOUS", "steady", 200_000, 20, quota=150_000),  # its records name its quota
         SyntheticEntity("alice", "bursty", 50_000, 10, burst_every_seconds=60, burst_seconds=5, burst_factor=8),
     ]
     table = synthetic_aggregates(spark, entities, 120).cache()
     results = whatif(table, keys=["producer_byte_rate"]).cache()
-    current = QuotaTable({QuotaEntity(None, "steady"): {QuotaKey.PRODUCER_BYTE_RATE: 150_000}})
+    current = QuotaTable({QuotaEntity(None, "bursty"): {QuotaKey.PRODUCER_BYTE_RATE: 120_000}})  # --config
     recommendations = with_current(recommend(results).toPandas(), current)
     page = render_report(report_data(table, results, recommendations))
     assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "https://" not in page
@@ -105,7 +105,13 @@ def test_the_report_opens_offline_and_its_charts_draw(spark, tmp_path: Path) -> 
     dom = chromium("--dump-dom", report.as_uri())
     assert 'data-charts="4"' in dom, "2 usage charts and 2 what-if charts"
     assert dom.count('data-drawn="2"') == 4, "every chart drew its two lines"
-    assert dom.count("<polyline") == 8 and "150,000" in dom
+    assert dom.count("<polyline") == 9, "and steady's quota over time, from its records"
+    assert ">produce quota 150kB/s<" in dom and "<td>150,000</td>" in dom and "120,000 (from --config)" in dom
+    # axes a reader can read without the legend: clock time, quota ticks in the key's unit, named lines
+    assert dom.count(">time (UTC)<") == 2 and ">00:00:00<" in dom and ">00:02:00<" not in dom
+    assert ">00:01:59<" in dom, "the last second of the 2 minutes generated from 2026-01-01T00:00:00Z"
+    assert dom.count(">quota (B/s); up: share of seconds throttled<") == 2 and ">200k<" in dom
+    assert dom.count(">token bucket<") == 2 and dom.count(">Kafka<") == 2 and ">current 150k<" in dom
 
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     chromium("--window-size=1000,1200", f"--screenshot={SCREENSHOT}", report.as_uri())

@@ -13,14 +13,17 @@ from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.session import observe_latency
 from quotagate.proxy.usage import (
+    QUOTA_FIELDS,
     AggregateCollector,
     JsonlSink,
     ParquetSink,
+    QuotasInForce,
     RequestCollector,
     UsageRecord,
     UsageRecorder,
+    add_quota_fields,
 )
-from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable
+from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from tests.support.usage import record
 
 
@@ -167,6 +170,73 @@ def test_aggregates_carry_what_shadow_quotas_would_have_throttled() -> None:
     assert (row["shadow_throttle_ms"], row["throttle_ms"]) == (2000, 0)
 
 
+def test_aggregates_name_the_quota_in_force_in_their_interval_per_charged_key_and_its_shadow_flag() -> None:
+    alice, everyone = QuotaEntity("alice", None), QuotaEntity(None, "<default>")
+    before = QuotaTable({alice: {QuotaKey.PRODUCER_BYTE_RATE: 300_000}})
+    after = QuotaTable(
+        {alice: {QuotaKey.PRODUCER_BYTE_RATE: 500_000}, everyone: {QuotaKey.REQUEST_PERCENTAGE: 50}},
+        frozenset({everyone}),
+    )
+    quotas = QuotasInForce(before)
+    quotas.changed(after, 6_500, QuotaWindows(quota_window_num=2))  # a reload, half way through second 6
+    collector = AggregateCollector(limit=100, interval_ms=1000)
+    collector.add(UsageRecord(5_010, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok"))
+    collector.add(UsageRecord(6_900, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok"))
+    collector.add(UsageRecord(6_900, "alice", "c", 1, 12, (), 90, 5000, 0, 2.0, 0, "ok"))
+    rows = {(r["ts"], r["api_key"]): r for r in add_quota_fields(collector.take("p", "p-1-1", 0)[2](), quotas)}
+    assert {k: rows[(5000, 0)][k] for k in QUOTA_FIELDS} == {
+        "quota_producer_byte_rate": 300_000,
+        "quota_producer_byte_rate_shadow": False,
+        "quota_consumer_byte_rate": None,  # not charged by a produce
+        "quota_consumer_byte_rate_shadow": None,
+        "quota_request_percentage": None,  # charged, and unlimited
+        "quota_request_percentage_shadow": False,
+        "quota_controller_mutation_rate": None,
+        "quota_controller_mutation_rate_shadow": None,
+        # the windows sizing the bursts, so that a replay from the records gives the proxy's burst
+        "quota_window_num": 11,
+        "quota_window_size_seconds": 1.0,
+        "controller_quota_window_num": 11,
+        "controller_quota_window_size_seconds": 1.0,
+    }
+    second_6 = rows[(6000, 0)]
+    assert second_6["quota_window_num"] == 2
+    assert (second_6["quota_producer_byte_rate"], second_6["quota_request_percentage"]) == (500_000, 50)
+    assert (second_6["quota_producer_byte_rate_shadow"], second_6["quota_request_percentage_shadow"]) == (False, True)
+    fetch = rows[(6000, 1)]
+    assert (fetch["quota_consumer_byte_rate"], fetch["quota_consumer_byte_rate_shadow"]) == (None, False)
+    assert fetch["quota_producer_byte_rate"] is None and fetch["quota_producer_byte_rate_shadow"] is None
+
+
+def test_a_request_record_names_the_quota_in_force_when_it_was_made_and_old_tables_are_let_go() -> None:
+    quotas = QuotasInForce(QuotaTable({QuotaEntity("alice", None): {QuotaKey.PRODUCER_BYTE_RATE: 1000}}))
+    quotas.changed(QuotaTable(), 2_000)
+    collector = RequestCollector(100)
+    collector.add(record(1_500))
+    collector.add(record(2_500))
+    early, late = add_quota_fields(collector.take("p", "p-1-1", 0)[2](), quotas)
+    assert (early["quota_producer_byte_rate"], late["quota_producer_byte_rate"]) == (1000, None)
+    assert late["quota_producer_byte_rate_shadow"] is False  # known: unlimited
+    quotas.forget_before(2_100)
+    assert not quotas.at(1_500)  # only the table in force from 2 000 on is kept
+
+
+async def test_aggregates_with_their_quotas_land_in_parquet_typed(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    quotas = QuotasInForce(QuotaTable({QuotaEntity("alice", None): {QuotaKey.PRODUCER_BYTE_RATE: 500_000}}))
+    collector = AggregateCollector(limit=100, interval_ms=1000)
+    collector.add(record(1_700_000_000_002))
+    sink = ParquetSink(tmp_path, "p-1-1", max_file_bytes=1 << 20, max_file_seconds=60)
+    await sink.write(add_quota_fields(collector.take("p", "p-1-1", 0)[2](), quotas))
+    await sink.close()
+    (file,) = tmp_path.rglob("*.parquet")
+    table = pq.read_table(file)
+    assert str(table.schema.field("quota_producer_byte_rate").type) == "double"
+    assert str(table.schema.field("quota_producer_byte_rate_shadow").type) == "bool"
+    assert table.to_pylist()[0]["quota_producer_byte_rate"] == 500_000.0
+
+
 def test_aggregates_stop_at_the_key_limit_and_say_so() -> None:
     collector = AggregateCollector(limit=2, interval_ms=1000)
     assert collector.add(record(1002, "a")) and collector.add(record(1002, "b")) and collector.add(record(1500, "a"))
@@ -221,3 +291,33 @@ def test_usage_config_is_validated_with_the_key_named() -> None:
         parse_config('[proxy]\nbootstrap_servers = ["k:1"]\n[usage]\nsink = "s3"\n')
     with pytest.raises(ConfigError, match=r"usage\.records"):
         parse_config('[proxy]\nbootstrap_servers = ["k:1"]\n[usage]\nrecords = "all"\n')
+
+
+def test_the_kafka_sinks_sasl_settings_are_checked_and_its_password_can_come_from_the_environment(
+    monkeypatch,
+) -> None:
+    import pytest
+
+    from quotagate.config import ConfigError
+    from quotagate.proxy.usage import sasl_credentials
+
+    head = '[proxy]\nbootstrap_servers = ["k:1"]\n[usage]\nsink = "kafka"\n'
+    sasl = 'kafka_security_protocol = "SASL_SSL"\nkafka_sasl_mechanism = "SCRAM-SHA-512"\n'
+    with pytest.raises(ConfigError, match=r"usage\.kafka_sasl_username: is required"):
+        parse_config(head + sasl)
+    with pytest.raises(ConfigError, match=r"usage\.kafka_sasl_password: \(or kafka_sasl_password_env\)"):
+        parse_config(head + sasl + 'kafka_sasl_username = "usage-writer"\n')
+    with pytest.raises(ConfigError, match=r"usage\.kafka_security_protocol: must be"):
+        parse_config(head + 'kafka_sasl_username = "usage-writer"\n')
+    with pytest.raises(ConfigError, match=r"usage\.kafka_sasl_mechanism"):
+        parse_config(head + 'kafka_security_protocol = "SASL_SSL"\nkafka_sasl_mechanism = "GSSAPI"\n')
+    config = parse_config(
+        head + sasl + 'kafka_sasl_username = "usage-writer"\nkafka_sasl_password_env = "QG_TEST_USAGE_PASSWORD"\n'
+    ).usage
+    with pytest.raises(ConfigError, match=r"usage\.kafka_sasl_password_env: names QG_TEST_USAGE_PASSWORD"):
+        sasl_credentials(config)
+    monkeypatch.setenv("QG_TEST_USAGE_PASSWORD", "s3cret")
+    assert sasl_credentials(config) == ("SCRAM-SHA-512", "usage-writer", "s3cret")
+    plain = parse_config(head + 'kafka_security_protocol = "SASL_PLAINTEXT"\nkafka_sasl_username = "u"\n'
+                         'kafka_sasl_password = "p"\n').usage  # fmt: skip
+    assert sasl_credentials(plain) == ("PLAIN", "u", "p") and "'p'" not in repr(plain)

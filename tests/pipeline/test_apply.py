@@ -1,0 +1,117 @@
+"""apply and promote on the proxy's quota file: text in, text out, checked by the proxy's parser."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from quotagate.config import parse_config
+from quotagate.config.settings import ConfigError
+from quotagate.pipeline.apply import apply_shadow, promote, shadow_recommendations, write_config
+from quotagate.quotas import QuotaEntity, QuotaKey
+
+CONFIG = """quota_window_num = 2
+[[quotas]]
+client_id = "pinned"
+producer_byte_rate = 1000
+[proxy]
+bootstrap_servers = ["127.0.0.1:9092"]
+"""
+
+
+def recommendation(client_id: str, recommended: float, current: float = math.nan, shadow: object = None) -> dict:
+    return {
+        "user": "ANONYMOUS",
+        "client_id": client_id,
+        "quota_key": "producer_byte_rate",
+        "recommended": recommended,
+        "met": True,
+        "current": current,
+        "current_shadow": shadow,
+    }
+
+
+def test_apply_writes_shadow_entries_only_where_no_binding_quota_would_be_lifted_and_promote_binds_them() -> None:
+    found = pd.DataFrame(
+        [
+            recommendation("free", 190_000),
+            recommendation("limited", 600_000, current=500_000, shadow=False),  # set with kafka-configs.sh
+            recommendation("pinned", 2000),  # the file has its own entry
+            recommendation("tried", 80_000, current=70_000, shadow=True),  # a shadow quota tried before
+        ]
+    )
+    tried, skipped = shadow_recommendations(found, CONFIG)
+    assert sorted(tried["client_id"]) == ["free", "tried"]
+    assert {s.client_id: s.why.split(";")[0] for s in skipped} == {
+        "limited": "a binding quota 500000 is in force",
+        "pinned": "the file gives this entity quotas of its own",
+    }
+    applied = apply_shadow(CONFIG, tried)
+    quotas = parse_config(applied).quotas
+    free = QuotaEntity(None, "free")
+    assert dict(quotas.items())[free] == {QuotaKey.PRODUCER_BYTE_RATE: 190_000}
+    assert free in quotas.shadow and QuotaEntity(None, "pinned") not in quotas.shadow
+    # applied again: the block is replaced, not doubled
+    again = apply_shadow(applied, tried.iloc[:1])
+    assert again.count("# BEGIN quotagate pipeline apply") == 1 and 'client_id = "tried"' not in again
+    promoted, count = promote(applied)
+    assert count == 2 and not parse_config(promoted).quotas.shadow
+    assert dict(parse_config(promoted).quotas.items())[free] == {QuotaKey.PRODUCER_BYTE_RATE: 190_000}
+
+
+def test_a_file_the_proxy_would_refuse_is_never_written(tmp_path: Path) -> None:
+    path = tmp_path / "quotagate.toml"
+    path.write_text(CONFIG)
+    broken = CONFIG + '[[quotas]]\nclient_id = "pinned"\nproducer_byte_rate = 5\n'
+    with pytest.raises(ConfigError, match="already given quotas"):
+        write_config(path, broken)
+    assert path.read_text() == CONFIG
+    with pytest.raises(ValueError, match="run `quotagate pipeline apply` first"):
+        promote(CONFIG)
+
+
+def test_the_reports_current_cell_says_shadow_where_it_came_from_and_what_it_was_before() -> None:
+    from quotagate.pipeline.report import _at_current, _current
+
+    changed = pd.Series(
+        {
+            "current": 500_000.0,
+            "current_shadow": False,
+            "current_source": "records",
+            "quota_history": "[[1000, 300000.0, false], [9000, 500000.0, false]]",
+        }
+    )
+    assert _current(changed) == "500,000; was 300,000"
+    tried = pd.Series(
+        {
+            "current": 185_000.0,
+            "current_shadow": True,
+            "current_source": "records",
+            "quota_history": "[[1000, null, false], [9000, 185000.0, true]]",
+            "current_seconds_throttled": 19,
+            "current_throttled_time_ms": 44_800.0,
+            "current_shadow_seconds_throttled": 18,
+            "current_shadow_held_ms": 45_100.0,
+        }
+    )
+    assert _current(tried) == "185,000 (shadow); was unlimited"
+    assert _at_current(tried) == ("19 s / observed 18 s", "44.8 s / observed 45.1 s")
+    assert _current(pd.Series({"current": 1000.0, "current_source": "config"})) == "1,000 (from --config)"
+
+
+def test_any_client_id_is_written_safely_to_the_toml_and_the_shell_commands() -> None:
+    import shlex
+
+    from quotagate.pipeline.recommend import to_kafka_configs, to_toml
+
+    odd = "a\"b'c; rm -rf /"
+    found = pd.DataFrame([recommendation(odd, 1000)])
+    tried, _ = shadow_recommendations(found, CONFIG)
+    quotas = parse_config(apply_shadow(CONFIG, tried)).quotas
+    assert QuotaEntity(None, odd) in quotas.shadow
+    assert 'client_id = "a\\"b\'c; rm -rf /"' in to_toml(found)
+    (command,) = to_kafka_configs(found).splitlines()
+    assert shlex.split(command)[-1] == odd, command
