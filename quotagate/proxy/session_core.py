@@ -647,14 +647,13 @@ class SessionCore:
 
     def _local_turn(self, now):
         """Sends the proxy-made responses at the head of the FIFO, unless a response is being cut through."""
-        in_flight = self.in_flight
-        if in_flight and in_flight[0].local_response is not None and not self.broker_partial:
+        if _local_first(self.in_flight) and not self.broker_partial:
             self._local_responses(now)
 
     def _local_responses(self, now):
         """Sends the proxy-made responses now at the head of the in-flight FIFO, in their turn."""
         in_flight = self.in_flight
-        while in_flight and in_flight[0].local_response is not None:
+        while _local_first(in_flight):
             request = in_flight.popleft()
             self.to_client.append(self._respond(request, request.local_response, now))
 
@@ -773,8 +772,7 @@ class SessionCore:
                 or frame
             )
         self.to_client.append(self._respond(request, response, now))
-        in_flight = self.in_flight
-        if in_flight and in_flight[0].local_response is not None:
+        if _local_first(self.in_flight):
             self._local_responses(now)
 
     def _respond(self, request, frame, now):
@@ -899,6 +897,14 @@ def _in_flight(correlation_id, api_key, api_version, client_id, request_size, se
     entry.mutation = None
     entry.over_quota = over_quota
     return entry
+
+
+def _local_first(in_flight):
+    """Whether the FIFO's head is a response the proxy made itself (sent in its turn)."""
+    if not in_flight:
+        return False
+    head = in_flight[0]
+    return head.local_response is not None
 
 
 def _slice(data, start, end):

@@ -141,6 +141,8 @@ cdef class SessionCore:
 cpdef void observe_latency(dict latency_by_key, int api_key, double seconds) except *
 @cython.locals(entry=InFlight)
 cdef InFlight _in_flight(int correlation_id, int api_key, int api_version, object client_id, Py_ssize_t request_size, double sent_at, int max_wait, bint exempt, bint over_quota)
+@cython.locals(head=InFlight)
+cdef bint _local_first(object in_flight) except -1
 cdef object _slice(bytes data, Py_ssize_t start, Py_ssize_t end)
 @cython.locals(head=bytes)
 cdef int _correlation_id(object frame) except? -1
