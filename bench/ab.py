@@ -95,13 +95,18 @@ def main() -> None:
         stack.callback(shutil.rmtree, harness.TMPFS_WORKDIR, True)
         cluster = harness.start_broker(harness.TMPFS_WORKDIR)
         stack.callback(cluster.stop)
-        children = {HAPROXY: harness.start_haproxy(workdir), FLOOR: start_floor(workdir)}
+        children = {HAPROXY: harness.start_haproxy(workdir)}
+        stack.callback(children[HAPROXY].stop)
+        children[FLOOR] = start_floor(workdir)
+        stack.callback(children[FLOOR].stop)
         for name, package in ((A, args.a), (B, args.b)):
             base = BASES[name]
             config = harness.quotagate_config(base, quotas=True)
+            if "broker_node_ids" not in (package / "quotagate" / "config" / "settings.py").read_text():
+                # A version from before the key: its broker ports did not have to be declared.
+                config = config.replace("broker_node_ids = [1, 8]\n", "")
             children[name] = harness.launch_quotagate(workdir, name, config, base + 9, base + 1, package)
-        for child in children.values():
-            stack.callback(child.stop)
+            stack.callback(children[name].stop)  # at once: a later start that fails must not leave it running
         harness.create_topics({"bench-small": 1 << 30})
         paths = [
             BenchPath(HAPROXY, f"{HOST}:{harness.HAPROXY_PORT}", harness.HAPROXY_PORT, children[HAPROXY].pid),
