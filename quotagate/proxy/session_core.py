@@ -39,7 +39,7 @@ from quotagate.proxy.metrics import LATENCY_BUCKETS, SASL_RECEIVE_LIMIT
 from quotagate.proxy.quota_admin import CLIENT_QUOTA_APIS
 
 if not cython.compiled:  # compiled, these are cimported (session_core_c.pxd)
-    from quotagate.protocol.produce_walk import produce_topics, produce_topics_of, usual_throttle_offset
+    from quotagate.protocol.produce_walk import _uvarint, produce_topics, produce_topics_of, usual_throttle_offset
     from quotagate.protocol.rewrite_memo import RewriteMemo
     from quotagate.proxy.usage_collectors import AggregateCollector
     from quotagate.quotas.charging import (
@@ -933,7 +933,10 @@ def _produce_acks(data, body, peek_end, end, version):
                 length = data[at] - 1
                 at += 1
             else:
-                length, at = _uvarint(data, at, peek_end, end)
+                length, at = _uvarint(data, at, peek_end)  # produce_walk's
+                if length < 0:
+                    _short(peek_end, end)
+                    raise FrameError("produce request's transactional_id length is not a varint")
                 length -= 1
         else:
             if at + 2 > peek_end:
@@ -947,23 +950,6 @@ def _produce_acks(data, body, peek_end, end, version):
         _short(peek_end, end)
         raise FrameError("produce request too short to hold acks")
     return _i16(data, at)
-
-
-def _uvarint(data, at, peek_end, end):
-    value = 0
-    shift = 0
-    while True:
-        if at >= peek_end:
-            _short(peek_end, end)
-            raise FrameError("truncated varint")
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, at
-        shift += 7
-        if shift > 28:
-            raise FrameError("varint longer than 5 bytes")
 
 
 def _plain_produce_response(frame, version):
