@@ -15,8 +15,8 @@ WORKDIR /app
 COPY pyproject.toml setup.py README.md ./
 COPY quotagate ./quotagate
 
-# The session's fast lane is compiled (Cython, then C): the compiler stays in this stage, and the
-# stages below install the wheel it makes.
+# The exchange core is compiled (Cython's pure mode, then C; quotagate/compiled.py): the compiler
+# stays in this stage, and the stages below install the wheel it makes.
 FROM base AS wheel
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
