@@ -11,8 +11,13 @@ from quotagate.protocol.framing import FrameError
 REPLICA_ID_IN_BODY_UNTIL = 14
 
 
+def max_wait_offset(body_offset: int, version: int) -> int:
+    """Where a Fetch request's max_wait_ms lies."""
+    return body_offset + (4 if version <= REPLICA_ID_IN_BODY_UNTIL else 0)
+
+
 def fetch_max_wait_ms(frame: memoryview, body_offset: int, version: int) -> int:
-    offset = body_offset + (4 if version <= REPLICA_ID_IN_BODY_UNTIL else 0)
+    offset = max_wait_offset(body_offset, version)
     if offset + 4 > len(frame):
         raise FrameError("fetch request too short to hold max_wait_ms")
     return max(unpack_from(">i", frame, offset)[0], 0)

@@ -7,7 +7,7 @@ means skipping over those results; this walks them with `struct` without buildin
 
 from __future__ import annotations
 
-from struct import pack, unpack_from
+from struct import pack
 from typing import NamedTuple
 
 from kafka.protocol.producer import ProduceResponse
@@ -24,16 +24,11 @@ TOPIC_ID_FROM = 13
 
 
 def produce_request_acks(frame: memoryview, body_offset: int, version: int) -> int:
-    """The acks of a produce request (0 means the broker sends no response)."""
-    pos = body_offset
-    try:
-        if version >= 3:  # transactional_id comes first (a header-only frame has not even its length)
-            pos = skip_string(frame, pos, version >= FLEXIBLE_FROM)
-        return unpack_from(">h", frame, pos)[0]
-    except FrameError:
-        raise
-    except Exception as exc:  # struct.error
-        raise FrameError("produce request too short to hold acks") from exc
+    """The acks of a produce request (0 means the broker sends no response): produce_walk's walk."""
+    acks = _walk.produce_acks(bytes(frame), body_offset, len(frame), version)
+    if acks < -0x8000:
+        raise FrameError("produce request too short to hold acks")
+    return acks
 
 
 def produce_response_throttle_offset(frame: memoryview, body_offset: int, version: int) -> int:

@@ -41,6 +41,31 @@ def _i32(buf: bytes, pos: int) -> int:
     return value - 0x100000000 if value >= 0x80000000 else value
 
 
+def produce_acks(buf: bytes, body: int, end: int, version: int) -> int:
+    """A produce request's acks (0: the broker sends no response) from its body at buf[body:end];
+    a value below -0x8000 (outside int16) when what leads to them runs past `end` or is malformed."""
+    at = body
+    if version >= 3:  # transactional_id comes first
+        if version >= 9:  # compact nullable string: uvarint length + 1
+            length, at = _uvarint(buf, at, end)
+            if length < 0:
+                return -0x10000
+            length -= 1
+        else:
+            if at + 2 > end:
+                return -0x10000
+            length = (buf[at] << 8) | buf[at + 1]
+            if length >= 0x8000:
+                length -= 0x10000
+            at += 2
+        if length > 0:
+            at += length
+    if at + 2 > end:
+        return -0x10000
+    value = (buf[at] << 8) | buf[at + 1]
+    return value - 0x10000 if value >= 0x8000 else value
+
+
 def produce_topics_of(frame: bytes | memoryview, pos: int, end: int, version: int, names_only: bool) -> list | None:
     """produce_topics of a frame that may be a memoryview."""
     if cython.compiled and type(frame) is not bytes:

@@ -29,7 +29,7 @@ except ImportError:  # interpreted without Cython installed: quotagate/_cython_s
 from collections import deque
 
 from quotagate.protocol.apis import MAX_VERSIONS, ApiKey, api_name, is_flexible
-from quotagate.protocol.fetch import REPLICA_ID_IN_BODY_UNTIL
+from quotagate.protocol.fetch import max_wait_offset
 from quotagate.protocol.framing import FrameError, Piece, StreamingFrameSplitter, frame_body_size
 from quotagate.protocol.headers import RequestHeader, skip_tagged_fields
 from quotagate.protocol.mutations import MUTATION_APIS
@@ -39,7 +39,7 @@ from quotagate.proxy.metrics import LATENCY_BUCKETS, SASL_RECEIVE_LIMIT
 from quotagate.proxy.quota_admin import CLIENT_QUOTA_APIS
 
 if not cython.compiled:  # compiled, these are cimported (session_core_c.pxd)
-    from quotagate.protocol.produce_walk import _uvarint, produce_topics, produce_topics_of, usual_throttle_offset
+    from quotagate.protocol.produce_walk import produce_acks, produce_topics, produce_topics_of, usual_throttle_offset
     from quotagate.protocol.rewrite_memo import RewriteMemo
     from quotagate.proxy.usage_collectors import AggregateCollector
     from quotagate.quotas.charging import (
@@ -169,43 +169,14 @@ def _i32(buf: bytes, pos: int) -> int:
 
 
 class InFlight:
-    """A request between the proxy and its response: what the response will be matched and charged by."""
-
-    def __init__(
-        self,
-        correlation_id,
-        api_key,
-        api_version,
-        client_id,
-        request_size,
-        sent_at,
-        fetch_max_wait_ms,
-        exempt,
-        local_response=None,
-        refused=None,
-        topic_order=(),
-        min_throttle_ms=0,
-        mutation=None,
-        over_quota=False,
-    ):
-        self.correlation_id = correlation_id
-        self.api_key = api_key
-        self.api_version = api_version
-        self.client_id = client_id
-        self.request_size = request_size  # header + body, without the size prefix
-        self.sent_at = sent_at  # when forwarded
-        self.fetch_max_wait_ms = fetch_max_wait_ms
-        self.exempt = exempt  # never charged request time
-        # A response the proxy makes itself (the request was not forwarded); sent in its turn.
-        self.local_response = local_response
-        # Topics the proxy refused from a forwarded produce, merged back into the broker's answer.
-        self.refused = refused
-        self.topic_order = topic_order
-        # Least throttle the response must carry (a refusal says when to come back).
-        self.min_throttle_ms = min_throttle_ms
-        self.mutation = mutation
-        # A produce whose charge when read left its entity over quota (usage records).
-        self.over_quota = over_quota
+    """A request between the proxy and its response: what the response will be matched and charged by.
+    Made by `_in_flight` (its one constructor). Fields: correlation_id, api_key, api_version,
+    client_id; request_size (header + body, without the size prefix); sent_at (when forwarded);
+    fetch_max_wait_ms; exempt (never charged request time); local_response (a response the proxy
+    makes itself, sent in its turn); refused (topics the proxy refused from a forwarded produce,
+    merged back into the broker's answer) and topic_order; min_throttle_ms (the least throttle the
+    response must carry: a refusal says when to come back); mutation; over_quota (a produce whose
+    charge when read left its entity over quota: usage records)."""
 
     def __repr__(self):
         return (
@@ -508,9 +479,12 @@ class SessionCore:
         acks = 1
         max_wait = 0
         if policy & CHARGE_BYTES_IN:
-            acks = _produce_acks(buf, body, peek_end, end, version)
+            acks = produce_acks(buf, body, peek_end, version)
+            if acks < -0x8000:
+                _short(peek_end, end)
+                raise FrameError("produce request too short to hold acks")
         elif policy & FETCH_WAIT and api_key == API_FETCH:
-            at = body + (4 if version <= REPLICA_ID_IN_BODY_UNTIL else 0)
+            at = max_wait_offset(body, version)
             if at + 4 > peek_end:
                 _short(peek_end, end)
                 raise FrameError("fetch request too short to hold max_wait_ms")
@@ -922,34 +896,6 @@ def _short(peek_end, end):
     """A read past the bytes peeked at: _ShortPeek when the frame has more of them."""
     if peek_end < end:
         raise _ShortPeek()
-
-
-def _produce_acks(data, body, peek_end, end, version):
-    """A produce request's acks (0: the broker sends no response), from its body at data[body:peek_end]."""
-    at = body
-    if version >= 3:  # transactional_id comes first
-        if version >= 9:  # compact nullable string: uvarint length + 1
-            if at < peek_end and data[at] < 0x80:
-                length = data[at] - 1
-                at += 1
-            else:
-                length, at = _uvarint(data, at, peek_end)  # produce_walk's
-                if length < 0:
-                    _short(peek_end, end)
-                    raise FrameError("produce request's transactional_id length is not a varint")
-                length -= 1
-        else:
-            if at + 2 > peek_end:
-                _short(peek_end, end)
-                raise FrameError("produce request too short to hold acks")
-            length = _i16(data, at)
-            at += 2
-        if length > 0:
-            at += length
-    if at + 2 > peek_end:
-        _short(peek_end, end)
-        raise FrameError("produce request too short to hold acks")
-    return _i16(data, at)
 
 
 def _plain_produce_response(frame, version):

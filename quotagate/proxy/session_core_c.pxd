@@ -4,7 +4,7 @@
 cimport cython
 from libc.string cimport memcmp
 
-from quotagate.protocol.produce_walk_c cimport _uvarint, produce_topics, produce_topics_of, usual_throttle_offset
+from quotagate.protocol.produce_walk_c cimport produce_acks, produce_topics, produce_topics_of, usual_throttle_offset
 from quotagate.proxy.usage_collectors_c cimport AggregateCollector, RequestCollector
 from quotagate.protocol.rewrite_memo_c cimport RewriteMemo
 from quotagate.quotas.charging_c cimport charge_request, charge_response, count_exchange, request_time_ms, shadow_throttle_ms
@@ -147,7 +147,5 @@ cdef object _slice(bytes data, Py_ssize_t start, Py_ssize_t end)
 @cython.locals(head=bytes)
 cdef int _correlation_id(object frame) except? -1
 cdef int _short(Py_ssize_t peek_end, Py_ssize_t end) except -1
-@cython.locals(at=Py_ssize_t, length=Py_ssize_t)
-cdef int _produce_acks(const unsigned char* data, Py_ssize_t body, Py_ssize_t peek_end, Py_ssize_t end, int version) except? -32768
 @cython.locals(data=bytes, length=Py_ssize_t, throttle_at=Py_ssize_t)
 cdef bint _plain_produce_response(object frame, int version) except -1
