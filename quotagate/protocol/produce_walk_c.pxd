@@ -13,8 +13,8 @@ cpdef object usual_flexible_throttle_offset(object frame, Py_ssize_t pos, int ve
 
 @cython.locals(value=long, shift=int, byte=int)
 cdef (long, Py_ssize_t) _uvarint(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end) noexcept
-@cython.locals(value="unsigned int")
-cdef long _i32(const unsigned char* buf, Py_ssize_t pos) noexcept
+@cython.locals(high=long)
+cdef long i32(const unsigned char* buf, Py_ssize_t pos) noexcept
 @cython.locals(at=Py_ssize_t, length=long, value=int)
 cpdef int produce_acks(const unsigned char* buf, Py_ssize_t body, Py_ssize_t end, int version) noexcept
 @cython.locals(view="const unsigned char[:]")

@@ -39,7 +39,13 @@ from quotagate.proxy.metrics import LATENCY_BUCKETS, SASL_RECEIVE_LIMIT
 from quotagate.proxy.quota_admin import CLIENT_QUOTA_APIS
 
 if not cython.compiled:  # compiled, these are cimported (session_core_c.pxd)
-    from quotagate.protocol.produce_walk import produce_acks, produce_topics, produce_topics_of, usual_throttle_offset
+    from quotagate.protocol.produce_walk import (
+        i32,
+        produce_acks,
+        produce_topics,
+        produce_topics_of,
+        usual_throttle_offset,
+    )
     from quotagate.protocol.rewrite_memo import RewriteMemo
     from quotagate.proxy.usage_collectors import AggregateCollector
     from quotagate.quotas.charging import (
@@ -161,11 +167,6 @@ class _ShortPeek(Exception):
 def _i16(buf: bytes, pos: int) -> int:
     value = (buf[pos] << 8) | buf[pos + 1]
     return value - 0x10000 if value >= 0x8000 else value
-
-
-def _i32(buf: bytes, pos: int) -> int:
-    value = (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]
-    return value - 0x100000000 if value >= 0x80000000 else value
 
 
 class InFlight:
@@ -366,7 +367,7 @@ class SessionCore:
         while pos < n:
             if n - pos < 4:
                 return False
-            size = _i32(buf, pos)
+            size = i32(buf, pos)
             if size < 0 or size > self._max_frame_size or size > n - pos - 4:
                 return False
             pos += 4 + size
@@ -376,7 +377,7 @@ class SessionCore:
         pos = 0
         step = GO_ON
         while pos < n and step == GO_ON:
-            end = pos + 4 + _i32(buf, pos)
+            end = pos + 4 + i32(buf, pos)
             forwarded = self._request(data, pos, end, None, now)
             if forwarded is not data:  # not as it is: what came before it goes first
                 if run < pos:
@@ -391,7 +392,7 @@ class SessionCore:
         if pos < n and step == STOP:
             view = memoryview(data)
             while pos < n:  # what was read after a request that stops reading waits, in order
-                end = pos + 4 + _i32(buf, pos)
+                end = pos + 4 + i32(buf, pos)
                 self.held.append(view[pos:end])
                 pos = end
         self._local_turn(now)
@@ -448,7 +449,7 @@ class SessionCore:
             raise FrameError(f"request of {size} bytes is shorter than a header")
         api_key = _i16(buf, pos + 4)
         version = _i16(buf, pos + 6)
-        correlation_id = _i32(buf, pos + 8)
+        correlation_id = i32(buf, pos + 8)
         client_id_len = _i16(buf, pos + 12)
         body = pos + 14
         if client_id_len >= 0:
@@ -488,7 +489,7 @@ class SessionCore:
             if at + 4 > peek_end:
                 _short(peek_end, end)
                 raise FrameError("fetch request too short to hold max_wait_ms")
-            max_wait = _i32(buf, at)
+            max_wait = i32(buf, at)
             if max_wait < 0:
                 max_wait = 0
         counts = self._requests_by_key
@@ -639,7 +640,7 @@ class SessionCore:
         n = len(data)
         if n < 4 or not self.in_flight:
             return False
-        size = _i32(buf, 0)
+        size = i32(buf, 0)
         if size < 0 or size > n - 4:
             return False
         out = self.to_client
@@ -647,7 +648,7 @@ class SessionCore:
         pos = 0
         view = None
         while n - pos >= 4:
-            size = _i32(buf, pos)
+            size = i32(buf, pos)
             if size < 0 or size > n - pos - 4:
                 break  # partial (or bad): the splitter's
             if pos == 0 and size == n - 4:
@@ -766,7 +767,7 @@ class SessionCore:
             self._entity_metrics.record_exempt(latency_ms)
         else:
             request_ms = request_time_ms(api_key, latency_ms, request.fetch_max_wait_ms)
-        response_size = _i32(frame, 0) if type(frame) is bytes else frame_body_size(frame)
+        response_size = i32(frame, 0) if type(frame) is bytes else frame_body_size(frame)
         shadow_ms = 0
         if self._engine.limits_anyone:
             buckets = self._buckets(request.client_id, now)
@@ -889,7 +890,7 @@ def _correlation_id(frame):
     if len(frame) < 8:
         raise FrameError("response shorter than a correlation id")
     head = frame if type(frame) is bytes else bytes(frame[:8])
-    return _i32(head, 4)
+    return i32(head, 4)
 
 
 def _short(peek_end, end):

@@ -4,7 +4,7 @@
 cimport cython
 from libc.string cimport memcmp
 
-from quotagate.protocol.produce_walk_c cimport produce_acks, produce_topics, produce_topics_of, usual_throttle_offset
+from quotagate.protocol.produce_walk_c cimport i32, produce_acks, produce_topics, produce_topics_of, usual_throttle_offset
 from quotagate.proxy.usage_collectors_c cimport AggregateCollector, RequestCollector
 from quotagate.protocol.rewrite_memo_c cimport RewriteMemo
 from quotagate.quotas.charging_c cimport charge_request, charge_response, count_exchange, request_time_ms, shadow_throttle_ms
@@ -26,8 +26,6 @@ cdef Py_ssize_t N_BOUNDS
 
 @cython.locals(value=int)
 cdef inline int _i16(const unsigned char* buf, Py_ssize_t pos) noexcept
-@cython.locals(value="unsigned int")
-cdef inline long _i32(const unsigned char* buf, Py_ssize_t pos) noexcept
 
 
 cdef class InFlight:

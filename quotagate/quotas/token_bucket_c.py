@@ -1,0 +1,1 @@
+token_bucket.py
