@@ -1016,7 +1016,7 @@ def _key_value(key: str, spec: Field[Any], hint: Any, rules: Mapping[str, Any], 
     if value is None or (required and value in ("", [])):
         if required:
             raise ConfigError(key, "is required" + (f": {rules['required']}" if "required" in rules else ""))
-        value = spec.default if spec.default is not MISSING else spec.default_factory()  # type: ignore[misc]
+        value = spec.default if spec.default is not MISSING else spec.default_factory()
         return float(value) if hint is float else value
     if "parse" in rules:
         return _checked(key, rules["parse"], value)
