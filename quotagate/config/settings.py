@@ -24,7 +24,7 @@ Only the rules that span keys are written by hand, in the section's `_parse_*`. 
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from functools import cache
 from pathlib import Path
@@ -1054,7 +1054,8 @@ def _checked_string(key: str, value: Any, rules: Mapping[str, Any]) -> str:
     return value
 
 
-def _checked(key: str, parse: Any, value: Any) -> Any:
+def _checked(key: str, parse: Callable[[Any], Any], value: Any) -> Any:
+    """What `parse` makes of the value; its ValueError becomes a ConfigError naming the key."""
     try:
         return parse(value)
     except ValueError as exc:
