@@ -38,6 +38,7 @@ class KeyDoc:
     default: str  # a TOML value, or words (`default_is_text`), or "" when there is none
     default_is_text: bool
     meaning: str
+    bounds: str = ""  # the values it may take, from its field's metadata ("1..65535"), or ""
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,11 @@ def config_sections() -> list[SectionDoc]:
                 raise SchemaError(f'{section.name}: not a dataclass: list its keys in its metadata "keys"')
             name = section.metadata.get("toml_name", section.name)
             prefix = "" if shape == TOP_LEVEL else name + "."
-            keys = tuple(_key_doc(prefix, key, get_type_hints(section_type)[key.name]) for key in fields(section_type))
+            rules = section.metadata.get("rules", {})  # for keys whose fields are not the configuration's
+            key_hints = get_type_hints(section_type)
+            keys = tuple(
+                _key_doc(prefix, key, key_hints[key.name], rules.get(key.name, {})) for key in fields(section_type)
+            )
         sections.append(SectionDoc(section.name, shape, meaning, keys, section.metadata.get("toml_name", "")))
     return sorted(sections, key=lambda section: _FILE_ORDER[section.shape])
 
@@ -92,7 +97,7 @@ def _meaning(where: str, field: Field[Any]) -> str:
     return doc
 
 
-def _key_doc(prefix: str, key: Field[Any], hint: Any) -> KeyDoc:
+def _key_doc(prefix: str, key: Field[Any], hint: Any, rules: Mapping[str, Any]) -> KeyDoc:
     where = prefix + key.name
     meaning = _meaning(where, key)
     if "default" in key.metadata:
@@ -103,7 +108,20 @@ def _key_doc(prefix: str, key: Field[Any], hint: Any) -> KeyDoc:
         default, is_text = toml_value(toml_data(key.default_factory())), False
     else:
         default, is_text = "required", True
-    return KeyDoc(key.name, _toml_type(where, key, hint), default, is_text, meaning)
+    return KeyDoc(key.name, _toml_type(where, key, hint), default, is_text, meaning, bounds({**key.metadata, **rules}))
+
+
+def bounds(rules: Mapping[str, Any]) -> str:
+    """The values a key may take, in words, from the rules parse_config applies (see settings.py)."""
+    if "choices" in rules:
+        return "one of " + ", ".join(toml_value(choice) for choice in rules["choices"])
+    if "min" in rules:
+        return f"{rules['min']}..{rules['max']}"
+    if "max" in rules:
+        return f"> 0, at most {rules['max']:g}"
+    if rules.get("file"):
+        return "an existing file"
+    return ""
 
 
 def _toml_type(where: str, key: Field[Any], hint: Any) -> str:
@@ -145,7 +163,8 @@ def reference_markdown() -> str:
         lines += ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
         for key in section.keys:
             default = key.default if key.default_is_text else f"`{key.default}`"
-            cells = (f"`{key.name}`", key.toml_type, default or "–", key.meaning)
+            toml_type = f"{key.toml_type} ({key.bounds})" if key.bounds else key.toml_type
+            cells = (f"`{key.name}`", toml_type, default or "–", key.meaning)
             lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines + reload_markdown()) + "\n"
 

@@ -3,25 +3,37 @@
 Every problem is reported as a ConfigError that names the offending key (`proxy.port`) and says what
 was wrong, so `quotagate check-config` can point an operator at the exact line to fix.
 
-Each key is documented next to its field, in the field's metadata: "doc" (its meaning, required),
-and where the field alone does not say it, "type" (the TOML type) and "default" (a computed default,
-in words). docs/configuration.md is generated from them (`make docs`); a key without "doc" fails the
-generator and the tests. A new key is one field:
+Each key is stated once, in its field: the type (the field's type), the default (the field's) and the
+rules (the field's metadata), which one parser (`_section_values`) applies to every section and
+docs/configuration.md is generated from (`make docs`). The metadata:
+- "doc": its meaning (required: a key without it fails the generator and the tests);
+- "min" and "max" for an integer (or each integer of an array, whose "unit" names them in messages);
+  "max" for a number, which is always > 0 (every number here is a duration);
+- "choices" for a string that takes one of a few values; "file" for a path that must exist (when not
+  empty); "check", a function that raises ValueError naming what is wrong with a string;
+- "parse", for a value of its own shape ("host:port" strings, ...): a function from the TOML value
+  to the field's, which raises ValueError naming the problem;
+- "required", for a field without a default: what to give (an empty value counts as missing);
+- "type" (the TOML type) and "default" (a computed default, in words), where the field's type and
+  default do not say it.
+Only the rules that span keys are written by hand, in the section's `_parse_*`. A new key is one field:
 
-    new_key: int = field(default=5, metadata={"doc": "What it means."})
+    new_key: int = field(default=5, metadata={"doc": "What it means.", "min": 1, "max": 100})
 """
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
 from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.entities import quota_value_problem
 from quotagate.quotas.topic_thresholds import TopicThresholds
-from quotagate.security.principal_mapping import PrincipalMapper
+from quotagate.security.tls_settings import ListenerTlsConfig, UpstreamTlsConfig
 
 DEFAULT_PORT = 9192
 DEFAULT_METRICS_PORT = 9190
@@ -31,11 +43,22 @@ DEFAULT_PARTIAL_FRAMES_MAX_BYTES = 256 * 1024 * 1024
 CLIENT_SASL_MODES = ("auto", "required", "none")
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
 MAX_INT32 = 2**31 - 1  # Kafka's "no limit" for its connection limits
+MAX_INT64 = 2**63 - 1
 DEFAULT_BROKER_NODE_IDS = (0, 9)
 # The longest time any *_seconds key may name (a week), and a quota sample window (an hour): every
 # number read from the file is finite and in range, so nothing derived from it overflows.
 SECONDS_MAX = 7 * 24 * 3600.0
 WINDOW_SECONDS_MAX = 3600.0
+PORT_RANGE = {"min": 1, "max": 65535}
+SECONDS = {"max": SECONDS_MAX}
+# The rules of the top-level keys, whose fields (QuotaWindows) are the quota engine's.
+WINDOW_RULES: dict[str, Mapping[str, Any]] = {
+    "quota_window_num": {"min": 1, "max": 3600},
+    "quota_window_size_seconds": {"max": WINDOW_SECONDS_MAX},
+    "controller_quota_window_num": {"min": 1, "max": 3600},
+    "controller_quota_window_size_seconds": {"max": WINDOW_SECONDS_MAX},
+}
+_Tls = TypeVar("_Tls", ListenerTlsConfig, UpstreamTlsConfig)
 
 
 class ConfigError(ValueError):
@@ -45,12 +68,86 @@ class ConfigError(ValueError):
         self.problem = problem
 
 
+# ------------------------------------------------------------------------ values of their own shape
+# Each takes the TOML value and raises ValueError naming the problem; the parser adds the key.
+
+
+def _host_port(item: Any) -> tuple[str, int]:
+    if not isinstance(item, str) or ":" not in item:
+        raise ValueError(f'entry {item!r} is not a "host:port" string')
+    host, _, port_text = item.rpartition(":")
+    host = host.strip("[]")  # allow "[::1]:9092"
+    if not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ValueError(f'entry {item!r} is not a "host:port" string with a port in 1..65535')
+    return host, int(port_text)
+
+
+def _host_ports(value: Any) -> tuple[tuple[str, int], ...]:
+    if not isinstance(value, list):
+        raise ValueError(f'must be a list of "host:port" strings, got {value!r}')
+    return tuple(_host_port(item) for item in value)
+
+
+def _host_port_strings(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) and ":" in item for item in value):
+        raise ValueError('must be a list of "host:port" strings')
+    return tuple(value)
+
+
+def _per_ip_overrides(value: Any) -> tuple[tuple[str, int], ...]:
+    # An array of "host:count" strings, as bootstrap_servers is written, or the broker's own
+    # comma-separated string pasted from server.properties.
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f'must be an array of "host:count" strings, got {value!r}')
+    overrides = []
+    for entry in filter(None, (part.strip() for part in value)):
+        host, _, count = entry.rpartition(":")
+        if not host or not count.isdigit():
+            raise ValueError(f'entry {entry!r} is not "host:count" (e.g. "127.0.0.1:200")')
+        overrides.append((host.strip("[]"), int(count)))
+    return tuple(overrides)
+
+
+def _node_id_range(value: Any) -> tuple[int, int]:
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(isinstance(item, int) and not isinstance(item, bool) for item in value)
+    ):
+        raise ValueError(f"must be an array of two integers [first, last], got {value!r}")
+    first, last = value
+    if not 0 <= first <= last:
+        raise ValueError(f"must be [first, last] with 0 <= first <= last, got {value!r}")
+    return first, last
+
+
+def _user_names(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(name, str) and name for name in value):
+        raise ValueError('must be a list of user names, e.g. ["admin"]')
+    return tuple(value)
+
+
+def _check_redis_url(url: str) -> None:
+    if url and not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError(f"must start with redis://, rediss:// or unix://, got {url!r}")
+
+
+def _check_key_prefix(prefix: str) -> None:
+    if "{" in prefix or "}" in prefix:
+        # A brace in the prefix would become every key's hash tag: one Redis Cluster slot for all.
+        raise ValueError(f"must not contain {{ or }}, got {prefix!r}")
+
+
 @dataclass(frozen=True)
 class ProxyConfig:
     bootstrap_servers: tuple[tuple[str, int], ...] = field(
         metadata={
             "doc": "The real Kafka cluster: any subset of its brokers; the rest are learned through Metadata.",
             "type": 'array of "host:port" strings',
+            "required": 'e.g. ["kafka-1:9092"]',
+            "parse": _host_ports,
         }
     )
     listen_host: str = field(default="127.0.0.1", metadata={"doc": "Address the proxy's listeners bind to."})
@@ -63,23 +160,31 @@ class ProxyConfig:
             "default": "listen_host",
         },
     )
-    port: int = field(default=DEFAULT_PORT, metadata={"doc": "Bootstrap listener: clients' bootstrap.servers."})
+    port: int = field(
+        default=DEFAULT_PORT, metadata={"doc": "Bootstrap listener: clients' bootstrap.servers.", **PORT_RANGE}
+    )
     # The listener for broker node N is on broker_port_base + N (default: port + 1), so a broker's
     # proxy port is stable across restarts and easy to open in a firewall.
     broker_port_base: int = field(
         default=DEFAULT_PORT + 1,
-        metadata={"doc": "Broker node N is served on broker_port_base + N.", "default": "port + 1"},
+        metadata={"doc": "Broker node N is served on broker_port_base + N.", "default": "port + 1", **PORT_RANGE},
     )
     max_frame_size: int = field(
         default=DEFAULT_MAX_FRAME_SIZE,
-        metadata={"doc": "Largest request frame accepted from a client, in bytes (Kafka's socket.request.max.bytes)."},
+        metadata={
+            "doc": "Largest request frame accepted from a client, in bytes (Kafka's socket.request.max.bytes).",
+            "min": 1024,
+            "max": MAX_INT32,
+        },
     )
     sasl_server_max_receive_size: int = field(
         default=DEFAULT_SASL_SERVER_MAX_RECEIVE_SIZE,
         metadata={
             "doc": "Kafka's sasl.server.max.receive.size: on brokers that require SASL (client_sasl), the largest "
             "frame a client may send before its SASL authentication completes (and during a re-authentication); "
-            "a larger size closes the connection as soon as its 4-byte prefix is read, as the broker does."
+            "a larger size closes the connection as soon as its 4-byte prefix is read, as the broker does.",
+            "min": 1,
+            "max": MAX_INT32,
         },
     )
     client_sasl: str = field(
@@ -88,7 +193,8 @@ class ProxyConfig:
             "doc": "Whether the brokers' listener behind the proxy requires SASL (SASL_PLAINTEXT, SASL_SSL): "
             '"required", "none" (PLAINTEXT, SSL), or "auto": learned from the brokers (a SASL listener closes '
             "the proxy's own Metadata request unanswered), and taken as required until then. Where required, "
-            "sasl_server_max_receive_size applies until the first request that is not ApiVersions or SASL."
+            "sasl_server_max_receive_size applies until the first request that is not ApiVersions or SASL.",
+            "choices": CLIENT_SASL_MODES,
         },
     )
     partial_frames_max_bytes: int = field(
@@ -97,27 +203,33 @@ class ProxyConfig:
             "doc": "Bytes all client connections together may hold for requests that have not fully arrived. "
             "A connection whose next bytes would go over is closed (after the answers to its whole requests "
             "before), never paused: a pause could leave it waiting on memory that other slow senders hold. "
-            "Plays the part of Kafka's queued.max.request.bytes."
+            "Plays the part of Kafka's queued.max.request.bytes.",
+            "min": 1,
+            "max": MAX_INT64,
         },
     )
     connect_timeout_seconds: float = field(
-        default=10.0, metadata={"doc": "Time allowed to open a connection to a broker."}
+        default=10.0, metadata={"doc": "Time allowed to open a connection to a broker.", **SECONDS}
     )
     metadata_refresh_seconds: float = field(
-        default=30.0, metadata={"doc": "How often the proxy asks the cluster for its brokers (Metadata)."}
+        default=30.0, metadata={"doc": "How often the proxy asks the cluster for its brokers (Metadata).", **SECONDS}
     )
     connections_max_idle_ms: int = field(
         default=600_000,
         metadata={
             "doc": "Kafka's connections.max.idle.ms: a client connection over which no byte has moved either way "
-            "for this long is closed (a half-sent frame does not keep it open; a quota mute does)."
+            "for this long is closed (a half-sent frame does not keep it open; a quota mute does).",
+            "min": 1,
+            "max": MAX_INT64,
         },
     )
     max_connections_per_ip: int = field(
         default=MAX_INT32,
         metadata={
             "doc": "Kafka's max.connections.per.ip: a connection from an address that already has this many is "
-            "closed right after it is accepted, as the broker does."
+            "closed right after it is accepted, as the broker does.",
+            "min": 0,
+            "max": MAX_INT32,
         },
     )
     max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = field(
@@ -126,6 +238,7 @@ class ProxyConfig:
             "doc": 'Kafka\'s max.connections.per.ip.overrides: per-host limits as an array of "host:count" '
             'strings (["hostName:100", "127.0.0.1:200"]), or the broker\'s own "hostName:100,127.0.0.1:200".',
             "type": 'array of "host:count" strings',
+            "parse": _per_ip_overrides,
         },
     )
     max_connection_creation_rate: int = field(
@@ -133,31 +246,37 @@ class ProxyConfig:
         metadata={
             "doc": "Kafka's max.connection.creation.rate (KIP-612): new connections per second over all "
             "listeners. Beyond it a new connection is accepted but not read until the rate allows, which is "
-            "what a client sees of the broker's acceptor waiting."
+            "what a client sees of the broker's acceptor waiting.",
+            "min": 1,
+            "max": MAX_INT32,
         },
     )
     socket_listen_backlog_size: int = field(
         default=1024,
         metadata={
-            "doc": "Kafka's socket.listen.backlog.size (KIP-764): pending connections the kernel queues per listener."
+            "doc": "Kafka's socket.listen.backlog.size (KIP-764): pending connections the kernel queues per listener.",
+            "min": 1,
+            "max": 65535,
         },
     )
     shutdown_timeout_seconds: float = field(
         default=30.0,
         metadata={
             "doc": "On SIGTERM the proxy stops accepting and reading requests, and waits this long at most for "
-            "the answers to requests already forwarded before it closes the connections and flushes usage."
+            "the answers to requests already forwarded before it closes the connections and flushes usage.",
+            **SECONDS,
         },
     )
     readiness_probe_seconds: float = field(
         default=2.0,
         metadata={
             "doc": "/readyz: how often the proxy asks the brokers for ApiVersions; when none answers within "
-            "readiness_timeout_seconds (a frozen broker still accepts TCP connections) it reports not ready."
+            "readiness_timeout_seconds (a frozen broker still accepts TCP connections) it reports not ready.",
+            **SECONDS,
         },
     )
     readiness_timeout_seconds: float = field(
-        default=2.0, metadata={"doc": "/readyz: how long a broker has to answer the readiness probe."}
+        default=2.0, metadata={"doc": "/readyz: how long a broker has to answer the readiness probe.", **SECONDS}
     )
     oauthbearer_principal_claim: str = field(
         default="sub",
@@ -172,6 +291,8 @@ class ProxyConfig:
             "doc": "Processes serving the same ports on this host (SO_REUSEPORT), one core each. Worker i serves "
             "its metrics on metrics.port + i (or metrics.worker_ports). With more than one, the quotas are shared "
             "through [cluster] redis_url, or each worker enforces 1/workers of them without it.",
+            "min": 1,
+            "max": 256,
         },
     )
     # The broker listeners' ports must be known before the cluster names its brokers, so that
@@ -183,6 +304,7 @@ class ProxyConfig:
             "broker_port_base + first .. broker_port_base + last, which no other port of the proxy may use. "
             "A broker outside the range is still served, with a warning naming this key.",
             "type": "array of two integers",
+            "parse": _node_id_range,
         },
     )
 
@@ -194,62 +316,11 @@ class ProxyConfig:
         return first <= node_id <= last
 
 
-CLIENT_AUTH_MODES = ("none", "requested", "required")
-
-
-@dataclass(frozen=True)
-class ListenerTlsConfig:
-    """TLS on the proxy's listeners (clients connect with security.protocol SSL or SASL_SSL)."""
-
-    cert: str = field(metadata={"doc": "PEM file of the proxy's certificate chain, shown to clients. Required."})
-    key: str = field(metadata={"doc": "PEM file of its private key (unencrypted). Required."})
-    ca: str = field(
-        default="",
-        metadata={"doc": "PEM file of the CAs client certificates must chain to; required unless client_auth is none."},
-    )
-    client_auth: str = field(
-        default="none",
-        metadata={
-            "doc": "Client certificates, as the broker's ssl.client.auth: none, requested (verified if given) "
-            "or required. A verified certificate's subject, mapped by principal_mapping_rules, is the user "
-            "until SASL names another."
-        },
-    )
-    principal_mapping_rules: str = field(
-        default="DEFAULT",
-        metadata={
-            "doc": "The broker's ssl.principal.mapping.rules: RULE:pattern/replacement/[LU] and DEFAULT (the "
-            "RFC 2253 subject), comma-separated, the first that matches wins; a certificate no rule matches "
-            "is refused."
-        },
-    )
-
-
-@dataclass(frozen=True)
-class UpstreamTlsConfig:
-    """TLS from the proxy to the brokers (their SSL or SASL_SSL listeners)."""
-
-    ca: str = field(
-        default="", metadata={"doc": "PEM file of the CAs broker certificates chain to.", "default": "the system's CAs"}
-    )
-    cert: str = field(
-        default="",
-        metadata={"doc": "PEM file of the proxy's client certificate chain, for brokers with ssl.client.auth."},
-    )
-    key: str = field(default="", metadata={"doc": "PEM file of that certificate's private key (unencrypted)."})
-    check_hostname: bool = field(
-        default=True,
-        metadata={
-            "doc": "Check that a broker's certificate names the host the proxy connects to "
-            "(ssl.endpoint.identification.algorithm = https)."
-        },
-    )
-
-
 @dataclass(frozen=True)
 class MetricsConfig:
     port: int = field(
-        default=DEFAULT_METRICS_PORT, metadata={"doc": "Port of the HTTP server: /metrics, /healthz, /readyz, /quotas."}
+        default=DEFAULT_METRICS_PORT,
+        metadata={"doc": "Port of the HTTP server: /metrics, /healthz, /readyz, /quotas.", **PORT_RANGE},
     )
     host: str = field(
         default="127.0.0.1", metadata={"doc": "Address it binds to; 0.0.0.0 to let Prometheus on another host scrape."}
@@ -260,6 +331,8 @@ class MetricsConfig:
             "doc": "The metrics port of each worker, worker 0 first, one per proxy.workers (worker 0's is then "
             "metrics.port's too). Empty: worker i uses metrics.port + i.",
             "type": "array of integers",
+            "unit": "ports",
+            **PORT_RANGE,
         },
     )
     # Entities (user, client-id) exported with series of their own; the rest fold into "other".
@@ -267,7 +340,9 @@ class MetricsConfig:
         default=500,
         metadata={
             "doc": "Entities (user, client-id) exported with series of their own, the busiest first; the rest are "
-            'summed into user="other" (about 15 series per entity).'
+            'summed into user="other" (about 15 series per entity).',
+            "min": 1,
+            "max": 100_000,
         },
     )
 
@@ -288,7 +363,8 @@ class ClusterConfig:
         default="",
         metadata={
             "doc": 'Redis holding the shared quota buckets, e.g. "redis://10.0.0.5:6379/0". Empty: each '
-            "process enforces its share of the quotas alone (see processes)."
+            "process enforces its share of the quotas alone (see processes).",
+            "check": _check_redis_url,
         },
     )
     processes: int = field(
@@ -297,19 +373,27 @@ class ClusterConfig:
             "doc": "Proxy processes sharing the quotas, all hosts together. Without Redis (or while it is "
             "unreachable and before any process registered in it) each enforces 1/processes of every quota.",
             "default": "proxy.workers",
+            "min": 0,
+            "max": 10_000,
         },
     )
     lease_seconds: float = field(
         default=0.1,
-        metadata={"doc": "A busy entity's lease lasts about this long at its recent rate before it is renewed."},
+        metadata={
+            "doc": "A busy entity's lease lasts about this long at its recent rate before it is renewed.",
+            **SECONDS,
+        },
     )
     key_prefix: str = field(
         default="quotagate:",
-        metadata={"doc": "Prefix of every Redis key; proxies sharing quotas must use the same one."},
+        metadata={
+            "doc": "Prefix of every Redis key; proxies sharing quotas must use the same one.",
+            "check": _check_key_prefix,
+        },
     )
     redis_timeout_seconds: float = field(
         default=0.5,
-        metadata={"doc": "A Redis call slower than this counts as Redis being unavailable."},
+        metadata={"doc": "A Redis call slower than this counts as Redis being unavailable.", **SECONDS},
     )
     redis_cluster_nodes: tuple[tuple[str, int], ...] = field(
         default=(),
@@ -318,6 +402,7 @@ class ClusterConfig:
             "doc": 'A Redis Cluster instead of redis_url: seed nodes, e.g. ["10.0.0.5:6379", "10.0.0.6:6379"]; '
             "the others are discovered. Each bucket is one key, hash-tagged by entity, so each script call "
             "stays in one slot; each tick's pipeline is split per primary.",
+            "parse": _host_ports,
         },
     )
     redis_sentinels: tuple[tuple[str, int], ...] = field(
@@ -327,6 +412,7 @@ class ClusterConfig:
             "doc": "A primary and its replicas under Sentinel instead of redis_url: the sentinels, e.g. "
             '["10.0.0.7:26379", "10.0.0.8:26379", "10.0.0.9:26379"]; the primary is asked of them at '
             "each (re)connection.",
+            "parse": _host_ports,
         },
     )
     redis_sentinel_service: str = field(
@@ -337,7 +423,8 @@ class ClusterConfig:
         default="",
         metadata={
             "doc": "File holding the sentinels' own password (their requirepass), if they have one; the "
-            "primary takes redis_username and redis_password_file."
+            "primary takes redis_username and redis_password_file.",
+            "file": True,
         },
     )
     redis_username: str = field(
@@ -348,7 +435,8 @@ class ClusterConfig:
         default="",
         metadata={
             "doc": "File holding that user's password (one line), read at start-up; kept out of this file so "
-            "that check-config and the logs never show it. Empty: no password."
+            "that check-config and the logs never show it. Empty: no password.",
+            "file": True,
         },
     )
     redis_tls: bool = field(
@@ -360,7 +448,10 @@ class ClusterConfig:
     )
     redis_tls_ca: str = field(
         default="",
-        metadata={"doc": "PEM file of the CA that signed the Redis servers' certificates. Empty: the system's CAs."},
+        metadata={
+            "doc": "PEM file of the CA that signed the Redis servers' certificates. Empty: the system's CAs.",
+            "file": True,
+        },
     )
 
     @property
@@ -375,17 +466,21 @@ class UsageConfig:
     enabled: bool = field(default=False, metadata={"doc": "Write usage records for the pipeline."})
     sink: str = field(
         default="parquet",
-        metadata={"doc": 'Where records go: "parquet" or "jsonl" files under directory, or a "kafka" topic.'},
+        metadata={
+            "doc": 'Where records go: "parquet" or "jsonl" files under directory, or a "kafka" topic.',
+            "choices": ("parquet", "jsonl", "kafka"),
+        },
     )
     records: str = field(
         default="aggregate",
         metadata={
             "doc": '"aggregate": one v2 record per interval and (user, client_id, api_key[, topic]); '
-            '"request": one v1 record per request (verbose: for debugging).'
+            '"request": one v1 record per request (verbose: for debugging).',
+            "choices": ("aggregate", "request"),
         },
     )
     interval_seconds: float = field(
-        default=1.0, metadata={"doc": 'The span one aggregate record covers (records = "aggregate").'}
+        default=1.0, metadata={"doc": 'The span one aggregate record covers (records = "aggregate").', **SECONDS}
     )
     directory: str = field(
         default="usage",
@@ -397,19 +492,25 @@ class UsageConfig:
     )
     max_file_bytes: int = field(
         default=64 * 1024 * 1024,
-        metadata={"doc": "A file is closed and a new one started at this size (and every hour)."},
+        metadata={
+            "doc": "A file is closed and a new one started at this size (and every hour).",
+            "min": 1024,
+            "max": 2**40,
+        },
     )
     max_file_seconds: float = field(
-        default=60.0, metadata={"doc": "A Parquet file is closed (and readable) at least this often."}
+        default=60.0, metadata={"doc": "A Parquet file is closed (and readable) at least this often.", **SECONDS}
     )
     buffer_records: int = field(
         default=100_000,
         metadata={
-            "doc": "Records (or aggregate keys) held between flushes at most; beyond, they are dropped and counted."
+            "doc": "Records (or aggregate keys) held between flushes at most; beyond, they are dropped and counted.",
+            "min": 1,
+            "max": 10_000_000,
         },
     )
     flush_interval_seconds: float = field(
-        default=1.0, metadata={"doc": "How often collected records are handed to the sink."}
+        default=1.0, metadata={"doc": "How often collected records are handed to the sink.", **SECONDS}
     )
     kafka_bootstrap_servers: tuple[str, ...] = field(
         default=(),
@@ -418,6 +519,7 @@ class UsageConfig:
             "kafka_security_protocol.",
             "type": 'array of "host:port" strings',
             "default": "proxy.bootstrap_servers",
+            "parse": _host_port_strings,
         },
     )
     kafka_topic: str = field(default="quotagate-usage", metadata={"doc": 'Topic of the "kafka" sink.'})
@@ -431,11 +533,15 @@ class UsageConfig:
             "doc": 'How the "kafka" sink connects: "PLAINTEXT", "SSL", "SASL_PLAINTEXT" or "SASL_SSL". TLS uses '
             "[upstream.tls] (its CAs and client certificate) when set, else the system's CAs.",
             "default": '"SSL" when [upstream.tls] is set, else "PLAINTEXT"',
+            "choices": ("", "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
         },
     )
     kafka_sasl_mechanism: str = field(
         default="PLAIN",
-        metadata={"doc": 'SASL mechanism of the "kafka" sink: "PLAIN", "SCRAM-SHA-256" or "SCRAM-SHA-512".'},
+        metadata={
+            "doc": 'SASL mechanism of the "kafka" sink: "PLAIN", "SCRAM-SHA-256" or "SCRAM-SHA-512".',
+            "choices": ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        },
     )
     kafka_sasl_username: str = field(default="", metadata={"doc": 'SASL user of the "kafka" sink.'})
     kafka_sasl_password: str = field(
@@ -466,7 +572,8 @@ class AdminConfig:
         metadata={
             "doc": '"proxy": the proxy answers DescribeClientQuotas and AlterClientQuotas from its own quotas '
             '(this file plus the state file); "forward": they pass to the cluster unchanged and set the '
-            "brokers' own quotas."
+            "brokers' own quotas.",
+            "choices": ("proxy", "forward"),
         },
     )
     alter_principals: tuple[str, ...] = field(
@@ -476,6 +583,7 @@ class AdminConfig:
             "gets CLUSTER_AUTHORIZATION_FAILED; describing is open to all. Without SASL every client is "
             '"ANONYMOUS": listing it lets anyone who can reach the proxy alter quotas. Empty: nobody may.',
             "type": "array of strings",
+            "parse": _user_names,
         },
     )
     state_file: str = field(
@@ -550,6 +658,7 @@ class Config:
             "doc": "Kafka's quota sample windows, at the top of the file (before any [section]); they size the "
             "bursts: burst = rate x window_num x window_size_seconds.",
             "toml": "top-level keys",
+            "rules": WINDOW_RULES,
         },
     )
     topic_thresholds: TopicThresholds | None = field(
@@ -626,214 +735,74 @@ def parse_config(text: str) -> Config:
     return Config(
         proxy=proxy_config,
         metrics=metrics_config,
-        proxy_tls=_parse_listener_tls(proxy_tls),
-        upstream_tls=_parse_upstream_tls(upstream.get("tls")),
+        proxy_tls=_parse_tls("proxy.tls", ListenerTlsConfig, proxy_tls),
+        upstream_tls=_parse_tls("upstream.tls", UpstreamTlsConfig, upstream.get("tls")),
         quotas=_parse_quotas(data.get("quotas", [])),
-        windows=QuotaWindows(
-            **{
-                key: _positive(data, key, default, WINDOW_SECONDS_MAX)
-                if key.endswith("_seconds")
-                else _integer(data, key, default, 1, 3600)
-                for key, default in _WINDOW_KEYS.items()
-            }
-        ),
+        windows=QuotaWindows(**_key_values("", QuotaWindows, data, WINDOW_RULES)),
         topic_thresholds=_parse_topic_thresholds(data.get("topic_thresholds")),
         usage=_parse_usage(_section(data, "usage", required=False)),
-        admin=_parse_admin(_section(data, "admin", required=False)),
+        admin=AdminConfig(**_section_values("admin.", AdminConfig, _section(data, "admin", required=False))),
         cluster=_parse_cluster(_section(data, "cluster", required=False)),
     )
 
 
 def _parse_cluster(table: dict[str, Any]) -> ClusterConfig:
-    _reject_unknown("cluster.", table, {f.name for f in fields(ClusterConfig)})
-    redis_url = _string(table, "cluster.redis_url", "")
-    if redis_url and not redis_url.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError("cluster.redis_url", f"must start with redis://, rediss:// or unix://, got {redis_url!r}")
-    cluster_nodes = _host_ports(table, "cluster.redis_cluster_nodes")
-    sentinels = _host_ports(table, "cluster.redis_sentinels")
-    given = [
-        key
-        for key, value in (
-            ("redis_url", redis_url),
-            ("redis_cluster_nodes", cluster_nodes),
-            ("redis_sentinels", sentinels),
-        )
-        if value
-    ]
+    cluster = ClusterConfig(**_section_values("cluster.", ClusterConfig, table))
+    given = [key for key in ("redis_url", "redis_cluster_nodes", "redis_sentinels") if getattr(cluster, key)]
     if len(given) > 1:
         raise ConfigError(
             f"cluster.{given[1]}",
             f"give one of redis_url, redis_cluster_nodes, redis_sentinels, not {' and '.join(given)}",
         )
-    service = _string(table, "cluster.redis_sentinel_service", "")
+    service, sentinels = cluster.redis_sentinel_service, cluster.redis_sentinels
     if sentinels and not service:
         raise ConfigError(
             "cluster.redis_sentinel_service", "is required with redis_sentinels: the monitored primary's name"
         )
     if service and not sentinels:
         raise ConfigError("cluster.redis_sentinel_service", "is only used with redis_sentinels")
-    tls = table.get("redis_tls", False)
-    if not isinstance(tls, bool):
-        raise ConfigError("cluster.redis_tls", f"must be true or false, got {tls!r}")
-    if tls and redis_url:
+    if cluster.redis_tls and cluster.redis_url:
         raise ConfigError(
             "cluster.redis_tls", "is for redis_cluster_nodes and redis_sentinels; with redis_url write rediss://"
         )
-    key_prefix = _string(table, "cluster.key_prefix", "quotagate:")
-    if "{" in key_prefix or "}" in key_prefix:
-        # A brace in the prefix would become every key's hash tag: one Redis Cluster slot for all.
-        raise ConfigError("cluster.key_prefix", f"must not contain {{ or }}, got {key_prefix!r}")
-    tls_ca = _pem_file(table, "cluster.redis_tls_ca")
-    if tls_ca and not (tls or redis_url.startswith("rediss://")):
+    if cluster.redis_tls_ca and not (cluster.redis_tls or cluster.redis_url.startswith("rediss://")):
         raise ConfigError("cluster.redis_tls_ca", "is only used with TLS: redis_tls = true, or a rediss:// redis_url")
-    password_file = _secret_file(table, "cluster.redis_password_file")
-    sentinel_password_file = _secret_file(table, "cluster.redis_sentinel_password_file")
-    if sentinel_password_file and not sentinels:
+    if cluster.redis_sentinel_password_file and not sentinels:
         raise ConfigError("cluster.redis_sentinel_password_file", "is only used with redis_sentinels")
-    return ClusterConfig(
-        redis_url=redis_url,
-        processes=_integer(table, "cluster.processes", 0, 0, 10_000),
-        lease_seconds=_positive(table, "cluster.lease_seconds", 0.1),
-        key_prefix=key_prefix,
-        redis_timeout_seconds=_positive(table, "cluster.redis_timeout_seconds", 0.5),
-        redis_cluster_nodes=cluster_nodes,
-        redis_sentinels=sentinels,
-        redis_sentinel_service=service,
-        redis_username=_string(table, "cluster.redis_username", ""),
-        redis_password_file=password_file,
-        redis_sentinel_password_file=sentinel_password_file,
-        redis_tls=tls,
-        redis_tls_ca=tls_ca,
-    )
+    return cluster
 
 
-def _secret_file(table: dict[str, Any], key: str) -> str:
-    path = _string(table, key, "")
-    if path and not Path(path).is_file():
-        raise ConfigError(key, f"{path}: no such file")
-    return path
-
-
-def _host_ports(table: dict[str, Any], key: str) -> tuple[tuple[str, int], ...]:
-    value = table.get(key.rpartition(".")[2], [])
-    if not isinstance(value, list):
-        raise ConfigError(key, f'must be a list of "host:port" strings, got {value!r}')
-    return tuple(_host_port(key, item) for item in value)
-
-
-def _parse_admin(table: dict[str, Any]) -> AdminConfig:
-    _reject_unknown("admin.", table, {f.name for f in fields(AdminConfig)})
-    quota_api = _choice(table, "admin.quota_api", "proxy", ("proxy", "forward"))
-    principals = table.get("alter_principals", [])
-    if not isinstance(principals, list) or not all(isinstance(p, str) and p for p in principals):
-        raise ConfigError("admin.alter_principals", 'must be a list of user names, e.g. ["admin"]')
-    return AdminConfig(quota_api, tuple(principals), _string(table, "admin.state_file", ""))
-
-
-def _tls_table(table: Any, key: str, known: type) -> dict[str, Any] | None:
+def _parse_tls(name: str, section: type[_Tls], table: Any) -> _Tls | None:
     if table is None:
         return None
     if not isinstance(table, dict):
-        raise ConfigError(key, f"must be a table ([{key}])")
-    _reject_unknown(key + ".", table, {f.name for f in fields(known)})
-    return table
-
-
-def _pem_file(table: dict[str, Any], key: str, required: bool = False) -> str:
-    path = _string(table, key, "")
-    if not path:
-        if required:
-            raise ConfigError(key, "is required: a PEM file")
-        return ""
-    if not Path(path).is_file():
-        raise ConfigError(key, f"{path}: no such file")
-    return path
-
-
-def _parse_listener_tls(table: Any) -> ListenerTlsConfig | None:
-    tls = _tls_table(table, "proxy.tls", ListenerTlsConfig)
-    if tls is None:
-        return None
-    client_auth = _choice(tls, "proxy.tls.client_auth", "none", CLIENT_AUTH_MODES)
-    ca = _pem_file(tls, "proxy.tls.ca", required=client_auth != "none")
-    rules = _string(tls, "proxy.tls.principal_mapping_rules", "DEFAULT")
-    try:
-        PrincipalMapper(rules)
-    except ValueError as exc:
-        raise ConfigError("proxy.tls.principal_mapping_rules", str(exc)) from exc
-    return ListenerTlsConfig(
-        cert=_pem_file(tls, "proxy.tls.cert", required=True),
-        key=_pem_file(tls, "proxy.tls.key", required=True),
-        ca=ca,
-        client_auth=client_auth,
-        principal_mapping_rules=rules,
-    )
-
-
-def _parse_upstream_tls(table: Any) -> UpstreamTlsConfig | None:
-    tls = _tls_table(table, "upstream.tls", UpstreamTlsConfig)
-    if tls is None:
-        return None
-    check_hostname = tls.get("check_hostname", True)
-    if not isinstance(check_hostname, bool):
-        raise ConfigError("upstream.tls.check_hostname", f"must be true or false, got {check_hostname!r}")
-    cert = _pem_file(tls, "upstream.tls.cert")
-    key = _pem_file(tls, "upstream.tls.key", required=bool(cert))
-    if key and not cert:
-        raise ConfigError("upstream.tls.cert", "is required when upstream.tls.key is given")
-    return UpstreamTlsConfig(ca=_pem_file(tls, "upstream.tls.ca"), cert=cert, key=key, check_hostname=check_hostname)
+        raise ConfigError(name, f"must be a table ([{name}])")
+    tls = section(**_section_values(name + ".", section, table))
+    problem = tls.problem()
+    if problem is not None:
+        key, what = problem
+        raise ConfigError(f"{name}.{key}", what)
+    return tls
 
 
 def _parse_usage(table: dict[str, Any]) -> UsageConfig:
-    _reject_unknown("usage.", table, {f.name for f in fields(UsageConfig)})
-    enabled = table.get("enabled", False)
-    if not isinstance(enabled, bool):
-        raise ConfigError("usage.enabled", f"must be true or false, got {enabled!r}")
-    sink = _choice(table, "usage.sink", "parquet", ("parquet", "jsonl", "kafka"))
-    records = _choice(table, "usage.records", "aggregate", ("aggregate", "request"))
-    interval = _positive(table, "usage.interval_seconds", 1.0)
+    usage = UsageConfig(**_section_values("usage.", UsageConfig, table))
+    interval = usage.interval_seconds
     if interval * 1000 != int(interval * 1000) or interval < 0.001:
         raise ConfigError("usage.interval_seconds", f"must be a whole number of milliseconds, got {interval!r}")
-    servers = table.get("kafka_bootstrap_servers", [])
-    if not isinstance(servers, list) or not all(isinstance(s, str) and ":" in s for s in servers):
-        raise ConfigError("usage.kafka_bootstrap_servers", 'must be a list of "host:port" strings')
-    protocol = _choice(
-        table, "usage.kafka_security_protocol", "", ("", "PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-    )
-    mechanism = _choice(table, "usage.kafka_sasl_mechanism", "PLAIN", ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
-    username = _string(table, "usage.kafka_sasl_username", "")
-    password = _string(table, "usage.kafka_sasl_password", "")
-    password_env = _string(table, "usage.kafka_sasl_password_env", "")
+    protocol = usage.kafka_security_protocol
     if protocol.startswith("SASL_"):
-        if not username:
+        if not usage.kafka_sasl_username:
             raise ConfigError("usage.kafka_sasl_username", f"is required with kafka_security_protocol = {protocol!r}")
-        if not password and not password_env:
+        if not usage.kafka_sasl_password and not usage.kafka_sasl_password_env:
             raise ConfigError(
                 "usage.kafka_sasl_password", f"(or kafka_sasl_password_env) is required with {protocol!r}"
             )
-    elif username or password or password_env:
+    elif usage.kafka_sasl_username or usage.kafka_sasl_password or usage.kafka_sasl_password_env:
         raise ConfigError(
             "usage.kafka_security_protocol", 'must be "SASL_PLAINTEXT" or "SASL_SSL" when SASL credentials are given'
         )
-    return UsageConfig(
-        enabled=enabled,
-        sink=sink,
-        records=records,
-        interval_seconds=interval,
-        directory=_string(table, "usage.directory", "usage"),
-        max_file_bytes=_integer(table, "usage.max_file_bytes", 64 * 1024 * 1024, 1024, 2**40),
-        max_file_seconds=_positive(table, "usage.max_file_seconds", 60.0),
-        buffer_records=_integer(table, "usage.buffer_records", 100_000, 1, 10_000_000),
-        flush_interval_seconds=_positive(table, "usage.flush_interval_seconds", 1.0),
-        kafka_bootstrap_servers=tuple(servers),
-        kafka_topic=_string(table, "usage.kafka_topic", "quotagate-usage"),
-        proxy_id=_string(table, "usage.proxy_id", ""),
-        kafka_security_protocol=protocol,
-        kafka_sasl_mechanism=mechanism,
-        kafka_sasl_username=username,
-        kafka_sasl_password=password,
-        kafka_sasl_password_env=password_env,
-    )
+    return usage
 
 
 def _parse_topic_thresholds(table: Any) -> TopicThresholds | None:
@@ -844,7 +813,7 @@ def _parse_topic_thresholds(table: Any) -> TopicThresholds | None:
     _reject_unknown("topic_thresholds.", table, {"total_bytes_in_per_sec", "topics"})
     if "total_bytes_in_per_sec" not in table:
         raise ConfigError("topic_thresholds.total_bytes_in_per_sec", "is required when [topic_thresholds] is given")
-    total = _integer(table, "topic_thresholds.total_bytes_in_per_sec", 0, 1, 2**53)
+    total = _checked_integer("topic_thresholds.total_bytes_in_per_sec", table["total_bytes_in_per_sec"], 1, 2**53)
     topics = table.get("topics", {})
     if not isinstance(topics, dict):
         raise ConfigError("topic_thresholds.topics", "must be a table of topic = bytes per second")
@@ -941,74 +910,26 @@ def _reject_unknown(prefix: str, table: dict[str, Any], known: set[str]) -> None
 
 
 def _parse_proxy(table: dict[str, Any]) -> ProxyConfig:
-    _reject_unknown("proxy.", table, {f.name for f in fields(ProxyConfig)})
-    if "bootstrap_servers" not in table:
-        raise ConfigError("proxy.bootstrap_servers", 'is required, e.g. ["kafka-1:9092"]')
-    servers = table["bootstrap_servers"]
-    if not isinstance(servers, list) or not servers:
-        raise ConfigError("proxy.bootstrap_servers", 'must be a non-empty list of "host:port" strings')
-    bootstrap = tuple(_host_port("proxy.bootstrap_servers", item) for item in servers)
-    listen_host = _string(table, "proxy.listen_host", "127.0.0.1")
+    values = _section_values("proxy.", ProxyConfig, table)
+    listen_host = values["listen_host"]
     if "advertised_host" in table:
-        advertised_host = _string(table, "proxy.advertised_host", "")
-        if advertised_host in WILDCARD_HOSTS:
+        if values["advertised_host"] in WILDCARD_HOSTS:
             raise ConfigError("proxy.advertised_host", "must be a host name or address clients can reach")
     elif listen_host in WILDCARD_HOSTS:
         raise ConfigError("proxy.advertised_host", f"is required when listen_host is {listen_host!r}")
     else:
-        advertised_host = listen_host
-    port = _port(table, "proxy.port", DEFAULT_PORT)
-    broker_port_base = _integer(table, "proxy.broker_port_base", port + 1, 1, 65535)
-    broker_node_ids = _broker_node_ids(table, broker_port_base)
-    return ProxyConfig(
-        bootstrap_servers=bootstrap,
-        listen_host=listen_host,
-        advertised_host=advertised_host,
-        port=port,
-        broker_port_base=broker_port_base,
-        max_frame_size=_integer(table, "proxy.max_frame_size", DEFAULT_MAX_FRAME_SIZE, 1024, 2**31 - 1),
-        sasl_server_max_receive_size=_integer(
-            table, "proxy.sasl_server_max_receive_size", DEFAULT_SASL_SERVER_MAX_RECEIVE_SIZE, 1, 2**31 - 1
-        ),
-        client_sasl=_choice(table, "proxy.client_sasl", "auto", CLIENT_SASL_MODES),
-        partial_frames_max_bytes=_integer(
-            table, "proxy.partial_frames_max_bytes", DEFAULT_PARTIAL_FRAMES_MAX_BYTES, 1, 2**63 - 1
-        ),
-        connect_timeout_seconds=_positive(table, "proxy.connect_timeout_seconds", 10.0),
-        metadata_refresh_seconds=_positive(table, "proxy.metadata_refresh_seconds", 30.0),
-        connections_max_idle_ms=_integer(table, "proxy.connections_max_idle_ms", 600_000, 1, 2**63 - 1),
-        max_connections_per_ip=_integer(table, "proxy.max_connections_per_ip", MAX_INT32, 0, MAX_INT32),
-        max_connections_per_ip_overrides=_per_ip_overrides(table),
-        max_connection_creation_rate=_integer(table, "proxy.max_connection_creation_rate", MAX_INT32, 1, MAX_INT32),
-        socket_listen_backlog_size=_integer(table, "proxy.socket_listen_backlog_size", 1024, 1, 65535),
-        shutdown_timeout_seconds=_positive(table, "proxy.shutdown_timeout_seconds", 30.0),
-        readiness_probe_seconds=_positive(table, "proxy.readiness_probe_seconds", 2.0),
-        readiness_timeout_seconds=_positive(table, "proxy.readiness_timeout_seconds", 2.0),
-        oauthbearer_principal_claim=_string(table, "proxy.oauthbearer_principal_claim", "sub") or "sub",
-        workers=_integer(table, "proxy.workers", 1, 1, 256),
-        broker_node_ids=broker_node_ids,
-    )
-
-
-def _broker_node_ids(table: dict[str, Any], broker_port_base: int) -> tuple[int, int]:
-    key = "proxy.broker_node_ids"
-    value = table.get("broker_node_ids", list(DEFAULT_BROKER_NODE_IDS))
-    if (
-        not isinstance(value, list)
-        or len(value) != 2
-        or not all(isinstance(item, int) and not isinstance(item, bool) for item in value)
-    ):
-        raise ConfigError(key, f"must be an array of two integers [first, last], got {value!r}")
-    first, last = value
-    if not 0 <= first <= last:
-        raise ConfigError(key, f"must be [first, last] with 0 <= first <= last, got {value!r}")
-    if broker_port_base + last > 65535:
+        values["advertised_host"] = listen_host
+    if "broker_port_base" not in table:  # port + 1, in range as if the file gave it
+        values["broker_port_base"] = _computed_value("proxy.", ProxyConfig, "broker_port_base", values["port"] + 1)
+    last = values["broker_node_ids"][1]
+    if values["broker_port_base"] + last > 65535:
         raise ConfigError(
-            key,
-            f"broker {last} would be served on port {broker_port_base + last}, above 65535: "
+            "proxy.broker_node_ids",
+            f"broker {last} would be served on port {values['broker_port_base'] + last}, above 65535: "
             "lower proxy.broker_port_base or the last node id",
         )
-    return first, last
+    values["oauthbearer_principal_claim"] = values["oauthbearer_principal_claim"] or "sub"
+    return ProxyConfig(**values)
 
 
 def _check_ports(proxy: ProxyConfig, metrics: MetricsConfig) -> None:
@@ -1037,32 +958,9 @@ def _check_ports(proxy: ProxyConfig, metrics: MetricsConfig) -> None:
                 )
 
 
-def _per_ip_overrides(table: dict[str, Any]) -> tuple[tuple[str, int], ...]:
-    key = "proxy.max_connections_per_ip_overrides"
-    value = table.get("max_connections_per_ip_overrides", [])
-    # An array of "host:count" strings, as bootstrap_servers is written, or the broker's own
-    # comma-separated string pasted from server.properties.
-    if isinstance(value, str):
-        value = value.split(",")
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ConfigError(key, f'must be an array of "host:count" strings, got {value!r}')
-    overrides = []
-    for entry in filter(None, (part.strip() for part in value)):
-        host, _, count = entry.rpartition(":")
-        if not host or not count.isdigit():
-            raise ConfigError(key, f'entry {entry!r} is not "host:count" (e.g. "127.0.0.1:200")')
-        overrides.append((host.strip("[]"), int(count)))
-    return tuple(overrides)
-
-
 def _parse_metrics(table: dict[str, Any], workers: int) -> MetricsConfig:
-    _reject_unknown("metrics.", table, {f.name for f in fields(MetricsConfig)})
-    port = _port(table, "metrics.port", DEFAULT_METRICS_PORT)
-    worker_ports = table.get("worker_ports", [])
-    if not isinstance(worker_ports, list):
-        raise ConfigError("metrics.worker_ports", f"must be an array of ports, got {worker_ports!r}")
-    for index, value in enumerate(worker_ports):
-        _checked_integer(f"metrics.worker_ports[{index}]", value, 1, 65535)
+    values = _section_values("metrics.", MetricsConfig, table)
+    worker_ports, port = values["worker_ports"], values["port"]
     if worker_ports and len(worker_ports) != workers:
         raise ConfigError(
             "metrics.worker_ports",
@@ -1072,40 +970,96 @@ def _parse_metrics(table: dict[str, Any], workers: int) -> MetricsConfig:
         raise ConfigError(
             "metrics.worker_ports", f"worker 0's port {worker_ports[0]} is not metrics.port = {port}: leave one out"
         )
-    return MetricsConfig(
-        port=worker_ports[0] if worker_ports else port,
-        worker_ports=tuple(worker_ports),
-        host=_string(table, "metrics.host", "127.0.0.1"),
-        max_entities=_integer(table, "metrics.max_entities", 500, 1, 100_000),
-    )
+    if worker_ports:
+        values["port"] = worker_ports[0]
+    return MetricsConfig(**values)
 
 
-def _host_port(key: str, item: Any) -> tuple[str, int]:
-    if not isinstance(item, str) or ":" not in item:
-        raise ConfigError(key, f'entry {item!r} is not a "host:port" string')
-    host, _, port_text = item.rpartition(":")
-    host = host.strip("[]")  # allow "[::1]:9092"
-    if not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        raise ConfigError(key, f'entry {item!r} is not a "host:port" string with a port in 1..65535')
-    return host, int(port_text)
+# ------------------------------------------------------------------------ one parser for every section
 
 
-def _string(table: dict[str, Any], key: str, default: str) -> str:
-    value = table.get(key.rpartition(".")[2], default)
+def _section_values(prefix: str, section: type, table: dict[str, Any]) -> dict[str, Any]:
+    """The section's fields as keyword arguments: each key the table gives, checked by its field, or
+    its default. `prefix` (`proxy.`) starts the key named in an error."""
+    _reject_unknown(prefix, table, {key.name for key in fields(section)})
+    return _key_values(prefix, section, table)
+
+
+def _key_values(
+    prefix: str, section: type, table: dict[str, Any], rules: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The fields of `section` read from `table` (other keys left alone); `rules` adds to a field's
+    metadata, for a dataclass that is not the configuration's."""
+    hints = _type_hints(section)
+    return {
+        key.name: _key_value(
+            prefix + key.name, key, hints[key.name], {**key.metadata, **(rules or {}).get(key.name, {})}, table
+        )
+        for key in fields(section)
+    }
+
+
+def _computed_value(prefix: str, section: type, name: str, value: Any) -> Any:
+    """A default computed from other keys, checked by its field as if the file gave it."""
+    (spec,) = (key for key in fields(section) if key.name == name)
+    return _key_value(prefix + name, spec, _type_hints(section)[name], spec.metadata, {name: value})
+
+
+@cache
+def _type_hints(section: type) -> dict[str, Any]:
+    return get_type_hints(section)
+
+
+def _key_value(key: str, spec: Field[Any], hint: Any, rules: Mapping[str, Any], table: dict[str, Any]) -> Any:
+    required = spec.default is MISSING and spec.default_factory is MISSING
+    value = table.get(spec.name)
+    if value is None or (required and value in ("", [])):
+        if required:
+            raise ConfigError(key, "is required" + (f": {rules['required']}" if "required" in rules else ""))
+        value = spec.default if spec.default is not MISSING else spec.default_factory()
+        return float(value) if hint is float else value
+    if "parse" in rules:
+        return _checked(key, rules["parse"], value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(key, f"must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        return _checked_integer(key, value, rules["min"], rules["max"])
+    if hint is float:
+        return _checked_number(key, value, rules["max"])
+    if hint is str:
+        return _checked_string(key, value, rules)
+    if get_origin(hint) is tuple and get_args(hint) == (int, Ellipsis):
+        if not isinstance(value, list):
+            raise ConfigError(
+                key,
+                f"must be an array of {rules.get('unit', 'integers')} in {rules['min']}..{rules['max']}, got {value!r}",
+            )
+        return tuple(
+            _checked_integer(f"{key}[{index}]", item, rules["min"], rules["max"]) for index, item in enumerate(value)
+        )
+    raise TypeError(f'{key}: no parser for {hint!r}: give its field metadata a "parse"')
+
+
+def _checked_string(key: str, value: Any, rules: Mapping[str, Any]) -> str:
     if not isinstance(value, str):
         raise ConfigError(key, f"must be a string, got {value!r}")
+    if "choices" in rules and value not in rules["choices"]:
+        raise ConfigError(key, f"must be one of {', '.join(rules['choices'])}, got {value!r}")
+    if rules.get("file") and value and not Path(value).is_file():
+        raise ConfigError(key, f"{value}: no such file")
+    if "check" in rules:
+        _checked(key, rules["check"], value)
     return value
 
 
-def _choice(table: dict[str, Any], key: str, default: str, choices: tuple[str, ...]) -> str:
-    value = _string(table, key, default)
-    if value not in choices:
-        raise ConfigError(key, f"must be one of {', '.join(choices)}, got {value!r}")
-    return value
-
-
-def _integer(table: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
-    return _checked_integer(key, table.get(key.rpartition(".")[2], default), low, high)
+def _checked(key: str, parse: Callable[[Any], Any], value: Any) -> Any:
+    """What `parse` makes of the value; its ValueError becomes a ConfigError naming the key."""
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise ConfigError(key, str(exc)) from exc
 
 
 def _checked_integer(key: str, value: Any, low: int, high: int) -> int:
@@ -1114,12 +1068,7 @@ def _checked_integer(key: str, value: Any, low: int, high: int) -> int:
     return value
 
 
-def _port(table: dict[str, Any], key: str, default: int) -> int:
-    return _integer(table, key, default, 1, 65535)
-
-
-def _positive(table: dict[str, Any], key: str, default: float, high: float = SECONDS_MAX) -> float:
-    value = table.get(key.rpartition(".")[2], default)
+def _checked_number(key: str, value: Any, high: float) -> float:
     # Compared before float(): NaN fails both bounds, and an integer too large for a float fails the upper.
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= high:
         raise ConfigError(key, f"must be a number > 0 and at most {high:g}, got {value!r}")
