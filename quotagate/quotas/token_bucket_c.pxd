@@ -1,5 +1,6 @@
 # C types for token_bucket.py, compiled as token_bucket_c (quotagate/compiled.py): the charges the
-# exchange core makes per request then stay in C. charging_c cimports TokenBucket.
+# exchange core makes per request then stay in C. A throttle is a Python int: a debt at a tiny rate
+# asks for more milliseconds than a C long holds (the engine's callers cap it).
 
 cimport cython
 
@@ -11,14 +12,14 @@ cdef class TokenBucket:
     cpdef void refill(self, double now) noexcept
     cpdef void record(self, double amount, double now) except *
     @cython.locals(tokens=double)
-    cpdef long charge(self, double amount, double now) except? -1
+    cpdef object charge(self, double amount, double now)
     cpdef double tokens_at(self, double now) noexcept
     @cython.locals(tokens=double)
-    cpdef long throttle_ms(self, double now) except? -1
+    cpdef object throttle_ms(self, double now)
 
 
 cdef class ShadowTokenBucket(TokenBucket):
     cdef public double held_ms
     cpdef void record(self, double amount, double now) except *
-    cpdef long charge(self, double amount, double now) except? -1
-    cpdef long throttle_ms(self, double now) except? -1
+    cpdef object charge(self, double amount, double now)
+    cpdef object throttle_ms(self, double now)
