@@ -123,6 +123,11 @@ class ClientConnection(ClientCore, asyncio.Protocol):
     def _mute(self, until: float) -> None:
         self.proxy.delay_queue.mute(self, until)
 
+    def _open_brokers_seen(self) -> None:
+        seen = self.session.brokers_seen
+        self.proxy.open_broker_listeners(seen)  # bound now: flush writes the response naming them next
+        seen.clear()
+
     def _abort_pair(self) -> None:
         if not self.closed:
             self._abort()
@@ -212,6 +217,8 @@ class ClientConnection(ClientCore, asyncio.Protocol):
 
     def protocol_error(self, side: str, exc: Exception) -> None:
         """Bad bytes from one peer close this pair only; every other connection goes on."""
+        if self.session.brokers_seen:  # a response rewritten before the bad bytes named them: kept open
+            self._open_brokers_seen()
         self.proxy.metrics.protocol_errors_total.labels(side).inc()
         log.warning("%s: closing client %s: bad bytes from the %s: %s", self.listener, self.peer, side, exc)
         self._abort()

@@ -28,6 +28,7 @@ from tests.support.broker_double import (
     read_response,
 )
 from tests.support.proxy_fixtures import free_port_block
+from tests.support.session_double import advertised_brokers, metadata_answer, metadata_request
 
 
 async def test_pipelined_requests_get_their_responses_in_order(rig) -> None:
@@ -111,19 +112,28 @@ def test_splitter_is_what_the_session_uses() -> None:
 
 
 async def test_a_broker_named_later_gets_a_listener_bound_before_the_answer_leaves(rig) -> None:
-    proxy, _, _ = rig
+    """A Metadata answer naming a broker the proxy has not seen: the session reports it, the proxy
+    binds its listener, and only then is the rewritten answer written, so the client connects at once."""
+    proxy, rig_broker, port = rig
     late_node = 5
     real_port = free_port_block(1)
     broker = BrokerDouble()
     await broker.start(real_port)
     try:
-        host, port = proxy.advertise(late_node, "127.0.0.1", real_port)
-        assert (host, port) == ("127.0.0.1", proxy.config.proxy.broker_port(late_node))
-        # No await between advertise and connect: the socket must already be listening.
-        reader, writer = await asyncio.open_connection(host, port)
-        writer.write(heartbeat(77))
-        assert (await read_response(reader))[0] == 77
+        assert late_node not in proxy.listener_ports
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        rig_broker.response_body = metadata_answer(0, {late_node: ("127.0.0.1", real_port)})[8:]
+        writer.write(metadata_request(76))
+        correlation_id, body = await read_response(reader)
+        assert correlation_id == 76
+        advertised = advertised_brokers(pack(">ii", 4 + len(body), 76) + body)
+        assert advertised == {late_node: ("127.0.0.1", proxy.config.proxy.broker_port(late_node))}
+        # No await between the answer and the connect that could have let a listener be opened late.
+        late_reader, late_writer = await asyncio.open_connection(*advertised[late_node])
+        late_writer.write(heartbeat(77))
+        assert (await read_response(late_reader))[0] == 77
         assert broker.received == [77]
+        late_writer.close()
         writer.close()
     finally:
         await broker.stop()

@@ -22,9 +22,12 @@ from quotagate.proxy.session import PROTOCOL_ERROR, TOPIC_THRESHOLD_ERROR, Sessi
 from quotagate.quotas import ANONYMOUS, QuotaKey
 from tests.support.broker_double import FETCH, fetch_v4, header_only_request, heartbeat
 from tests.support.session_double import (
+    advertised_brokers,
     correlation_ids,
     create_topics,
     frames,
+    metadata_answer,
+    metadata_request,
     produce,
     produce_answer,
     services_for,
@@ -306,3 +309,28 @@ def test_partial_frames_over_the_shared_budget_refuse_the_client_that_would_go_o
     first.client_data(big[:3_000], now=0.0)
     first.close()
     assert budget.used == 0, "so does a connection that closed"
+
+
+def test_a_broker_named_for_the_first_time_is_reported_as_seen_before_its_answer_is_written() -> None:
+    """The rewrite binds nothing: it reports the node ids it sees first in `brokers_seen`, once each,
+    for the caller to open their listeners before it writes `to_client` (broker_port_base + N here
+    is 40000 + N)."""
+    session, _ = session_with()
+    cluster = {1: ("kafka-1", 9092), 5: ("kafka-5", 9092)}
+    session.client_data(metadata_request(1), now=0.0)
+    session.broker_data(metadata_answer(1, cluster), now=0.001)
+    assert session.brokers_seen == [1, 5]
+    assert advertised_brokers(taken(session.to_client)) == {1: ("127.0.0.1", 40001), 5: ("127.0.0.1", 40005)}
+    session.brokers_seen.clear()  # what the caller does once the listeners are bound
+    other, _ = session_with()
+    other.services.cluster.advertise(1, "kafka-1", 9092)  # known already to this proxy
+    other.services.cluster.take_seen()
+    other.client_data(metadata_request(2), now=0.0)
+    other.broker_data(metadata_answer(2, cluster | {7: ("kafka-7", 9092)}), now=0.001)
+    assert other.brokers_seen == [5, 7], "only the brokers this proxy had not seen yet"
+    session.client_data(metadata_request(3), now=0.002)
+    session.broker_data(metadata_answer(3, cluster), now=0.003)  # the memo's answer: seen before
+    session.client_data(metadata_request(4), now=0.004)
+    session.broker_data(metadata_answer(4, {1: ("kafka-1b", 9093)}), now=0.005)  # moved: same proxy port
+    assert session.brokers_seen == [], "a broker seen before, or moved, is not reported again"
+    assert session.services.cluster.addresses[1] == ("kafka-1b", 9093), "the proxy connects where it is now"
