@@ -83,6 +83,10 @@ def bind_listening_socket(host: str, port: int, backlog: int, reuse_port: bool =
 
 
 class Proxy:
+    """The listeners, the shared quota state and the background tasks of one proxy process. The
+    connection glue and the HTTP endpoints see it only through the narrow interfaces they declare
+    (`connection.ConnectionContext`, `admin_http.AdminContext`)."""
+
     def __init__(
         self, config: Config, metrics: ProxyMetrics | None = None, state_path: Path | None = None, worker: int = 0
     ) -> None:
@@ -167,6 +171,10 @@ class Proxy:
         self.metrics.partial_frame_bytes.set_function(lambda: self.partial_frames.used)
         # None: not known yet (client_sasl = "auto"), taken as required meanwhile.
         self.brokers_require_sasl: bool | None = {"required": True, "none": False}.get(config.proxy.client_sasl)
+
+    @property
+    def connect_timeout_seconds(self) -> float:
+        return self.config.proxy.connect_timeout_seconds
 
     # addresses -------------------------------------------------------------------------------
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:

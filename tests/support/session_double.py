@@ -50,9 +50,12 @@ def services_for(
     )
 
 
-def session_with(config: str = "", top_level: str = "") -> tuple[Session, QuotaEngine]:
-    """A session whose broker connection is up, and the engine it charges."""
-    session = Session(services_for(config, top_level))
+def session_with(
+    config: str = "", top_level: str = "", session_class: type[Session] = Session
+) -> tuple[Session, QuotaEngine]:
+    """A session (of `session_class`: a build's, tests/support/builds.py) whose broker connection is
+    up, and the engine it charges."""
+    session = session_class(services_for(config, top_level))
     session.broker_connected(0.0)
     return session, session.services.engine
 

@@ -23,6 +23,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.builds import COMPILED, INTERPRETED, Build
+from tests.support.builds import build as build_named
+
 _REAL_ASYNCIO_SLEEP = asyncio.sleep
 
 
@@ -84,3 +87,14 @@ def no_socket_process_or_sleep() -> Iterator[None]:
         yield
     finally:
         patch.undo()
+
+
+@pytest.fixture(scope="session", params=[COMPILED, INTERPRETED])
+def build(request: pytest.FixtureRequest) -> Build:
+    """The session and connection classes of one build: every session and connection test runs on
+    both, compiled and interpreted (the compiled one is skipped where none is loaded). Session scoped:
+    a build is immutable, and hypothesis' tests may take it."""
+    classes = build_named(request.param)
+    if classes is None:
+        pytest.skip("no compiled build in this process (not built, or QUOTAGATE_NO_EXTENSIONS=1)")
+    return classes

@@ -31,9 +31,11 @@ from kafka.protocol.producer import ProduceRequest
 
 from quotagate.config.settings import UsageConfig
 from quotagate.proxy.quota_admin import QuotaAdmin
-from quotagate.proxy.session import Session, SessionPolicy
+from quotagate.proxy.session import Session
 from quotagate.proxy.usage import UsageRecorder
 from tests.support.broker_double import FETCH, fetch_v4, header_only_request, heartbeat
+from tests.support.builds import COMPILED, INTERPRETED, Build
+from tests.support.builds import build as build_named
 from tests.support.fuzz import FUZZ, bad_frames, header_only, produce_request
 from tests.support.messages import produce_response
 from tests.support.session_double import create_topics, frames, services_for, taken
@@ -127,22 +129,23 @@ def acks_zero(request: bytes) -> bool:
     return unpack_from(">h", request, pos)[0] == 0
 
 
-def session(config: str, usage: str | None, whole_reads: bool) -> Session:
+def session(build: Build, config: str, usage: str | None, whole_reads: bool) -> Session:
     services = services_for(config, whole_reads=whole_reads)
     engine = services.engine
     admin = QuotaAdmin(engine.table, {}, (), None, lambda quotas, now: engine.update(quotas, engine.windows, now))
     recorder = None
     if usage is not None:
         recorder = UsageRecorder(UsageConfig(enabled=True, records=usage), services.metrics, KeptRows(), "p", "w")
-    return Session(replace(services, usage=recorder, quota_admin=admin))
+    return build.session(replace(services, usage=recorder, quota_admin=admin))
 
 
 class Pair:
-    """The same configuration twice: whole reads taken straight from the read, and every read split."""
+    """The same configuration twice, in one build: whole reads taken straight from the read, and every
+    read split."""
 
-    def __init__(self, config: str, usage: str | None = None) -> None:
-        self.lane = session(config, usage, whole_reads=True)
-        self.general = session(config, usage, whole_reads=False)
+    def __init__(self, build: Build, config: str, usage: str | None = None) -> None:
+        self.lane = session(build, config, usage, whole_reads=True)
+        self.general = session(build, config, usage, whole_reads=False)
         self.sessions = (self.lane, self.general)
         self.to_broker = bytearray()
         self.to_client = bytearray()
@@ -199,9 +202,9 @@ class Pair:
 
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("seed", range(12))
-def test_whole_reads_and_split_reads_answer_the_same_streams_the_same(config: str, seed: int) -> None:
+def test_whole_reads_and_split_reads_answer_the_same_streams_the_same(build: Build, config: str, seed: int) -> None:
     rng = random.Random(seed)
-    pair = Pair(CONFIGS[config], USAGE[list(USAGE)[seed % 3]])
+    pair = Pair(build, CONFIGS[config], USAGE[list(USAGE)[seed % 3]])
     now = 0.0
     pair.call("broker_connected", now)
     answered = 0
@@ -275,9 +278,9 @@ def above_cap(correlation_id: int, rng: random.Random) -> bytes:
     return header_only_request(55, 2, correlation_id, body=b"\x01" * 64)
 
 
-def test_a_plain_produce_exchange_is_taken_whole() -> None:
+def test_a_plain_produce_exchange_is_taken_whole(build: Build) -> None:
     """Whole reads are taken at all: a plain produce and its answer never reach the splitters."""
-    session = Session(services_for(CONFIGS["not_binding"]))
+    session = build.session(services_for(CONFIGS["not_binding"]))
     session.broker_connected(0.0)
     session.client_data(heartbeat(1), 0.0)  # the first request that is not ApiVersions or SASL
     session.broker_data(answer(heartbeat(1), random.Random(0)), 0.001)
@@ -298,15 +301,12 @@ def test_a_plain_produce_exchange_is_taken_whole() -> None:
 def test_compiled_and_interpreted_cores_answer_a_stream_alike() -> None:
     """The session core's two builds (quotagate/compiled.py), side by side on the same streams: the
     one this process loaded, and its source interpreted (the same when QUOTAGATE_NO_EXTENSIONS=1)."""
-    from quotagate.proxy import session_core as interpreted
-
-    class InterpretedSession(SessionPolicy, interpreted.SessionCore):
-        pass
-
+    loaded, interpreted = build_named(COMPILED) or build_named(INTERPRETED), build_named(INTERPRETED)
+    assert loaded is not None and interpreted is not None
     for config, usage in (("binding", None), ("not_binding", "aggregate"), ("thresholds", "request")):
-        pair = Pair(CONFIGS[config], usage)
+        pair = Pair(loaded, CONFIGS[config], usage)
         services = pair.general.services
-        pair.general = InterpretedSession(services)
+        pair.general = interpreted.session(services)
         pair.general.whole_reads = True
         pair.sessions = (pair.lane, pair.general)
         rng = random.Random(7)
@@ -337,8 +337,8 @@ FUZZ_SEEDS = [produce_request(v) for v in range(3, 13)] + [
 
 @FUZZ
 @given(frame=bad_frames(FUZZ_SEEDS), config=st.sampled_from(sorted(CONFIGS)))
-def test_a_hostile_request_gets_the_same_answer_whole_and_split(frame: memoryview, config: str) -> None:
-    pair = Pair(CONFIGS[config])
+def test_a_hostile_request_gets_the_same_answer_whole_and_split(build: Build, frame: memoryview, config: str) -> None:
+    pair = Pair(build, CONFIGS[config])
     pair.call("broker_connected", 0.0)
     pair.call("client_data", heartbeat(1), 0.0)  # past authentication: the lane is open
     pair.call("broker_data", answer(heartbeat(1), random.Random(0)), 0.001)
@@ -362,7 +362,7 @@ def produce_response_bodies(version: int) -> list[bytes]:
     config=st.sampled_from(sorted(CONFIGS)),
 )
 def test_a_hostile_response_gets_the_same_treatment_whole_and_split(
-    version: int, data: st.DataObject, config: str
+    build: Build, version: int, data: st.DataObject, config: str
 ) -> None:
     request = ProduceRequest(version=version, transactional_id=None, acks=1, timeout_ms=1000,
                              topic_data=[("a", [(0, b"r" * 10)])])  # fmt: skip
@@ -370,7 +370,7 @@ def test_a_hostile_response_gets_the_same_treatment_whole_and_split(
     body = data.draw(bad_frames(produce_response_bodies(version)))[4:]  # hypothesis' cuts and flips
     header = pack(">i", 5) + (b"\x00" if version >= 9 else b"")
     response = pack(">i", len(header) + len(body)) + header + bytes(body)
-    pair = Pair(CONFIGS[config])
+    pair = Pair(build, CONFIGS[config])
     pair.call("broker_connected", 0.0)
     pair.call("client_data", heartbeat(1), 0.0)
     pair.call("broker_data", answer(heartbeat(1), random.Random(0)), 0.001)
