@@ -13,18 +13,11 @@ from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.quotas import QuotaEngine, QuotaKey
+from tests.support.in_process import Clock
 
 CONFIG = (
     '[proxy]\nbootstrap_servers = ["127.0.0.1:1"]\nport = 1\n[[quotas]]\nuser = "alice"\nproducer_byte_rate = 1000\n'
 )
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 10.0
-
-    def time(self) -> float:
-        return self.now
 
 
 @dataclass
@@ -34,7 +27,7 @@ class State:
     engine: QuotaEngine
     quota_admin: QuotaAdmin
     entity_metrics: EntityMetrics
-    loop: Clock = field(default_factory=Clock)  # type: ignore[assignment]
+    loop: Clock = field(default_factory=lambda: Clock(10.0))  # type: ignore[assignment]
     metrics: ProxyMetrics = field(default_factory=ProxyMetrics)
     delay_queue: list[object] = field(default_factory=list)  # type: ignore[assignment]
     problems: list[str] = field(default_factory=list)
