@@ -87,6 +87,9 @@ class Proxy:
     connection glue and the HTTP endpoints see it only through the narrow interfaces they declare
     (`connection.ConnectionContext`, `admin_http.AdminContext`)."""
 
+    # What an accepted connection is: the loaded build's glue (tests run the other build's too).
+    client_class: type[ClientConnection] = ClientConnection
+
     def __init__(
         self, config: Config, metrics: ProxyMetrics | None = None, state_path: Path | None = None, worker: int = 0
     ) -> None:
@@ -274,7 +277,7 @@ class Proxy:
         tls = self.tls.listener
 
         def accepted() -> asyncio.BaseProtocol:
-            client = ClientConnection(self, name, upstreams())
+            client = self.client_class(self, name, upstreams())
             # TLS by ListenerTls, not the loop's: a failed handshake then sends its alert (issue 26).
             return client if tls is None else ListenerTls(loop, client, tls, self.tls_handshake_failed)
 

@@ -27,8 +27,17 @@ from tests.support.broker_double import (
     heartbeat,
     read_response,
 )
+from tests.support.builds import BUILDS, Build, build_or_skip
 from tests.support.proxy_fixtures import free_port_block
 from tests.support.session_double import advertised_brokers, metadata_answer, metadata_request
+
+
+@pytest.fixture(autouse=True, params=BUILDS)
+def build(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Build:
+    """Every test here runs on both builds of the glue and its session: each proxy accepts with them."""
+    classes = build_or_skip(request.param)
+    monkeypatch.setattr(Proxy, "client_class", classes.client)
+    return classes
 
 
 async def test_pipelined_requests_get_their_responses_in_order(rig) -> None:
@@ -92,6 +101,7 @@ async def test_a_client_that_does_not_read_pauses_the_broker_side(rig) -> None:
     await writer.drain()
     await asyncio.sleep(1.0)
     (client,) = proxy.clients
+    assert type(client) is Proxy.client_class
     assert client.upstream is not None and client.upstream.reading.paused
     # What the proxy holds for this client stays near its write-buffer limit, not 25 MiB.
     held = client.transport.get_write_buffer_size() + client.session.broker_frames.buffered

@@ -14,6 +14,8 @@ import asyncio
 from dataclasses import dataclass
 from functools import cache
 
+import pytest
+
 from quotagate import compiled
 from quotagate.proxy import connection_core, session_core
 from quotagate.proxy.connection import ClientConnection, ClientGlue, UpstreamConnection, UpstreamGlue
@@ -22,6 +24,7 @@ from quotagate.quotas import QuotaEngine
 from tests.support.session_double import session_with
 
 COMPILED, INTERPRETED = "compiled", "interpreted"
+BUILDS = (COMPILED, INTERPRETED)
 
 
 @dataclass(frozen=True)
@@ -56,3 +59,11 @@ def build(name: str) -> Build | None:
         upstream_class = InterpretedUpstream
 
     return Build(INTERPRETED, InterpretedSession, InterpretedClient, InterpretedUpstream)  # type: ignore[arg-type]
+
+
+def build_or_skip(name: str) -> Build:
+    """What a `build` fixture gives a test: build `name`, or a skip where this process has none."""
+    classes = build(name)
+    if classes is None:
+        pytest.skip("no compiled build in this process (not built, or QUOTAGATE_NO_EXTENSIONS=1)")
+    return classes

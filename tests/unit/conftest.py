@@ -23,8 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.builds import COMPILED, INTERPRETED, Build
-from tests.support.builds import build as build_named
+from tests.support.builds import BUILDS, Build, build_or_skip
 
 _REAL_ASYNCIO_SLEEP = asyncio.sleep
 
@@ -89,12 +88,9 @@ def no_socket_process_or_sleep() -> Iterator[None]:
         patch.undo()
 
 
-@pytest.fixture(scope="session", params=[COMPILED, INTERPRETED])
+@pytest.fixture(scope="session", params=BUILDS)
 def build(request: pytest.FixtureRequest) -> Build:
     """The session and connection classes of one build: every session and connection test runs on
     both, compiled and interpreted (the compiled one is skipped where none is loaded). Session scoped:
     a build is immutable, and hypothesis' tests may take it."""
-    classes = build_named(request.param)
-    if classes is None:
-        pytest.skip("no compiled build in this process (not built, or QUOTAGATE_NO_EXTENSIONS=1)")
-    return classes
+    return build_or_skip(request.param)
