@@ -2,9 +2,11 @@
 
 Each rewriter takes a whole response frame and returns a new frame, or None when nothing needs to
 change (then the original bytes are forwarded untouched). Broker addresses go through a
-`ClusterView` owned by the proxy: `advertise` records the broker's real address for node_id (so
-the proxy can connect there) and returns the proxy address clients must use for that node;
-`observe_topics` is told the partition counts that Metadata responses carry.
+`ClusterView` (the proxy's is proxy/broker_directory.py): `advertise` records the broker's real
+address for node_id (so the proxy can connect there) and returns the proxy address clients must use
+for that node, queueing in `seen` a node named for the first time; `observe_topics` is told the
+partition counts that Metadata responses carry. A rewrite does no I/O: whoever rewrote takes `seen`
+and has the listeners opened before the response leaves.
 
 ApiVersions is rewritten too: the proxy caps the versions it lets clients use (see apis.py).
 """
@@ -27,6 +29,8 @@ RewriteMemo = compiled.load("quotagate.protocol.rewrite_memo").RewriteMemo
 
 
 class ClusterView(Protocol):
+    seen: list[int]  # node ids advertised for the first time, oldest first, until their taker empties it
+
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]: ...
 
     def observe_topics(self, topics: Iterable[tuple[str, Any, int]]) -> None:

@@ -21,15 +21,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Sized
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from quotagate.quotas import QuotaKey
-
-if TYPE_CHECKING:
-    from quotagate.proxy.server import Proxy
+from quotagate.proxy.entity_metrics import EntityMetrics
+from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.proxy.quota_admin import QuotaAdmin
+from quotagate.quotas import QuotaEngine, QuotaKey
 
 log = logging.getLogger("quotagate.http")
 
@@ -38,8 +39,33 @@ RENDERED_OFF_LOOP = frozenset({"/metrics", "/quotas"})
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
 
+class AdminContext(Protocol):
+    """What the endpoints read of the proxy, and nothing more (`Proxy` is one; a test hands a small double)."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...  # its clock: tokens and throttles as of now
+
+    @property
+    def metrics(self) -> ProxyMetrics: ...  # /metrics renders its registry
+
+    @property
+    def engine(self) -> QuotaEngine: ...  # the quotas in force and every entity's buckets
+
+    @property
+    def quota_admin(self) -> QuotaAdmin: ...  # where each quota came from (file or api)
+
+    @property
+    def entity_metrics(self) -> EntityMetrics: ...  # the entities tracked
+
+    @property
+    def delay_queue(self) -> Sized: ...  # how many connections are muted
+
+    def readiness_problems(self) -> list[str]:
+        """Why the proxy is not ready; empty when it is."""
+
+
 class AdminHttpServer:
-    def __init__(self, proxy: Proxy) -> None:
+    def __init__(self, proxy: AdminContext) -> None:
         self.proxy = proxy
         self.server: asyncio.Server | None = None
         # One thread: concurrent scrapes queue instead of multiplying the work.

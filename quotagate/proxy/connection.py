@@ -17,20 +17,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, cast
 
 from quotagate import compiled
+from quotagate.proxy.delay_queue import DelayQueue
 from quotagate.proxy.flow_control import ReadGate
-from quotagate.proxy.session import PROTOCOL_ERROR, REFUSAL_ANSWERS_TIMEOUT_SECONDS, Session
+from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.proxy.session import PROTOCOL_ERROR, REFUSAL_ANSWERS_TIMEOUT_SECONDS, Session, SessionServices
 from quotagate.security.principal_mapping import NoMatchingRule
-from quotagate.security.tls import certificate_principal
+from quotagate.security.tls import TlsContexts, certificate_principal
 
 _core = compiled.load("quotagate.proxy.connection_core")
 ClientCore, UpstreamCore = _core.ClientCore, _core.UpstreamCore
-
-if TYPE_CHECKING:
-    from quotagate.proxy.server import Proxy
 
 log = logging.getLogger("quotagate.proxy")
 
@@ -38,17 +37,54 @@ WRITE_BUFFER_HIGH = 1024 * 1024
 WRITE_BUFFER_LOW = 256 * 1024
 
 
-class ClientConnection(ClientCore, asyncio.Protocol):
-    """The client side of a pair: reads requests into the session, writes its answers, mutes.
+class ConnectionContext(Protocol):
+    """What a connection pair uses of the proxy that accepted it, and nothing more (`Proxy` is one;
+    a test hands a small double)."""
 
-    `data_received` and `flush`, run per read, are ClientCore's (connection_core.py, compiled when
-    it can be); it calls `_close_when_answered` and `_mute` here for the rare cases."""
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...  # its clock, and timers (refusal, held reads)
 
-    def __init__(self, proxy: Proxy, listener: str, upstreams: Sequence[tuple[str, int]]) -> None:
+    @property
+    def metrics(self) -> ProxyMetrics: ...  # protocol errors, upstream connect failures, pairing failures
+
+    @property
+    def delay_queue(self) -> DelayQueue: ...  # mutes
+
+    @property
+    def tls(self) -> TlsContexts: ...  # the principal mapper for client certificates; TLS to the brokers
+
+    @property
+    def connect_timeout_seconds(self) -> float: ...
+
+    def session_services(self) -> SessionServices: ...
+
+    def connection_opened(self, client: ClientConnection) -> bool:
+        """Applies the connection limits to a client just accepted; False if it was closed for them."""
+
+    def connection_closed(self, client: ClientConnection) -> None: ...
+
+    def upstream_unreachable(self, listener: str) -> None:
+        """No broker behind `listener` took a connection: it stops accepting until one does."""
+
+    def open_broker_listeners(self, node_ids: Iterable[int]) -> None:
+        """Binds a listener for each broker not served yet; the sockets listen when it returns."""
+
+
+class ClientGlue:
+    """A client connection's Python side (`ClientConnection` puts it over ClientCore): reads requests
+    into the session, writes its answers, mutes. `data_received` and `flush`, run per read, are
+    ClientCore's (connection_core.py, compiled when it can be); it calls `_close_when_answered`,
+    `_mute` and `_open_brokers_seen` here for the rare cases. `session_class` and `upstream_class`
+    are the classes of the same build (tests/support/builds.py makes the interpreted pair)."""
+
+    session_class: type[Session]
+    upstream_class: type[UpstreamConnection]
+
+    def __init__(self, proxy: ConnectionContext, listener: str, upstreams: Sequence[tuple[str, int]]) -> None:
         self.proxy = proxy
         self.listener = listener
         self.upstreams = upstreams
-        self.session = Session(proxy.session_services())
+        self.session = self.session_class(proxy.session_services())
         self.clock = proxy.loop.time
         self.transport: asyncio.Transport | None = None
         self.reading: ReadGate | None = None
@@ -80,7 +116,7 @@ class ClientConnection(ClientCore, asyncio.Protocol):
             transport.abort()
             return
         if principal is not None:
-            self.session = Session(self.proxy.session_services(), principal)
+            self.session = self.session_class(self.proxy.session_services(), principal)
         connecting = asyncio.get_running_loop().create_task(self._connect_upstream())
         connecting.add_done_callback(self._connect_upstream_done)
 
@@ -123,6 +159,11 @@ class ClientConnection(ClientCore, asyncio.Protocol):
     def _mute(self, until: float) -> None:
         self.proxy.delay_queue.mute(self, until)
 
+    def _open_brokers_seen(self) -> None:
+        seen = self.session.brokers_seen
+        self.proxy.open_broker_listeners(seen)  # bound now: flush writes the response naming them next
+        seen.clear()
+
     def _abort_pair(self) -> None:
         if not self.closed:
             self._abort()
@@ -151,13 +192,13 @@ class ClientConnection(ClientCore, asyncio.Protocol):
     # pairing -----------------------------------------------------------------------------------
     async def _connect_upstream(self) -> None:
         loop = asyncio.get_running_loop()
-        timeout = self.proxy.config.proxy.connect_timeout_seconds
+        timeout = self.proxy.connect_timeout_seconds
         for host, port in self.upstreams:
             if self.closed:
                 return
             try:
                 _, upstream = await asyncio.wait_for(
-                    loop.create_connection(lambda: UpstreamConnection(self), host, port, ssl=self.proxy.tls.upstream),
+                    loop.create_connection(lambda: self.upstream_class(self), host, port, ssl=self.proxy.tls.upstream),
                     timeout,
                 )
             except (OSError, TimeoutError) as exc:
@@ -212,6 +253,8 @@ class ClientConnection(ClientCore, asyncio.Protocol):
 
     def protocol_error(self, side: str, exc: Exception) -> None:
         """Bad bytes from one peer close this pair only; every other connection goes on."""
+        if self.session.brokers_seen:  # a response rewritten before the bad bytes named them: kept open
+            self._open_brokers_seen()
         self.proxy.metrics.protocol_errors_total.labels(side).inc()
         log.warning("%s: closing client %s: bad bytes from the %s: %s", self.listener, self.peer, side, exc)
         self._abort()
@@ -246,9 +289,9 @@ class HeldReads(asyncio.Protocol):
         self.client.connection_lost(exc)
 
 
-class UpstreamConnection(UpstreamCore, asyncio.Protocol):
+class UpstreamGlue:
     """The broker side of a pair: responses go into the client's session, its answers out
-    (`data_received` is UpstreamCore's)."""
+    (`data_received` is UpstreamCore's, `UpstreamConnection` puts this over it)."""
 
     def __init__(self, client: ClientConnection) -> None:
         self.client = client
@@ -272,3 +315,14 @@ class UpstreamConnection(UpstreamCore, asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         # A broken upstream gives the client a closed connection (after what was queued), never a hang.
         self.client.close()
+
+
+class UpstreamConnection(UpstreamGlue, UpstreamCore, asyncio.Protocol):
+    """The broker side of a pair, over the loaded build's UpstreamCore."""
+
+
+class ClientConnection(ClientGlue, ClientCore, asyncio.Protocol):
+    """The client side of a pair, over the loaded build's ClientCore and Session."""
+
+    session_class = Session
+    upstream_class = UpstreamConnection

@@ -4,8 +4,8 @@
 (connecting, closing, refusals, flow control). Per read, the glue only stamps the time, hands the
 bytes to the session and writes what the session queued; compiled (as connection_core_c, with
 session_core_c: quotagate/compiled.py), that costs what a bare uvloop forwarder's callbacks cost,
-not a Python frame per call. `flush` does the rare things (a refusal, a mute, a hold, a resume)
-through the hooks below, which the subclass supplies.
+not a Python frame per call. `flush` does the rare things (a broker seen for the first time, a
+refusal, a mute, a hold, a resume) through the hooks below, which the subclass supplies.
 """
 
 from quotagate.protocol.framing import FrameError
@@ -42,6 +42,8 @@ class ClientCore:
         queued = session.to_broker
         if queued and self.upstream is not None:
             _write(self.upstream.transport, queued)
+        if session.brokers_seen:  # a response names a broker for the first time: its listener, then the response
+            self._open_brokers_seen()
         queued = session.to_client
         if queued and self.transport is not None:
             _write(self.transport, queued)
@@ -64,6 +66,10 @@ class ClientCore:
 
     def _mute(self, until):
         """Stop reading until `until` (the delay queue resumes it)."""
+        raise NotImplementedError
+
+    def _open_brokers_seen(self):
+        """Have a listener bound for each node id in the session's `brokers_seen`, then empty it."""
         raise NotImplementedError
 
 

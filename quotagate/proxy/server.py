@@ -3,9 +3,13 @@
 Broker listeners: node N is served on `broker_port_base + N`. A listener is opened the first time a
 broker is named, by the proxy's own metadata refresh or by any response the proxy rewrites, and its
 socket is bound and listening before the rewritten response leaves, so a client can never be told
-a port that is not accepting yet. Listeners stay open when a broker disappears from metadata (a
-restarting broker comes back under the same id); connecting to a broker that is down closes the
-client's connection, and the client retries as it would against the broker itself.
+a port that is not accepting yet. The rewrite itself binds nothing: `BrokerDirectory` reports the
+node ids it sees for the first time, a session passes them on as its `brokers_seen` output, and the
+connection glue calls `open_broker_listeners` with them before it writes the response.
+
+Listeners stay open when a broker disappears from metadata (a restarting broker comes back under
+the same id); connecting to a broker that is down closes the client's connection, and the client
+retries as it would against the broker itself.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from quotagate.protocol.discovery import (
 from quotagate.protocol.framing import FrameError
 from quotagate.protocol.rewrite import response_rewriters
 from quotagate.proxy.admin_http import AdminHttpServer
+from quotagate.proxy.broker_directory import BrokerDirectory
 from quotagate.proxy.cluster import SharedQuotas
 from quotagate.proxy.connection import ClientConnection
 from quotagate.proxy.connection_limits import REFUSED, ConnectionLimits, LimitSettings
@@ -78,6 +83,13 @@ def bind_listening_socket(host: str, port: int, backlog: int, reuse_port: bool =
 
 
 class Proxy:
+    """The listeners, the shared quota state and the background tasks of one proxy process. The
+    connection glue and the HTTP endpoints see it only through the narrow interfaces they declare
+    (`connection.ConnectionContext`, `admin_http.AdminContext`)."""
+
+    # What an accepted connection is: the loaded build's glue (tests run the other build's too).
+    client_class: type[ClientConnection] = ClientConnection
+
     def __init__(
         self, config: Config, metrics: ProxyMetrics | None = None, state_path: Path | None = None, worker: int = 0
     ) -> None:
@@ -132,9 +144,10 @@ class Proxy:
         self.topic_guard = TopicThresholdGuard(
             config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE), bucket_factory
         )
-        self.brokers: dict[int, tuple[str, int]] = {}  # node id -> the broker's own address
-        self.listener_ports: dict[int, int] = {}  # node id -> proxy port serving it
         self.topics = TopicCatalog()
+        # Where each broker really is, and what clients are told instead: what the rewriters write through.
+        self.brokers = BrokerDirectory(config.proxy.advertised_host, config.proxy.broker_port, self.topics)
+        self.listener_ports: dict[int, int] = {}  # node id -> proxy port serving it
         self.rewriters = response_rewriters()
         # TLS to the clients and to the brokers (None on a side that is plaintext).
         self.tls = TlsContexts(config.proxy_tls, config.upstream_tls)
@@ -162,19 +175,23 @@ class Proxy:
         # None: not known yet (client_sasl = "auto"), taken as required meanwhile.
         self.brokers_require_sasl: bool | None = {"required": True, "none": False}.get(config.proxy.client_sasl)
 
+    @property
+    def connect_timeout_seconds(self) -> float:
+        return self.config.proxy.connect_timeout_seconds
+
     # addresses -------------------------------------------------------------------------------
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
-        """Records broker node_id's real address; returns the proxy address clients must use."""
-        if self.brokers.get(node_id) != (host, port):
-            if node_id in self.brokers:
-                log.info("broker %d moved from %s:%d to %s:%d", node_id, *self.brokers[node_id], host, port)
-            self.brokers[node_id] = (host, port)
-        if node_id not in self.listener_ports:
-            self._open_broker_listener(node_id)
-        return self.config.proxy.advertised_host, self.config.proxy.broker_port(node_id)
+        """The proxy's own discovery: records broker node_id's real address, has its listener bound if
+        it is new, and returns the proxy address clients must use."""
+        address = self.brokers.advertise(node_id, host, port)
+        self.open_broker_listeners(self.brokers.take_seen())
+        return address
 
-    def observe_topics(self, topics: Iterable[tuple[str, Any, int]]) -> None:
-        self.topics.observe(topics)
+    def open_broker_listeners(self, node_ids: Iterable[int]) -> None:
+        """Binds a listener for each broker not served yet (the socket listens when this returns)."""
+        for node_id in node_ids:
+            if node_id not in self.listener_ports:
+                self._open_broker_listener(node_id)
 
     def _open_broker_listener(self, node_id: int) -> None:
         port = self.config.proxy.broker_port(node_id)
@@ -192,8 +209,9 @@ class Proxy:
         sock = self._bind(name, port)
         if sock is None:
             return
-        log.info("serving broker %d (%s:%d) on port %d", node_id, *self.brokers[node_id], port)
-        self._spawn(name, lambda: self._serve(sock, name, lambda: [self.brokers[node_id]]))
+        addresses = self.brokers.addresses
+        log.info("serving broker %d (%s:%d) on port %d", node_id, *addresses[node_id], port)
+        self._spawn(name, lambda: self._serve(sock, name, lambda: [addresses[node_id]]))
 
     def _bind(self, listener: str, port: int) -> socket.socket | None:
         """A listening socket on listen_host:port for `listener`, or None (logged) if the port is taken."""
@@ -259,7 +277,7 @@ class Proxy:
         tls = self.tls.listener
 
         def accepted() -> asyncio.BaseProtocol:
-            client = ClientConnection(self, name, upstreams())
+            client = self.client_class(self, name, upstreams())
             # TLS by ListenerTls, not the loop's: a failed handshake then sends its alert (issue 26).
             return client if tls is None else ListenerTls(loop, client, tls, self.tls_handshake_failed)
 
@@ -337,7 +355,7 @@ class Proxy:
             self.metrics,
             self.entity_metrics,
             self.rewriters,
-            self,
+            self.brokers,
             self.usage,
             self._wall_offset,
             self.config.proxy.max_frame_size,
@@ -484,7 +502,7 @@ class Proxy:
     # discovery ---------------------------------------------------------------------------------
     async def refresh_metadata(self) -> bool:
         """Asks one broker for the brokers and topics; opens listeners for new brokers."""
-        candidates = list(self.config.proxy.bootstrap_servers) + list(self.brokers.values())
+        candidates = list(self.config.proxy.bootstrap_servers) + list(self.brokers.addresses.values())
         for host, port in dict.fromkeys(candidates):
             try:
                 brokers, topics = await self._fetch_metadata(host, port)
@@ -546,7 +564,7 @@ class Proxy:
         """Asks the bootstrap servers and known brokers for ApiVersions, one after another, until
         one answers within readiness_timeout_seconds; records and returns whether one did."""
         timeout = self.config.proxy.readiness_timeout_seconds
-        candidates = list(self.config.proxy.bootstrap_servers) + list(self.brokers.values())
+        candidates = list(self.config.proxy.bootstrap_servers) + list(self.brokers.addresses.values())
         for host, port in dict.fromkeys(candidates):
             try:
                 await asyncio.wait_for(self._probe(host, port), timeout)

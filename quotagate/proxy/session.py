@@ -8,7 +8,9 @@ It never touches a socket, a loop or a clock (h11's Connection is the model). Th
     session.unmute(now)                the mute is over: held requests may go
 
 and after each call writes `session.to_broker` and `session.to_client` (then clears them), and stops
-reading from the client until `session.muted_until` (a time on the caller's clock). Once
+reading from the client until `session.muted_until` (a time on the caller's clock). Before it writes
+`to_client`, it has a listener opened for each node id in `session.brokers_seen` (brokers a rewritten
+response names for the first time), then clears it: the session reports them, it binds nothing. Once
 `session.refusal` is set (the client sent what the broker closes a connection for: a request it
 cannot parse, a frame over max_frame_size or, before SASL authentication, over
 sasl_server_max_receive_size, or bytes over the partial_frames_max_bytes shared by all clients), the

@@ -12,9 +12,11 @@ producer_byte_rate when read (and the client muted if that put it in debt), a Fe
 read; an API whose policy needs a hook goes to the session's `_admit` first. Then it goes to the
 broker (or is answered by the proxy in its turn) and an `InFlight` into the FIFO.
 
-A response (`_respond`): matched to the FIFO's head, rewritten if it names brokers, then the upstream
-latency, the request time and the response bytes charged (quotas/charging.py), the entity's
-counters and the usage record written, and the throttle patched and the client muted when one is due.
+A response (`_respond`): matched to the FIFO's head, rewritten if it names brokers (a broker named
+for the first time is reported in `brokers_seen`, for the caller to open its listener), then the
+upstream latency, the request time and the response bytes charged (quotas/charging.py), the
+entity's counters and the usage record written, and the throttle patched and the client muted when
+one is due.
 
 The session's phase (`phase`) says what it can do with a read: OPEN takes whole frames straight from
 the read (`feed_client`), every other phase and any partial frame go through the session's splitter
@@ -260,6 +262,9 @@ class SessionCore:
         self.broker_frames = StreamingFrameSplitter(MAX_RESPONSE_FRAME, STREAM_RESPONSES_FROM, RESPONSE_HEAD_BYTES)
         self.to_broker = []
         self.to_client = []
+        # Node ids a rewrite named for the first time: the caller has their listeners opened before
+        # it writes `to_client` (a client is never told an address nobody listens on), then empties it.
+        self.brokers_seen = []
         self.muted_until = 0.0
         # The buckets of (user, client id) of the last request: one look-up per entity, not per charge.
         self.entity_buckets = None
@@ -746,6 +751,11 @@ class SessionCore:
                 rewrite(frame if type(frame) is memoryview else memoryview(frame), request.api_version, self._cluster)
                 or frame
             )
+        if response is not frame:
+            seen = self._cluster.seen
+            if seen:  # the rewrite named a broker for the first time: reported, never acted on here
+                self.brokers_seen.extend(seen)
+                del seen[:]
         self.to_client.append(self._respond(request, response, now))
         if _local_first(self.in_flight):
             self._local_responses(now)

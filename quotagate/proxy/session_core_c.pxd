@@ -59,6 +59,7 @@ cdef class SessionCore:
     cdef public object services
     cdef public list to_broker
     cdef public list to_client
+    cdef public list brokers_seen
     cdef public double muted_until
     cdef public object user
     cdef public int phase

@@ -27,7 +27,17 @@ from tests.support.broker_double import (
     heartbeat,
     read_response,
 )
+from tests.support.builds import BUILDS, Build, build_or_skip
 from tests.support.proxy_fixtures import free_port_block
+from tests.support.session_double import advertised_brokers, metadata_answer, metadata_request
+
+
+@pytest.fixture(autouse=True, params=BUILDS)
+def build(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Build:
+    """Every test here runs on both builds of the glue and its session: each proxy accepts with them."""
+    classes = build_or_skip(request.param)
+    monkeypatch.setattr(Proxy, "client_class", classes.client)
+    return classes
 
 
 async def test_pipelined_requests_get_their_responses_in_order(rig) -> None:
@@ -91,6 +101,7 @@ async def test_a_client_that_does_not_read_pauses_the_broker_side(rig) -> None:
     await writer.drain()
     await asyncio.sleep(1.0)
     (client,) = proxy.clients
+    assert type(client) is Proxy.client_class
     assert client.upstream is not None and client.upstream.reading.paused
     # What the proxy holds for this client stays near its write-buffer limit, not 25 MiB.
     held = client.transport.get_write_buffer_size() + client.session.broker_frames.buffered
@@ -111,19 +122,28 @@ def test_splitter_is_what_the_session_uses() -> None:
 
 
 async def test_a_broker_named_later_gets_a_listener_bound_before_the_answer_leaves(rig) -> None:
-    proxy, _, _ = rig
+    """A Metadata answer naming a broker the proxy has not seen: the session reports it, the proxy
+    binds its listener, and only then is the rewritten answer written, so the client connects at once."""
+    proxy, rig_broker, port = rig
     late_node = 5
     real_port = free_port_block(1)
     broker = BrokerDouble()
     await broker.start(real_port)
     try:
-        host, port = proxy.advertise(late_node, "127.0.0.1", real_port)
-        assert (host, port) == ("127.0.0.1", proxy.config.proxy.broker_port(late_node))
-        # No await between advertise and connect: the socket must already be listening.
-        reader, writer = await asyncio.open_connection(host, port)
-        writer.write(heartbeat(77))
-        assert (await read_response(reader))[0] == 77
+        assert late_node not in proxy.listener_ports
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        rig_broker.response_body = metadata_answer(0, {late_node: ("127.0.0.1", real_port)})[8:]
+        writer.write(metadata_request(76))
+        correlation_id, body = await read_response(reader)
+        assert correlation_id == 76
+        advertised = advertised_brokers(pack(">ii", 4 + len(body), 76) + body)
+        assert advertised == {late_node: ("127.0.0.1", proxy.config.proxy.broker_port(late_node))}
+        # No await between the answer and the connect that could have let a listener be opened late.
+        late_reader, late_writer = await asyncio.open_connection(*advertised[late_node])
+        late_writer.write(heartbeat(77))
+        assert (await read_response(late_reader))[0] == 77
         assert broker.received == [77]
+        late_writer.close()
         writer.close()
     finally:
         await broker.stop()

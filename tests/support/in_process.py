@@ -6,9 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from quotagate.proxy.connection import ClientConnection, UpstreamConnection
+from quotagate.proxy.connection import ClientConnection, ConnectionContext, UpstreamConnection
 from quotagate.proxy.flow_control import ReadGate
-from quotagate.proxy.server import Proxy
+
+
+class Clock:
+    """What a glue or endpoint double's `loop` is read for: its clock, set by the test."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
 
 
 class FakeTransport:
@@ -48,14 +57,16 @@ class FakeTransport:
 
 
 def connected_pair(
-    proxy: Proxy, keep: bool = True
+    proxy: ConnectionContext, keep: bool = True, client_class: type[ClientConnection] = ClientConnection
 ) -> tuple[ClientConnection, UpstreamConnection, FakeTransport, FakeTransport]:
-    """A client connection already paired with its upstream, as after `_connect_upstream`."""
-    client = ClientConnection(proxy, "bootstrap", [])
+    """A client connection already paired with its upstream, as after `_connect_upstream`.
+    `proxy`: a Proxy, or a small double of what the glue uses of it; `client_class`: a build's
+    (tests/support/builds.py), its upstream class with it."""
+    client = client_class(proxy, "bootstrap", [])
     client_transport, upstream_transport = FakeTransport(keep), FakeTransport(keep)
     client.transport = client_transport  # type: ignore[assignment]
     client.reading = ReadGate(client_transport)  # type: ignore[arg-type]
-    upstream = UpstreamConnection(client)
+    upstream = client.upstream_class(client)
     upstream.connection_made(upstream_transport)  # type: ignore[arg-type]
     client.upstream = upstream
     client._broker_connected()

@@ -6,10 +6,12 @@ from __future__ import annotations
 from struct import pack, unpack_from
 
 from kafka.protocol.admin import CreateTopicsRequest
+from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from quotagate.config import parse_config
 from quotagate.protocol.rewrite import response_rewriters
+from quotagate.proxy.broker_directory import BrokerDirectory
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.flow_control import ByteBudget
 from quotagate.proxy.metrics import ProxyMetrics
@@ -21,16 +23,6 @@ from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 PROXY = '[proxy]\nbootstrap_servers = ["127.0.0.1:1"]\nport = 1\n'
 
 
-class Cluster:
-    """What the rewriters tell about brokers and topics; nothing here reads Metadata."""
-
-    def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
-        return "127.0.0.1", 40000 + node_id
-
-    def observe_topics(self, topics: object) -> None:
-        pass
-
-
 def services_for(
     config_text: str = "", top_level: str = "", partial_frames: ByteBudget | None = None, whole_reads: bool = True
 ) -> SessionServices:
@@ -40,14 +32,15 @@ def services_for(
     config = parse_config(top_level + PROXY + config_text)
     engine = QuotaEngine(config.quotas, config.windows)
     proxy = config.proxy
+    topics = TopicCatalog()
     return SessionServices(
         engine,
         TopicThresholdGuard(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE)),
-        TopicCatalog(),
+        topics,
         ProxyMetrics(),
         EntityMetrics(lambda: engine, lambda: 0.0, config.metrics.max_entities),
         response_rewriters(),
-        Cluster(),
+        BrokerDirectory("127.0.0.1", lambda node_id: 40000 + node_id, topics),
         None,
         0.0,  # wall_offset: usage records read the test clock as epoch seconds
         proxy.max_frame_size,
@@ -57,9 +50,12 @@ def services_for(
     )
 
 
-def session_with(config: str = "", top_level: str = "") -> tuple[Session, QuotaEngine]:
-    """A session whose broker connection is up, and the engine it charges."""
-    session = Session(services_for(config, top_level))
+def session_with(
+    config: str = "", top_level: str = "", session_class: type[Session] = Session
+) -> tuple[Session, QuotaEngine]:
+    """A session (of `session_class`: a build's, tests/support/builds.py) whose broker connection is
+    up, and the engine it charges."""
+    session = session_class(services_for(config, top_level))
     session.broker_connected(0.0)
     return session, session.services.engine
 
@@ -136,3 +132,31 @@ def taken(queue: list[bytes | memoryview]) -> bytes:
 
 def correlation_ids(data: bytes, offset: int) -> list[int]:
     return [unpack_from(">i", frame, offset)[0] for frame in frames(data)]
+
+
+METADATA = 3
+
+
+def metadata_request(correlation_id: int) -> bytes:
+    """A Metadata v1 request for every topic (topics: null)."""
+    payload = pack(">hhih", METADATA, 1, correlation_id, 3) + b"app" + pack(">i", -1)
+    return pack(">i", len(payload)) + payload
+
+
+def metadata_answer(correlation_id: int, brokers: dict[int, tuple[str, int]]) -> bytes:
+    """A broker's Metadata v1 answer naming `brokers` (node id -> its own host and port) and no topic."""
+    broker = MetadataResponse.MetadataResponseBroker
+    response = MetadataResponse(
+        version=1,
+        brokers=[broker(version=1, node_id=n, host=host, port=port, rack=None) for n, (host, port) in brokers.items()],
+        controller_id=min(brokers),
+        topics=[],
+    )
+    payload = pack(">i", correlation_id) + bytes(response.encode())
+    return pack(">i", len(payload)) + payload
+
+
+def advertised_brokers(frame: bytes) -> dict[int, tuple[str, int]]:
+    """The brokers a Metadata v1 answer (frame, as the client gets it) names."""
+    response = MetadataResponse.decode(frame[8:], version=1)
+    return {b.node_id: (b.host, b.port) for b in response.brokers}

@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.builds import BUILDS, Build, build_or_skip
+
 _REAL_ASYNCIO_SLEEP = asyncio.sleep
 
 
@@ -84,3 +86,11 @@ def no_socket_process_or_sleep() -> Iterator[None]:
         yield
     finally:
         patch.undo()
+
+
+@pytest.fixture(scope="session", params=BUILDS)
+def build(request: pytest.FixtureRequest) -> Build:
+    """The session and connection classes of one build: every session and connection test runs on
+    both, compiled and interpreted (the compiled one is skipped where none is loaded). Session scoped:
+    a build is immutable, and hypothesis' tests may take it."""
+    return build_or_skip(request.param)

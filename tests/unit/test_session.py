@@ -18,24 +18,27 @@ from kafka.protocol.producer import ProduceResponse
 
 from quotagate.proxy.flow_control import ByteBudget
 from quotagate.proxy.metrics import PARTIAL_FRAMES_LIMIT
-from quotagate.proxy.session import PROTOCOL_ERROR, TOPIC_THRESHOLD_ERROR, Session
+from quotagate.proxy.session import PROTOCOL_ERROR, TOPIC_THRESHOLD_ERROR
 from quotagate.quotas import ANONYMOUS, QuotaKey
 from tests.support.broker_double import FETCH, fetch_v4, header_only_request, heartbeat
+from tests.support.builds import Build
 from tests.support.session_double import (
+    advertised_brokers,
     correlation_ids,
     create_topics,
     frames,
+    metadata_answer,
+    metadata_request,
     produce,
     produce_answer,
     services_for,
-    session_with,
     taken,
 )
 
 
-def test_a_produce_that_leaves_the_client_in_debt_goes_on_and_what_follows_waits_for_the_mute() -> None:
+def test_a_produce_that_leaves_the_client_in_debt_goes_on_and_what_follows_waits_for_the_mute(build: Build) -> None:
     # Burst: 1000 B/s × 11 windows = 11 kB; a 20 kB produce leaves ~9 kB of debt, ~9 s.
-    session, _ = session_with('[[quotas]]\nclient_id = "app"\nproducer_byte_rate = 1000\n')
+    session, _ = build.session_with('[[quotas]]\nclient_id = "app"\nproducer_byte_rate = 1000\n')
     session.client_data(produce(1, {"t": b"r" * 20_000}) + heartbeat(2) + heartbeat(3), now=10.0)
     assert correlation_ids(taken(session.to_broker), 8) == [1]  # appended, then throttled (Kafka's order)
     assert 18.5 < session.muted_until < 19.5, session.muted_until
@@ -50,8 +53,8 @@ def test_a_produce_that_leaves_the_client_in_debt_goes_on_and_what_follows_waits
     assert 6500 < unpack_from(">i", answer, len(answer) - 4)[0] < 7500
 
 
-def test_requests_read_before_the_broker_is_connected_are_held_in_order() -> None:
-    session = Session(services_for())
+def test_requests_read_before_the_broker_is_connected_are_held_in_order(build: Build) -> None:
+    session = build.session(services_for())
     session.client_data(heartbeat(1) + heartbeat(2)[:7], now=0.0)
     session.client_data(heartbeat(2)[7:], now=0.0)
     assert session.holding and not session.to_broker
@@ -59,8 +62,8 @@ def test_requests_read_before_the_broker_is_connected_are_held_in_order() -> Non
     assert correlation_ids(taken(session.to_broker), 8) == [1, 2]
 
 
-def test_a_proxy_made_response_waits_behind_the_response_being_cut_through() -> None:
-    session, engine = session_with('[[quotas]]\nclient_id = "app"\ncontroller_mutation_rate = 1\n')
+def test_a_proxy_made_response_waits_behind_the_response_being_cut_through(build: Build) -> None:
+    session, engine = build.session_with('[[quotas]]\nclient_id = "app"\ncontroller_mutation_rate = 1\n')
     session.client_data(fetch_v4(1), now=0.0)
     assert correlation_ids(taken(session.to_broker), 8) == [1]
     fetch_answer = pack(">i", 1) + pack(">i", 0) + b"f" * 100_000
@@ -77,9 +80,9 @@ def test_a_proxy_made_response_waits_behind_the_response_being_cut_through() -> 
     assert received[: len(fetch_answer)] == fetch_answer
 
 
-def test_a_cut_through_fetch_head_carries_the_throttle_and_mutes() -> None:
+def test_a_cut_through_fetch_head_carries_the_throttle_and_mutes(build: Build) -> None:
     # Burst: 10 kB/s × 11 windows = 110 kB, so a 300 kB fetch leaves ~190 kB of debt, ~19 s.
-    session, _ = session_with('[[quotas]]\nclient_id = "app"\nconsumer_byte_rate = 10000\n')
+    session, _ = build.session_with('[[quotas]]\nclient_id = "app"\nconsumer_byte_rate = 10000\n')
     session.client_data(fetch_v4(3), now=5.0)
     answer = pack(">i", 3) + pack(">i", 0) + b"r" * 300_000
     session.broker_data(pack(">i", len(answer)) + answer[:1000], now=5.0)
@@ -88,9 +91,9 @@ def test_a_cut_through_fetch_head_carries_the_throttle_and_mutes() -> None:
     assert 23.0 < session.muted_until < 25.0
 
 
-def test_refused_topics_are_merged_into_the_brokers_answer_in_request_order() -> None:
+def test_refused_topics_are_merged_into_the_brokers_answer_in_request_order(build: Build) -> None:
     thresholds = "[topic_thresholds]\ntotal_bytes_in_per_sec = 1000\n[topic_thresholds.topics]\nbig = 100\n"
-    session, _ = session_with(thresholds)
+    session, _ = build.session_with(thresholds)
     # Over the total (11 kB of burst) and over its own threshold: "big" is refused from now on.
     session.client_data(produce(1, {"big": b"b" * 12_000}), now=0.0)
     session.broker_data(produce_answer(1, ["big"]), now=0.0)
@@ -148,9 +151,11 @@ def created(correlation_id: int, names: list[str], partitions: int) -> bytes:
     return pack(">i", len(payload)) + payload
 
 
-def test_a_strict_create_whose_topics_were_all_admitted_carries_no_throttle_and_the_next_is_refused() -> None:
+def test_a_strict_create_whose_topics_were_all_admitted_carries_no_throttle_and_the_next_is_refused(
+    build: Build,
+) -> None:
     # The seed example (spec §4): rate 5, burst 500; 7 topics x 80 = 560 partitions all admitted.
-    session, _ = session_with(
+    session, _ = build.session_with(
         '[[quotas]]\nclient_id = "app"\ncontroller_mutation_rate = 5\n', top_level="controller_quota_window_num = 100\n"
     )
     names = [f"t{i}" for i in range(7)]
@@ -199,9 +204,9 @@ class BrokerScript:
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_responses_reach_the_client_whole_and_in_order(seed: int) -> None:
+def test_responses_reach_the_client_whole_and_in_order(build: Build, seed: int) -> None:
     rng = random.Random(seed)
-    session, engine = session_with('[[quotas]]\nclient_id = "app"\ncontroller_mutation_rate = 1\n')
+    session, engine = build.session_with('[[quotas]]\nclient_id = "app"\ncontroller_mutation_rate = 1\n')
     broker = BrokerScript(rng)
     client_received = bytearray()
     now = 0.0
@@ -262,8 +267,8 @@ def heartbeat_answer(correlation_id: int) -> bytes:
     ],
     ids=["above-version-cap", "hidden-api", "unparsable", "frame-too-large"],
 )
-def test_requests_pipelined_before_a_refused_one_are_answered_before_the_close(offender: bytes) -> None:
-    session, _ = session_with()
+def test_requests_pipelined_before_a_refused_one_are_answered_before_the_close(build: Build, offender: bytes) -> None:
+    session, _ = build.session_with()
     session.client_data(heartbeat(1) + heartbeat(2) + offender + heartbeat(4), now=0.0)
     assert correlation_ids(taken(session.to_broker), 8) == [1, 2], "A and B go on; C and what follows never do"
     assert session.refusal is not None and session.refusal_reason == PROTOCOL_ERROR
@@ -275,8 +280,8 @@ def test_requests_pipelined_before_a_refused_one_are_answered_before_the_close(o
     assert not session.awaiting_answers, "answered: the connection may close now"
 
 
-def test_a_refusal_behind_a_mute_waits_for_the_requests_held_before_it() -> None:
-    session, _ = session_with('[[quotas]]\nclient_id = "app"\nproducer_byte_rate = 1000\n')
+def test_a_refusal_behind_a_mute_waits_for_the_requests_held_before_it(build: Build) -> None:
+    session, _ = build.session_with('[[quotas]]\nclient_id = "app"\nproducer_byte_rate = 1000\n')
     offender = header_only_request(55, 2, 3, body=b"\x01" * 64)
     session.client_data(produce(1, {"t": b"r" * 20_000}) + heartbeat(2) + offender, now=0.0)
     assert correlation_ids(taken(session.to_broker), 8) == [1]
@@ -286,9 +291,9 @@ def test_a_refusal_behind_a_mute_waits_for_the_requests_held_before_it() -> None
     assert session.refusal is not None
 
 
-def test_partial_frames_over_the_shared_budget_refuse_the_client_that_would_go_over_and_only_it() -> None:
+def test_partial_frames_over_the_shared_budget_refuse_the_client_that_would_go_over_and_only_it(build: Build) -> None:
     budget = ByteBudget(10_000)
-    first, second = (Session(services_for(partial_frames=budget)) for _ in range(2))
+    first, second = (build.session(services_for(partial_frames=budget)) for _ in range(2))
     for session in (first, second):
         session.broker_connected(0.0)
         session.client_data(heartbeat(1), now=0.0)  # past the pre-authentication limit
@@ -306,3 +311,28 @@ def test_partial_frames_over_the_shared_budget_refuse_the_client_that_would_go_o
     first.client_data(big[:3_000], now=0.0)
     first.close()
     assert budget.used == 0, "so does a connection that closed"
+
+
+def test_a_broker_named_for_the_first_time_is_reported_as_seen_before_its_answer_is_written(build: Build) -> None:
+    """The rewrite binds nothing: it reports the node ids it sees first in `brokers_seen`, once each,
+    for the caller to open their listeners before it writes `to_client` (broker_port_base + N here
+    is 40000 + N)."""
+    session, _ = build.session_with()
+    cluster = {1: ("kafka-1", 9092), 5: ("kafka-5", 9092)}
+    session.client_data(metadata_request(1), now=0.0)
+    session.broker_data(metadata_answer(1, cluster), now=0.001)
+    assert session.brokers_seen == [1, 5]
+    assert advertised_brokers(taken(session.to_client)) == {1: ("127.0.0.1", 40001), 5: ("127.0.0.1", 40005)}
+    session.brokers_seen.clear()  # what the caller does once the listeners are bound
+    other, _ = build.session_with()
+    other.services.cluster.advertise(1, "kafka-1", 9092)  # known already to this proxy
+    other.services.cluster.take_seen()
+    other.client_data(metadata_request(2), now=0.0)
+    other.broker_data(metadata_answer(2, cluster | {7: ("kafka-7", 9092)}), now=0.001)
+    assert other.brokers_seen == [5, 7], "only the brokers this proxy had not seen yet"
+    session.client_data(metadata_request(3), now=0.002)
+    session.broker_data(metadata_answer(3, cluster), now=0.003)  # the memo's answer: seen before
+    session.client_data(metadata_request(4), now=0.004)
+    session.broker_data(metadata_answer(4, {1: ("kafka-1b", 9093)}), now=0.005)  # moved: same proxy port
+    assert session.brokers_seen == [], "a broker seen before, or moved, is not reported again"
+    assert session.services.cluster.addresses[1] == ("kafka-1b", 9093), "the proxy connects where it is now"

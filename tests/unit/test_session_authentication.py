@@ -19,7 +19,8 @@ from quotagate.protocol.sasl import exchange_complete, jws_claim, user_from_auth
 from quotagate.proxy.metrics import SASL_RECEIVE_LIMIT
 from quotagate.proxy.session import Session
 from quotagate.quotas import ANONYMOUS
-from tests.support.session_double import correlation_ids, produce, produce_answer, session_with, taken
+from tests.support.builds import Build
+from tests.support.session_double import correlation_ids, produce, produce_answer, taken
 
 ALICE_QUOTA = '[[quotas]]\nuser = "alice"\nproducer_byte_rate = 1000\n'
 
@@ -66,8 +67,10 @@ def oauth_first(token: str) -> bytes:
     return f"n,,\x01auth=Bearer {token}\x01\x01".encode()
 
 
-def test_a_produce_written_with_the_authentication_waits_for_its_answer_and_is_charged_to_that_user() -> None:
-    session, _ = session_with(ALICE_QUOTA)
+def test_a_produce_written_with_the_authentication_waits_for_its_answer_and_is_charged_to_that_user(
+    build: Build,
+) -> None:
+    session, _ = build.session_with(ALICE_QUOTA)
     session.client_data(handshake(1, "PLAIN"), now=0.0)
     session.broker_data(handshake_answer(1), now=0.0)
     taken(session.to_broker), taken(session.to_client)
@@ -83,8 +86,8 @@ def test_a_produce_written_with_the_authentication_waits_for_its_answer_and_is_c
     assert "alice" in charged
 
 
-def test_a_refused_authentication_charges_nothing_to_the_user_it_claimed() -> None:
-    session, _ = session_with(ALICE_QUOTA)
+def test_a_refused_authentication_charges_nothing_to_the_user_it_claimed(build: Build) -> None:
+    session, _ = build.session_with(ALICE_QUOTA)
     session.client_data(handshake(1, "PLAIN"), now=0.0)
     session.broker_data(handshake_answer(1), now=0.0)
     taken(session.to_broker)
@@ -100,8 +103,8 @@ def test_a_refused_authentication_charges_nothing_to_the_user_it_claimed() -> No
     assert "alice" not in charged
 
 
-def test_scram_is_adopted_at_the_server_final_message_not_at_the_first_round() -> None:
-    session, _ = session_with(ALICE_QUOTA)
+def test_scram_is_adopted_at_the_server_final_message_not_at_the_first_round(build: Build) -> None:
+    session, _ = build.session_with(ALICE_QUOTA)
     session.client_data(handshake(1, "SCRAM-SHA-256"), now=0.0)
     session.broker_data(handshake_answer(1), now=0.0)
     session.client_data(authenticate(2, b"n,,n=alice,r=nonce"), now=0.0)
@@ -112,8 +115,8 @@ def test_scram_is_adopted_at_the_server_final_message_not_at_the_first_round() -
     assert session.user == "alice"
 
 
-def test_a_rejected_oauthbearer_token_is_not_adopted_at_its_error_challenge() -> None:
-    session, _ = session_with()
+def test_a_rejected_oauthbearer_token_is_not_adopted_at_its_error_challenge(build: Build) -> None:
+    session, _ = build.session_with()
     session.client_data(handshake(1, "OAUTHBEARER"), now=0.0)
     session.broker_data(handshake_answer(1), now=0.0)
     session.client_data(authenticate(2, oauth_first(unsecured_jws({"sub": "alice"}))), now=0.0)
@@ -124,8 +127,8 @@ def test_a_rejected_oauthbearer_token_is_not_adopted_at_its_error_challenge() ->
     assert session.user == ANONYMOUS
 
 
-def test_an_accepted_oauthbearer_token_names_the_user_by_its_principal_claim() -> None:
-    session, _ = session_with()
+def test_an_accepted_oauthbearer_token_names_the_user_by_its_principal_claim(build: Build) -> None:
+    session, _ = build.session_with()
     session.client_data(handshake(1, "OAUTHBEARER"), now=0.0)
     session.broker_data(handshake_answer(1), now=0.0)
     session.client_data(authenticate(2, oauth_first(unsecured_jws({"sub": "alice", "exp": 9e9}))), now=0.0)
@@ -133,8 +136,8 @@ def test_an_accepted_oauthbearer_token_names_the_user_by_its_principal_claim() -
     assert session.user == "alice"
 
 
-def test_reauthentication_as_another_user_moves_the_connection_to_their_buckets() -> None:
-    session, _ = session_with(ALICE_QUOTA)
+def test_reauthentication_as_another_user_moves_the_connection_to_their_buckets(build: Build) -> None:
+    session, _ = build.session_with(ALICE_QUOTA)
     for correlation_id, user in ((1, "bob"), (3, "alice")):
         session.client_data(handshake(correlation_id, "PLAIN"), now=0.0)
         session.broker_data(handshake_answer(correlation_id), now=0.0)
@@ -147,8 +150,8 @@ def test_reauthentication_as_another_user_moves_the_connection_to_their_buckets(
     session.broker_data(produce_answer(5, ["t"]), now=1.0)
 
 
-def test_a_certificate_principal_is_the_user_until_sasl_says_otherwise() -> None:
-    session = Session(session_with(ALICE_QUOTA)[0].services, principal="alice")
+def test_a_certificate_principal_is_the_user_until_sasl_says_otherwise(build: Build) -> None:
+    session = build.session(build.session_with(ALICE_QUOTA)[0].services, principal="alice")
     session.broker_connected(0.0)
     session.client_data(produce(1, {"t": b"r" * 20_000}), now=1.0)
     assert session.user == "alice" and session.muted_until > 1.0
@@ -192,9 +195,9 @@ def big_produce(correlation_id: int) -> bytes:
     return produce(correlation_id, {"t": b"r" * (LIMIT + 1000)})
 
 
-def plain_handshake_done(authenticated: bool = False) -> Session:
+def plain_handshake_done(build: Build, authenticated: bool = False) -> Session:
     """A session past a PLAIN SaslHandshake (correlation id 1), and alice's success (2) if asked."""
-    session, _ = session_with()
+    session, _ = build.session_with()
     session.client_data(handshake(1, "PLAIN"), now=0.0)
     session.broker_data(handshake_answer(1), now=0.0)
     if authenticated:
@@ -204,16 +207,16 @@ def plain_handshake_done(authenticated: bool = False) -> Session:
     return session
 
 
-def test_a_frame_over_the_limit_before_authentication_is_refused_at_its_size_prefix() -> None:
-    session, _ = session_with()
+def test_a_frame_over_the_limit_before_authentication_is_refused_at_its_size_prefix(build: Build) -> None:
+    session, _ = build.session_with()
     session.client_data(pack(">i", 90 * 1024 * 1024) + pack(">hhih", 17, 1, 1, 3) + b"app", now=0.0)
     assert session.refusal_reason == SASL_RECEIVE_LIMIT, session.refusal
     assert session.client_frames.buffered == 0 and not session.to_broker, "nothing held, nothing forwarded"
     assert session.services.metrics.frames_refused_total.labels(SASL_RECEIVE_LIMIT)._value.get() == 1
 
 
-def test_an_authenticate_over_the_limit_is_refused_after_the_handshake_before_it_is_answered() -> None:
-    session, _ = session_with()
+def test_an_authenticate_over_the_limit_is_refused_after_the_handshake_before_it_is_answered(build: Build) -> None:
+    session, _ = build.session_with()
     session.client_data(handshake(1, "PLAIN") + authenticate(2, b"\0alice\0" + b"x" * LIMIT), now=0.0)
     assert correlation_ids(taken(session.to_broker), 8) == [1]
     assert session.refusal_reason == SASL_RECEIVE_LIMIT and session.awaiting_answers
@@ -221,14 +224,14 @@ def test_an_authenticate_over_the_limit_is_refused_after_the_handshake_before_it
     assert correlation_ids(taken(session.to_client), 4) == [1] and not session.awaiting_answers
 
 
-def test_after_authentication_frames_up_to_max_frame_size_pass() -> None:
-    session = plain_handshake_done(authenticated=True)
+def test_after_authentication_frames_up_to_max_frame_size_pass(build: Build) -> None:
+    session = plain_handshake_done(build, authenticated=True)
     session.client_data(big_produce(3), now=0.0)
     assert session.refusal is None and correlation_ids(taken(session.to_broker), 8) == [3]
 
 
-def test_a_big_produce_written_with_the_authentication_waits_for_its_outcome_unread() -> None:
-    session = plain_handshake_done()
+def test_a_big_produce_written_with_the_authentication_waits_for_its_outcome_unread(build: Build) -> None:
+    session = plain_handshake_done(build)
     request = big_produce(3)
     session.client_data(authenticate(2, b"\0alice\0alice-secret") + request[:65536], now=0.0)
     assert session.refusal is None, "the broker reads it after the authentication, with its usual limit"
@@ -239,22 +242,22 @@ def test_a_big_produce_written_with_the_authentication_waits_for_its_outcome_unr
     assert correlation_ids(taken(session.to_broker), 8) == [2, 3]
 
 
-def test_a_re_authentication_is_read_with_the_limit_again() -> None:
-    session = plain_handshake_done(authenticated=True)
+def test_a_re_authentication_is_read_with_the_limit_again(build: Build) -> None:
+    session = plain_handshake_done(build, authenticated=True)
     session.client_data(handshake(3, "PLAIN") + authenticate(4, b"\0alice\0" + b"x" * LIMIT), now=1.0)
     assert session.refusal_reason == SASL_RECEIVE_LIMIT
 
 
-def test_the_first_request_that_is_not_authentication_lifts_the_limit() -> None:
+def test_the_first_request_that_is_not_authentication_lifts_the_limit(build: Build) -> None:
     """GSSAPI's outcome is opaque to the proxy, and a listener without SASL never authenticates: a SASL
     listener would have closed a connection asking anything else first, so past it the limit is gone."""
-    session, _ = session_with()
+    session, _ = build.session_with()
     session.client_data(produce(1, {"t": b"r"}), now=0.0)
     session.client_data(big_produce(2), now=0.0)
     assert session.refusal is None and correlation_ids(taken(session.to_broker), 8) == [1, 2]
 
 
-def test_without_sasl_on_the_brokers_listener_no_limit_applies_before_the_first_request() -> None:
-    session, _ = session_with('client_sasl = "none"\n')
+def test_without_sasl_on_the_brokers_listener_no_limit_applies_before_the_first_request(build: Build) -> None:
+    session, _ = build.session_with('client_sasl = "none"\n')
     session.client_data(big_produce(1), now=0.0)
     assert session.refusal is None and correlation_ids(taken(session.to_broker), 8) == [1]

@@ -5,16 +5,19 @@ Two sessions with the same configuration, one taking whole reads and one splitti
 fed the same random streams of client and broker bytes at the same times: a request of every API
 with a policy in the core's table (Produce v3-v12, acks 1/-1/0, transactional or not, small and over
 quota, responses with and without KIP-951 endpoints and upstream throttles; Fetch, answers small and
-cut through; CreateTopics under a mutation quota; DescribeClientQuotas answered by the proxy; produce
-under per-topic thresholds), a plain API (Heartbeat), requests above the advertised cap, reads cut
-at random places and reads of many frames, with usage records off, as aggregates and per request.
+cut through; ShareFetch, answers naming a broker; CreateTopics, DeleteTopics and CreatePartitions
+under a mutation quota; DescribeClientQuotas and AlterClientQuotas answered by the proxy; a
+re-authentication's SaslHandshake and SaslAuthenticate; the cluster APIs Kafka exempts; produce
+under per-topic thresholds: test_the_streams_hold_a_request_of_every_api_with_a_policy_and_a_plain_one
+keeps it so), a plain API (Heartbeat), requests above the advertised cap, reads cut at random places
+and reads of many frames, with usage records off, as aggregates and per request.
 After every step each side's bytes, the mute and what is held must be equal; at the end so are every
 counter, every entity's metrics, every bucket and every usage record. Then hostile bytes
 (hypothesis' truncations, flips, inflated counts and noise, as in test_protocol_fuzz.py): requests,
 and produce responses; each must be refused, or passed, exactly alike.
 
-The whole unit suite runs once compiled and once interpreted (`make test`), and
-test_compiled_and_interpreted_cores_answer_a_stream_alike compares the two builds on one stream.
+Each test runs on both builds, compiled and interpreted (the `build` fixture, tests/unit/conftest.py),
+and test_compiled_and_interpreted_cores_answer_a_stream_alike compares the two builds on one stream.
 """
 
 from __future__ import annotations
@@ -26,17 +29,36 @@ from struct import pack, unpack_from
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from kafka.protocol.admin import CreateTopicsResponse, DescribeClientQuotasRequest
+from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeClientQuotasRequest,
+)
 from kafka.protocol.producer import ProduceRequest
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from quotagate.config.settings import UsageConfig
+from quotagate.protocol.apis import ApiKey, is_flexible, response_header_is_flexible
+from quotagate.proxy import session_core
 from quotagate.proxy.quota_admin import QuotaAdmin
-from quotagate.proxy.session import Session, SessionPolicy
+from quotagate.proxy.session import Session
 from quotagate.proxy.usage import UsageRecorder
 from tests.support.broker_double import FETCH, fetch_v4, header_only_request, heartbeat
+from tests.support.builds import COMPILED, INTERPRETED, Build
+from tests.support.builds import build as build_named
 from tests.support.fuzz import FUZZ, bad_frames, header_only, produce_request
 from tests.support.messages import produce_response
 from tests.support.session_double import create_topics, frames, services_for, taken
+from tests.support.share_messages import GOLDEN, share_fetch_request
 
 PRODUCE = 0
 CONFIGS = {
@@ -98,9 +120,59 @@ def answer(request: bytes, rng: random.Random) -> bytes:
     elif api_key == FETCH:
         size = rng.choice([100, 100, 20_000, 70_000])  # below and above the cut-through size
         payload = pack(">ii", correlation_id, 0) + bytes([correlation_id % 256]) * size
-    else:  # Heartbeat v0, and CreateTopics v6 in the shape the proxy reads: one topic, no error
-        payload = pack(">i", correlation_id) + (b"\x00\x00" if api_key == 12 else created_body())
+    elif api_key == ApiKey.SHARE_FETCH:  # Kafka's own bytes, naming a broker in NodeEndpoints (NOT_LEADER)
+        payload = pack(">i", correlation_id) + b"\x00" + GOLDEN[(ApiKey.SHARE_FETCH, version)]
+    elif api_key in ANSWERS:
+        header = pack(">i", correlation_id) + (b"\x00" if response_header_is_flexible(api_key, version) else b"")
+        payload = header + bytes(ANSWERS[api_key](version, rng).encode())
+    elif api_key == 12:  # Heartbeat v0
+        payload = pack(">i", correlation_id) + b"\x00\x00"
+    elif api_key in EXEMPT_APIS:  # what the proxy reads of them is the header
+        payload = (
+            pack(">i", correlation_id) + (b"\x00" if response_header_is_flexible(api_key, 0) else b"") + b"\x00\x00"
+        )
+    else:  # CreateTopics v6 in the shape the proxy reads: one topic, no error
+        payload = pack(">i", correlation_id) + created_body()
     return pack(">i", len(payload)) + payload
+
+
+def sasl_handshake_answer(version: int, rng: random.Random) -> SaslHandshakeResponse:
+    return SaslHandshakeResponse(version=version, error_code=0, mechanisms=["PLAIN"])
+
+
+def sasl_authenticate_answer(version: int, rng: random.Random) -> SaslAuthenticateResponse:
+    """Success (a failure ends the connection at the broker; test_session_authentication.py has those)."""
+    return SaslAuthenticateResponse(
+        version=version, error_code=0, error_message=None, auth_bytes=b"", session_lifetime_ms=0
+    )
+
+
+def deleted(version: int, rng: random.Random) -> DeleteTopicsResponse:
+    entry = DeleteTopicsResponse.DeletableTopicResult
+    return DeleteTopicsResponse(
+        version=version, throttle_time_ms=0, responses=[entry(version=version, name="t", error_code=0)]
+    )
+
+
+def partitions_created(version: int, rng: random.Random) -> CreatePartitionsResponse:
+    entry = CreatePartitionsResponse.CreatePartitionsTopicResult
+    return CreatePartitionsResponse(
+        version=version, throttle_time_ms=0, results=[entry(version=version, name="t", error_code=0)]
+    )
+
+
+ANSWERS = {
+    ApiKey.SASL_HANDSHAKE: sasl_handshake_answer,
+    ApiKey.SASL_AUTHENTICATE: sasl_authenticate_answer,
+    ApiKey.DELETE_TOPICS: deleted,
+    ApiKey.CREATE_PARTITIONS: partitions_created,
+}
+# The APIs Kafka exempts from request-time quotas, besides SASL's: the cluster's own.
+EXEMPT_APIS = sorted(
+    key
+    for key, policy in session_core.POLICIES.items()
+    if policy & session_core.EXEMPT and not policy & session_core.SASL
+)
 
 
 def created_body() -> bytes:
@@ -127,22 +199,23 @@ def acks_zero(request: bytes) -> bool:
     return unpack_from(">h", request, pos)[0] == 0
 
 
-def session(config: str, usage: str | None, whole_reads: bool) -> Session:
+def session(build: Build, config: str, usage: str | None, whole_reads: bool) -> Session:
     services = services_for(config, whole_reads=whole_reads)
     engine = services.engine
     admin = QuotaAdmin(engine.table, {}, (), None, lambda quotas, now: engine.update(quotas, engine.windows, now))
     recorder = None
     if usage is not None:
         recorder = UsageRecorder(UsageConfig(enabled=True, records=usage), services.metrics, KeptRows(), "p", "w")
-    return Session(replace(services, usage=recorder, quota_admin=admin))
+    return build.session(replace(services, usage=recorder, quota_admin=admin))
 
 
 class Pair:
-    """The same configuration twice: whole reads taken straight from the read, and every read split."""
+    """The same configuration twice, in one build: whole reads taken straight from the read, and every
+    read split."""
 
-    def __init__(self, config: str, usage: str | None = None) -> None:
-        self.lane = session(config, usage, whole_reads=True)
-        self.general = session(config, usage, whole_reads=False)
+    def __init__(self, build: Build, config: str, usage: str | None = None) -> None:
+        self.lane = session(build, config, usage, whole_reads=True)
+        self.general = session(build, config, usage, whole_reads=False)
         self.sessions = (self.lane, self.general)
         self.to_broker = bytearray()
         self.to_client = bytearray()
@@ -199,16 +272,16 @@ class Pair:
 
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("seed", range(12))
-def test_whole_reads_and_split_reads_answer_the_same_streams_the_same(config: str, seed: int) -> None:
+def test_whole_reads_and_split_reads_answer_the_same_streams_the_same(build: Build, config: str, seed: int) -> None:
     rng = random.Random(seed)
-    pair = Pair(CONFIGS[config], USAGE[list(USAGE)[seed % 3]])
+    pair = Pair(build, CONFIGS[config], USAGE[list(USAGE)[seed % 3]])
     now = 0.0
     pair.call("broker_connected", now)
     answered = 0
     broker_pending = bytearray()
     correlation_id = 0
     reads_fed = 0
-    builders = [produce, produce, produce, fetch, beat, beat, mutation, quotas_described]
+    builders = BUILDERS + [produce] * 16 + [fetch, beat] * 6  # re-authentications stay rare, as in life
     for index in range(400):
         now += rng.choice([0.0, 0.0005, 0.002, 0.05])
         step = rng.random()
@@ -270,14 +343,92 @@ def quotas_described(correlation_id: int, rng: random.Random) -> bytes:
     return bytes(request.encode(header=True, framed=True))
 
 
+def share_fetch(correlation_id: int, rng: random.Random) -> bytes:
+    return share_fetch_request(correlation_id, max_wait_ms=rng.choice([0, 500]), version=rng.choice([1, 2]))
+
+
+def framed(request: object, correlation_id: int, rng: random.Random) -> bytes:
+    request.with_header(correlation_id=correlation_id, client_id=rng.choice(["app", "other"]))  # type: ignore[attr-defined]
+    return bytes(request.encode(header=True, framed=True))  # type: ignore[attr-defined]
+
+
+def sasl_handshake(correlation_id: int, rng: random.Random) -> bytes:
+    """A re-authentication's first step (KIP-368)."""
+    return framed(SaslHandshakeRequest(version=1, mechanism="PLAIN"), correlation_id, rng)
+
+
+def sasl_authenticate(correlation_id: int, rng: random.Random) -> bytes:
+    """PLAIN as alice or bob: what the client sends after it is held until the broker answers."""
+    user = rng.choice([b"alice", b"bob"])
+    return framed(SaslAuthenticateRequest(version=1, auth_bytes=b"\0" + user + b"\0secret"), correlation_id, rng)
+
+
+def quotas_altered(correlation_id: int, rng: random.Random) -> bytes:
+    """AlterClientQuotas: answered by the proxy, in its turn (refused here: no alter_principals)."""
+    cls = AlterClientQuotasRequest.EntryData
+    entry = cls(
+        version=1,
+        entity=[cls.EntityData(version=1, entity_type="client-id", entity_name="app")],
+        ops=[cls.OpData(version=1, key="producer_byte_rate", value=5000.0, remove=False)],
+    )
+    return framed(AlterClientQuotasRequest(version=1, entries=[entry], validate_only=False), correlation_id, rng)
+
+
+def topics_deleted(correlation_id: int, rng: random.Random) -> bytes:
+    return framed(DeleteTopicsRequest(version=4, topic_names=["t"], timeout_ms=1000), correlation_id, rng)
+
+
+def partitions_added(correlation_id: int, rng: random.Random) -> bytes:
+    topic = CreatePartitionsRequest.CreatePartitionsTopic
+    request = CreatePartitionsRequest(
+        version=3, topics=[topic(version=3, name="t", count=5, assignments=None)], timeout_ms=1000, validate_only=False
+    )
+    return framed(request, correlation_id, rng)
+
+
+def exempt(correlation_id: int, rng: random.Random) -> bytes:
+    """One of the cluster's own APIs, v0, header only (the proxy reads nothing else of it)."""
+    api_key = rng.choice(EXEMPT_APIS)
+    payload = pack(">hhih", api_key, 0, correlation_id, 3) + b"app" + (b"\x00" if is_flexible(api_key, 0) else b"")
+    return pack(">i", len(payload)) + payload
+
+
+# What the streams are made of: a request of every API with a policy in the core's table, and a plain one.
+BUILDERS = [
+    produce,
+    produce,
+    produce,
+    fetch,
+    share_fetch,
+    beat,
+    beat,
+    mutation,
+    topics_deleted,
+    partitions_added,
+    quotas_described,
+    quotas_altered,
+    sasl_handshake,
+    sasl_authenticate,
+    exempt,
+]
+
+
+def test_the_streams_hold_a_request_of_every_api_with_a_policy_and_a_plain_one() -> None:
+    rng = random.Random(0)
+    sent = {unpack_from(">h", builder(1, rng), 4)[0] for builder in BUILDERS for _ in range(200)}
+    missing = set(session_core.POLICIES) - sent
+    assert not missing, f"no request of {sorted(missing)} in the streams: add a builder"
+    assert any(session_core.POLICY[key] == 0 for key in sent), "and one of an API with no policy"
+
+
 def above_cap(correlation_id: int, rng: random.Random) -> bytes:
     """A request the broker closes the connection for (DescribeQuorum v2: above the cap)."""
     return header_only_request(55, 2, correlation_id, body=b"\x01" * 64)
 
 
-def test_a_plain_produce_exchange_is_taken_whole() -> None:
+def test_a_plain_produce_exchange_is_taken_whole(build: Build) -> None:
     """Whole reads are taken at all: a plain produce and its answer never reach the splitters."""
-    session = Session(services_for(CONFIGS["not_binding"]))
+    session = build.session(services_for(CONFIGS["not_binding"]))
     session.broker_connected(0.0)
     session.client_data(heartbeat(1), 0.0)  # the first request that is not ApiVersions or SASL
     session.broker_data(answer(heartbeat(1), random.Random(0)), 0.001)
@@ -298,15 +449,12 @@ def test_a_plain_produce_exchange_is_taken_whole() -> None:
 def test_compiled_and_interpreted_cores_answer_a_stream_alike() -> None:
     """The session core's two builds (quotagate/compiled.py), side by side on the same streams: the
     one this process loaded, and its source interpreted (the same when QUOTAGATE_NO_EXTENSIONS=1)."""
-    from quotagate.proxy import session_core as interpreted
-
-    class InterpretedSession(SessionPolicy, interpreted.SessionCore):
-        pass
-
+    loaded, interpreted = build_named(COMPILED) or build_named(INTERPRETED), build_named(INTERPRETED)
+    assert loaded is not None and interpreted is not None
     for config, usage in (("binding", None), ("not_binding", "aggregate"), ("thresholds", "request")):
-        pair = Pair(CONFIGS[config], usage)
+        pair = Pair(loaded, CONFIGS[config], usage)
         services = pair.general.services
-        pair.general = InterpretedSession(services)
+        pair.general = interpreted.session(services)
         pair.general.whole_reads = True
         pair.sessions = (pair.lane, pair.general)
         rng = random.Random(7)
@@ -337,8 +485,8 @@ FUZZ_SEEDS = [produce_request(v) for v in range(3, 13)] + [
 
 @FUZZ
 @given(frame=bad_frames(FUZZ_SEEDS), config=st.sampled_from(sorted(CONFIGS)))
-def test_a_hostile_request_gets_the_same_answer_whole_and_split(frame: memoryview, config: str) -> None:
-    pair = Pair(CONFIGS[config])
+def test_a_hostile_request_gets_the_same_answer_whole_and_split(build: Build, frame: memoryview, config: str) -> None:
+    pair = Pair(build, CONFIGS[config])
     pair.call("broker_connected", 0.0)
     pair.call("client_data", heartbeat(1), 0.0)  # past authentication: the lane is open
     pair.call("broker_data", answer(heartbeat(1), random.Random(0)), 0.001)
@@ -362,7 +510,7 @@ def produce_response_bodies(version: int) -> list[bytes]:
     config=st.sampled_from(sorted(CONFIGS)),
 )
 def test_a_hostile_response_gets_the_same_treatment_whole_and_split(
-    version: int, data: st.DataObject, config: str
+    build: Build, version: int, data: st.DataObject, config: str
 ) -> None:
     request = ProduceRequest(version=version, transactional_id=None, acks=1, timeout_ms=1000,
                              topic_data=[("a", [(0, b"r" * 10)])])  # fmt: skip
@@ -370,7 +518,7 @@ def test_a_hostile_response_gets_the_same_treatment_whole_and_split(
     body = data.draw(bad_frames(produce_response_bodies(version)))[4:]  # hypothesis' cuts and flips
     header = pack(">i", 5) + (b"\x00" if version >= 9 else b"")
     response = pack(">i", len(header) + len(body)) + header + bytes(body)
-    pair = Pair(CONFIGS[config])
+    pair = Pair(build, CONFIGS[config])
     pair.call("broker_connected", 0.0)
     pair.call("client_data", heartbeat(1), 0.0)
     pair.call("broker_data", answer(heartbeat(1), random.Random(0)), 0.001)
