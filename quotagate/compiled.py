@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
-import importlib.util
 import os
+from pathlib import Path
 from types import ModuleType
 
 # The compiled modules, in the order they import each other.
@@ -34,10 +34,14 @@ def _is_extension(module: ModuleType) -> bool:
 
 
 def extensions_built() -> bool:
-    """Whether every module has its compiled build (found, not imported: they import each other)."""
+    """Whether every module has its compiled build: its extension file beside its source. Looked for,
+    not found through the import system, which would import the subpackages first (quotas imports
+    its token bucket through `load`). Inside a zip (Spark executors) nothing is a file: interpreted."""
+    package = Path(__file__).parent
     for name in MODULES:
-        spec = importlib.util.find_spec(name + "_c")
-        if spec is None or not isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
+        source = package.joinpath(*name.split(".")[1:])
+        built = (source.parent / f"{source.name}_c{suffix}" for suffix in importlib.machinery.EXTENSION_SUFFIXES)
+        if not any(path.is_file() for path in built):
             return False
     return True
 
