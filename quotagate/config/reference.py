@@ -224,6 +224,7 @@ def toml_data(value: Any) -> Any:
         return [
             {
                 **_quota_entry(entity.user, entity.client_id, values),
+                **({"client_id_prefix": entity.client_id_prefix} if entity.client_id_prefix is not None else {}),
                 **({"shadow": True} if entity in value.shadow else {}),
             }
             for entity, values in value.items()

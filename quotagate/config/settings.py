@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
-from quotagate.quotas.entities import quota_value_problem
+from quotagate.quotas.entities import client_id_prefix_problem, quota_value_problem
 from quotagate.quotas.topic_thresholds import TopicThresholds
 from quotagate.security.principal_mapping import PrincipalMapper
 
@@ -496,6 +496,11 @@ class AdminConfig:
 QUOTA_ENTRY_KEYS: dict[str, tuple[str, str]] = {
     "user": ("string", 'The user (SASL principal name; `ANONYMOUS` without SASL), or `"<default>"` for any user.'),
     "client_id": ("string", 'The client.id, or `"<default>"` for any client-id.'),
+    "client_id_prefix": (
+        "string",
+        "Instead of client_id: every client.id that starts with it (Redpanda's `client-id-prefix`), sharing one "
+        "bucket; just below an exact client_id entry of the same shape, longest prefix first (docs/quotas.md).",
+    ),
     QuotaKey.PRODUCER_BYTE_RATE: ("integer", "Produce bytes per second, for the whole cluster behind the proxy."),
     QuotaKey.CONSUMER_BYTE_RATE: ("integer", "Fetch bytes per second, for the whole cluster behind the proxy."),
     QuotaKey.REQUEST_PERCENTAGE: ("number", "Request time, in % of one thread: 1 = 10 ms of request time per second."),
@@ -869,7 +874,7 @@ def _parse_topic_thresholds(table: Any) -> TopicThresholds | None:
 
 # Named after the broker settings they mirror (quota.window.num, ...); they size the default bursts.
 _WINDOW_KEYS = {f.name: f.default for f in fields(QuotaWindows)}
-_ENTITY_KEYS = {"user", "client_id"}
+_ENTITY_KEYS = {"user", "client_id", "client_id_prefix"}
 _QUOTA_KEYS = {key.value for key in QuotaKey}
 
 
@@ -886,9 +891,19 @@ def _parse_quotas(entries: Any) -> QuotaTable:
         _reject_unknown(prefix + ".", entry, _ENTITY_KEYS | _QUOTA_KEYS | {"shadow"})
         user = _entity_name(entry, prefix, "user")
         client_id = _entity_name(entry, prefix, "client_id")
-        if user is None and client_id is None:
-            raise ConfigError(prefix, 'needs user, client_id or both (use "<default>" for the default entity)')
-        entity = QuotaEntity(user, client_id)
+        client_id_prefix = _entity_name(entry, prefix, "client_id_prefix")
+        if client_id_prefix is not None:
+            if client_id is not None:
+                raise ConfigError(f"{prefix}.client_id_prefix", "cannot be given with client_id (one or the other)")
+            problem = client_id_prefix_problem(client_id_prefix)
+            if problem is not None:
+                raise ConfigError(f"{prefix}.client_id_prefix", problem)
+        if user is None and client_id is None and client_id_prefix is None:
+            raise ConfigError(
+                prefix,
+                'needs user, client_id or both (or client_id_prefix for client_id; "<default>" names the default)',
+            )
+        entity = QuotaEntity(user, client_id, client_id_prefix)
         if entity in where:
             raise ConfigError(prefix, f"{entity} is already given quotas in quotas[{where[entity]}]")
         where[entity] = index

@@ -9,7 +9,9 @@ state file) and the file's `QuotaTable`; the quotas in force are `effective(file
 - everything else comes from the file, and file edits apply as before.
 
 Describe filters and alteration checks follow the broker (Kafka's ClientQuotasImage.describe and
-ClientQuotaControlManager): the same error codes and, where it helps, the same messages.
+ClientQuotaControlManager): the same error codes and, where it helps, the same messages. The
+`client-id-prefix` entity type is Redpanda's: a filter component matches a prefix entry's name as a
+client-id component matches a client id (exact name, or any), and no prefix has a default entity.
 """
 
 from __future__ import annotations
@@ -23,13 +25,22 @@ from quotagate.protocol.client_quotas import (
     DescribeResult,
     EntityParts,
 )
-from quotagate.quotas.entities import DEFAULT, QuotaEntity, QuotaKey, QuotaTable, quota_value_problem
+from quotagate.quotas.entities import (
+    DEFAULT,
+    QuotaEntity,
+    QuotaKey,
+    QuotaTable,
+    client_id_prefix_problem,
+    quota_value_problem,
+)
 
 NONE = 0
 CLUSTER_AUTHORIZATION_FAILED = 31
 INVALID_REQUEST = 42
 UNSUPPORTED_VERSION = 35
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
+CLIENT_ID_PREFIX = "client-id-prefix"  # Redpanda's entity type: every client id starting with the name
+ENTITY_TYPES = (USER, CLIENT_ID, CLIENT_ID_PREFIX, IP)
 MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
 # Where an effective quota came from, as /quotas shows it.
 SOURCE_FILE, SOURCE_API = "file", "api"
@@ -58,12 +69,15 @@ def source_of(api: Mapping[QuotaEntity, Mapping[QuotaKey, float | None]], entity
 
 
 def entity_parts(entity: QuotaEntity) -> EntityParts:
-    """A quota entity as Kafka describes it: user first, then client-id; None names the default."""
+    """A quota entity as Kafka describes it: user first, then client-id (or client-id-prefix, as
+    Redpanda names it); None names the default."""
     parts: list[tuple[str, str | None]] = []
     if entity.user is not None:
         parts.append((USER, None if entity.user == DEFAULT else entity.user))
     if entity.client_id is not None:
         parts.append((CLIENT_ID, None if entity.client_id == DEFAULT else entity.client_id))
+    if entity.client_id_prefix is not None:
+        parts.append((CLIENT_ID_PREFIX, entity.client_id_prefix))
     return tuple(parts)
 
 
@@ -77,7 +91,7 @@ def describe(quotas: QuotaTable, query: DescribeQuery) -> DescribeResult:
             return _describe_error(INVALID_REQUEST, "Invalid empty entity type.")
         if kind in exact or kind in any_name:
             return _describe_error(INVALID_REQUEST, f"Entity type {kind} cannot appear more than once in the filter.")
-        if kind not in (USER, CLIENT_ID, IP):
+        if kind not in ENTITY_TYPES:
             return _describe_error(UNSUPPORTED_VERSION, f"Unsupported entity type {kind}")
         if component.match_type == MATCH_EXACT:
             if component.match is None:
@@ -100,7 +114,7 @@ def describe(quotas: QuotaTable, query: DescribeQuery) -> DescribeResult:
         else:
             return _describe_error(UNSUPPORTED_VERSION, f"Unsupported match type {component.match_type}")
     named = exact.keys() | any_name
-    if IP in named and (USER in named or CLIENT_ID in named):
+    if IP in named and (USER in named or CLIENT_ID in named or CLIENT_ID_PREFIX in named):
         return _describe_error(
             INVALID_REQUEST,
             "Invalid entity filter component combination. IP filter component should not be used with "
@@ -130,7 +144,7 @@ def check_alteration(alteration: Alteration) -> tuple[QuotaEntity | None, str | 
     for kind, name in alteration.entity:
         if kind in names:
             return None, f"Invalid empty client quota entity, duplicate entity entry {kind}"
-        if kind not in (USER, CLIENT_ID, IP):
+        if kind not in ENTITY_TYPES:
             return None, f"Unhandled client quota entity type: {kind}"
         if name is not None and not name:
             return None, f"Empty {kind} not supported"
@@ -139,9 +153,17 @@ def check_alteration(alteration: Alteration) -> tuple[QuotaEntity | None, str | 
         if len(names) > 1:
             return None, "Invalid empty client quota entity"
         return None, "quotagate enforces user and client-id quotas only; set ip quotas on the brokers"
+    prefix = names.get(CLIENT_ID_PREFIX)
+    if CLIENT_ID_PREFIX in names:
+        if CLIENT_ID in names:
+            return None, f"Entity types {CLIENT_ID} and {CLIENT_ID_PREFIX} cannot be combined"
+        problem = "has no default entity" if prefix is None else client_id_prefix_problem(prefix)
+        if problem is not None:
+            return None, f"{CLIENT_ID_PREFIX} {problem}"
     entity = QuotaEntity(
         (names[USER] or DEFAULT) if USER in names else None,
         (names[CLIENT_ID] or DEFAULT) if CLIENT_ID in names else None,
+        prefix,
     )
     seen: set[str] = set()
     for op in alteration.ops:

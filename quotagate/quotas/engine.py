@@ -197,10 +197,7 @@ class QuotaEngine:
         self.generation += 1
         by_bucket: dict[tuple[str, str, str | None, str | None], Resolution] = {}
         for bucket_id in list(self.buckets):
-            key, _scope, user, client_id = bucket_id
-            # "" stands for "any other name" (configured names are never empty): a per-user bucket
-            # is still live if a client of that user with no entry of its own still maps to it.
-            resolution = table.resolve(user or "", client_id or "", QuotaKey(key))
+            resolution = table.resolve_bucket(bucket_id)
             if resolution is not None and resolution.bucket_id == bucket_id:
                 by_bucket[bucket_id] = resolution
         for bucket_id, bucket in list(self.buckets.items()):
@@ -253,12 +250,10 @@ class QuotaEngine:
         is dropped. Returns how many were restored."""
         restored = 0
         for bucket_id, tokens in levels.items():
-            key, _scope, user, client_id = bucket_id
             try:
-                quota_key = QuotaKey(key)
-            except ValueError:
+                resolution = self.table.resolve_bucket(bucket_id)
+            except ValueError:  # a key this version does not know
                 continue
-            resolution = self.table.resolve(user or "", client_id or "", quota_key)
             if resolution is None or resolution.bucket_id != bucket_id:
                 continue
             bucket = self._bucket(resolution, now)

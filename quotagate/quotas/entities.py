@@ -9,6 +9,14 @@ An entity is (user, client-id), either part a name, `<default>`, or absent (None
 The matched level also decides who shares a bucket: levels 1, 2, 4, 5 give each (user, client-id)
 its own; levels 3 and 6 give one per user (all its client-ids share it); 7 and 8 one per client-id
 (shared across users).
+
+Client-id prefixes (Redpanda's `client-id-prefix` entity; not in Kafka): an entity may name a
+prefix P instead of a client id. A prefix entry stands where an exact client-id entry of the same
+shape would, just below it: 1p U/P* after 1, 4p <default>/P* after 4, 7p P* after 7 (Redpanda has
+only the last: exact client id, then prefix, then the default client id). Among the prefixes of
+one shape that set the key, the longest that C starts with wins (Redpanda leaves overlapping
+prefixes unordered). A prefix's bucket is shared by every client id with that prefix: 1p and 4p
+one per (user, prefix), 7p one per prefix, across users.
 """
 
 from __future__ import annotations
@@ -86,6 +94,7 @@ def quota_value_problem(key: QuotaKey, value: float) -> str | None:
 class QuotaEntity:
     user: str | None = None
     client_id: str | None = None
+    client_id_prefix: str | None = None  # never with client_id; never <default>
 
     def __str__(self) -> str:
         parts = []
@@ -93,13 +102,28 @@ class QuotaEntity:
             parts.append(f"user={self.user}")
         if self.client_id is not None:
             parts.append(f"client-id={self.client_id}")
+        if self.client_id_prefix is not None:
+            parts.append(f"client-id-prefix={self.client_id_prefix}")
         return ",".join(parts) or "(empty)"
+
+
+def client_id_prefix_problem(prefix: str) -> str | None:
+    """Why `prefix` cannot be a client-id prefix entity, as words to follow its key, or None."""
+    if not prefix:
+        return "must be a non-empty string"
+    if prefix == DEFAULT:
+        return f"has no default entity ({DEFAULT} is for user and client-id)"
+    if len(prefix) > MAX_NAME_CHARS:
+        return f"must be at most {MAX_NAME_CHARS} characters, got {len(prefix)}"
+    return None
 
 
 # Bucket scopes: who shares one bucket, by matched precedence level.
 SCOPE_USER_CLIENT = "user+client-id"
 SCOPE_USER = "user"
 SCOPE_CLIENT = "client-id"
+SCOPE_USER_PREFIX = "user+client-id-prefix"
+SCOPE_PREFIX = "client-id-prefix"
 _SCOPE_BY_LEVEL = {
     1: SCOPE_USER_CLIENT,
     2: SCOPE_USER_CLIENT,
@@ -110,6 +134,8 @@ _SCOPE_BY_LEVEL = {
     7: SCOPE_CLIENT,
     8: SCOPE_CLIENT,
 }
+# A prefix entry's level is that of the exact client-id entry it stands below (1p, 4p, 7p).
+_PREFIX_SCOPE_BY_LEVEL = {1: SCOPE_USER_PREFIX, 4: SCOPE_USER_PREFIX, 7: SCOPE_PREFIX}
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +146,14 @@ class Resolution:
     level: int  # 1..8, Kafka's precedence level that matched
     entity: QuotaEntity  # the configured entity that matched
     value: float  # the quota, in the key's unit
-    bucket_id: tuple[str, str, str | None, str | None]  # (key, scope, user, client-id)
+    bucket_id: tuple[str, str, str | None, str | None]  # (key, scope, user, client-id or prefix)
     shadow: bool = False  # charged and reported, never applied (`shadow = true` in the file)
+    by_prefix: bool = False  # a client-id-prefix entry matched, just below `level`'s exact one
+
+    @property
+    def level_name(self) -> str:
+        """The level as the docs write it: "1".."8", or "1p", "4p", "7p" for a prefix entry."""
+        return f"{self.level}p" if self.by_prefix else str(self.level)
 
 
 def candidate_entities(user: str, client_id: str) -> Iterator[tuple[int, QuotaEntity]]:
@@ -156,9 +188,18 @@ class QuotaTable:
             QuotaEntity(
                 None if entity.user is None else bounded_name(entity.user),
                 None if entity.client_id is None else bounded_name(entity.client_id),
+                entity.client_id_prefix,
             ): (entity, values)
             for entity, values in self._quotas.items()
         }
+        # Prefix entries by their bounded user part (a name, <default> or None), longest prefix first.
+        # Empty when none is configured: resolving then costs what it did before prefixes existed.
+        self._prefixes: dict[str | None, list[tuple[str, QuotaEntity, dict[QuotaKey, float]]]] = {}
+        for bounded, (entity, values) in self._lookup.items():
+            if bounded.client_id_prefix is not None:
+                self._prefixes.setdefault(bounded.user, []).append((bounded.client_id_prefix, entity, values))
+        for entries in self._prefixes.values():
+            entries.sort(key=lambda entry: -len(entry[0]))
         self._cache: dict[tuple[str, str], dict[QuotaKey, Resolution | None]] = {}
 
     def __bool__(self) -> bool:
@@ -181,6 +222,7 @@ class QuotaTable:
     def resolve(self, user: str, client_id: str, key: QuotaKey) -> Resolution | None:
         """The quota for `key` that applies to (user, client_id), or None: unlimited. Bucket ids
         and the cache hold the bounded names (`bounded_name`), never a client's 32 KB id."""
+        full_client_id = client_id  # prefixes match the whole id, not its bounded form
         if len(client_id) > MAX_NAME_CHARS or len(user) > MAX_NAME_CHARS:
             user, client_id = bounded_name(user), bounded_name(client_id)
         cached = self._cache.get((user, client_id))
@@ -191,15 +233,77 @@ class QuotaTable:
         elif key in cached:
             return cached[key]
         resolution = None
-        for level, entity in candidate_entities(user, client_id):
-            found = self._lookup.get(entity)
-            if found is not None and key in found[1]:
-                configured, values = found
-                scope = _SCOPE_BY_LEVEL[level]
-                bucket_user = user if scope != SCOPE_CLIENT else None
-                bucket_client = client_id if scope != SCOPE_USER else None
-                bucket_id = (key, scope, bucket_user, bucket_client)
-                resolution = Resolution(key, level, configured, values[key], bucket_id, configured in self.shadow)
+        for level, by_prefix, configured, values in self._candidates(user, client_id, full_client_id):
+            if key in values:
+                resolution = self._resolution(key, level, by_prefix, configured, values[key], user, client_id)
                 break
         cached[key] = resolution
         return resolution
+
+    def candidates(self, user: str, client_id: str) -> list[tuple[int, bool, QuotaEntity, dict[QuotaKey, float]]]:
+        """Every configured entity that matches (user, client_id), in precedence order, as (level,
+        by_prefix, entity, its values): what `resolve` walks, for explaining its choice."""
+        full_client_id = client_id
+        if len(client_id) > MAX_NAME_CHARS or len(user) > MAX_NAME_CHARS:
+            user, client_id = bounded_name(user), bounded_name(client_id)
+        return list(self._candidates(user, client_id, full_client_id))
+
+    def resolution_for(
+        self, user: str, client_id: str, key: QuotaKey, level: int, by_prefix: bool, entity: QuotaEntity
+    ) -> Resolution:
+        """The resolution `entity`, matched at `level`, gives (user, client_id) for `key` (it sets it)."""
+        if len(client_id) > MAX_NAME_CHARS or len(user) > MAX_NAME_CHARS:
+            user, client_id = bounded_name(user), bounded_name(client_id)
+        return self._resolution(key, level, by_prefix, entity, self._quotas[entity][key], user, client_id)
+
+    def resolve_bucket(self, bucket_id: tuple[str | None, ...]) -> Resolution | None:
+        """What gives the bucket `bucket_id` now, or None if no quota does any more (after a reload
+        or an API change). Raises ValueError for a key that is not a quota key."""
+        key_name, scope, user, name = bucket_id
+        key = QuotaKey(key_name)
+        if scope == SCOPE_PREFIX or scope == SCOPE_USER_PREFIX:
+            # A prefix's bucket lives while its entry sets the key, whichever client id uses it.
+            shapes = [(7, None)] if scope == SCOPE_PREFIX else [(1, user), (4, DEFAULT)]
+            for level, entity_user in shapes:
+                found = self._lookup.get(QuotaEntity(entity_user, None, name))
+                if found is not None and key in found[1]:
+                    resolution = self._resolution(key, level, True, found[0], found[1][key], user or "", name or "")
+                    if resolution.bucket_id == bucket_id:
+                        return resolution
+            return None
+        # "" stands for "any other name" (configured names are never empty): a per-user bucket is
+        # still live if a client of that user with no entry of its own still maps to it.
+        return self.resolve(user or "", name or "", key)
+
+    def _candidates(
+        self, user: str, client_id: str, full_client_id: str
+    ) -> Iterator[tuple[int, bool, QuotaEntity, dict[QuotaKey, float]]]:
+        lookup, prefixes = self._lookup, self._prefixes
+        for level, entity in candidate_entities(user, client_id):
+            found = lookup.get(entity)
+            if found is not None:
+                yield level, False, found[0], found[1]
+            if prefixes and level in _PREFIX_SCOPE_BY_LEVEL:
+                for prefix, configured, values in prefixes.get(entity.user, ()):
+                    if full_client_id.startswith(prefix):
+                        yield level, True, configured, values
+
+    def _resolution(
+        self,
+        key: QuotaKey,
+        level: int,
+        by_prefix: bool,
+        configured: QuotaEntity,
+        value: float,
+        user: str,
+        client_id: str,
+    ) -> Resolution:
+        if by_prefix:
+            scope = _PREFIX_SCOPE_BY_LEVEL[level]
+            bucket_id = (key, scope, user if scope == SCOPE_USER_PREFIX else None, configured.client_id_prefix)
+        else:
+            scope = _SCOPE_BY_LEVEL[level]
+            bucket_user = user if scope != SCOPE_CLIENT else None
+            bucket_client = client_id if scope != SCOPE_USER else None
+            bucket_id = (key, scope, bucket_user, bucket_client)
+        return Resolution(key, level, configured, value, bucket_id, configured in self.shadow, by_prefix)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -181,6 +182,55 @@ def test_java_admin_api_alters_and_describes_with_filters(proxy_factory, kafka, 
     assert lines["strict user=alice"] == "{{user=alice}={producer_byte_rate=300000.0}}"
     assert lines["default clients"] == "{{client-id=null}={request_percentage=25.0}}"
     assert lines["any user"] == "{{user=alice}={producer_byte_rate=300000.0}}"
+
+
+@pytest.mark.java
+def test_a_client_id_prefix_quota_set_with_the_java_admin_api_holds_two_producers_of_the_fleet_together(
+    proxy_factory, kafka, tmp_path
+) -> None:
+    """Issue 28: a quota on every client id starting with "fleet-" (Redpanda's client-id-prefix
+    entity), set through the Java Admin API, is one bucket: two producers of the fleet share it."""
+    proxy = admin_proxy(proxy_factory, tmp_path)
+    source = Path(__file__).resolve().parents[1] / "java" / "ClientIdPrefixQuota.java"
+    result = subprocess.run(
+        java_program(source, proxy.bootstrap, "admin", SASL_USERS["admin"], "fleet-", "producer_byte_rate", str(QUOTA)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    print(result.stdout)
+    lines = dict(line.split(": ", 1) for line in result.stdout.splitlines() if ": " in line)
+    assert "altered" in result.stdout
+    assert lines["exact prefix"] == f"{{{{client-id-prefix=fleet-}}={{producer_byte_rate={float(QUOTA)}}}}}"
+    assert lines["any prefix"] == lines["exact prefix"]
+
+    topic = unique_topic("prefix-q")
+    create_topic(kafka.bootstrap, topic, partitions=2)
+    sasl = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "alice",
+        "sasl.password": SASL_USERS["alice"],
+    }
+    fleet = [Acked(), Acked()]
+    started = time.monotonic()
+    producers = [
+        threading.Thread(target=confluent_producer_loop, args=(proxy.bootstrap, topic, f"fleet-{i}", 14.0, acked, sasl))
+        for i, acked in enumerate(fleet)
+    ]
+    for producer in producers:
+        producer.start()
+    for producer in producers:
+        producer.join(timeout=60)
+    rates = [rate_between(acked.events, started + 3, started + 14) for acked in fleet]
+    print(
+        f"fleet-0 and fleet-1 under one prefix quota: {rates[0]:.0f} + {rates[1]:.0f} B/s = {sum(rates) / QUOTA:.3f}x"
+    )
+    assert sum(rates) == pytest.approx(QUOTA, rel=0.10), rates
+    assert min(rates) > 0.2 * QUOTA, rates  # both got through, neither was starved
+    entities = {(e["user"], e["client_id"]): e["quotas"] for e in quotas_view(proxy)["entities"]}
+    assert entities[("alice", "fleet-0")]["producer_byte_rate"]["matched"] == "client-id-prefix=fleet-"
 
 
 def metric(text: str, name: str, **labels: str) -> float:
