@@ -14,30 +14,10 @@ from quotagate.config.reference import toml_data
 from quotagate.config.settings import ConfigError
 from quotagate.quotas import DEFAULT, QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.entities import MAX_NAME_CHARS
+from tests.support.quota_ladder import LADDER, prefix
 
 PRODUCE = QuotaKey.PRODUCER_BYTE_RATE
 FETCH = QuotaKey.CONSUMER_BYTE_RATE
-
-
-def prefix(name: str, user: str | None = None) -> QuotaEntity:
-    return QuotaEntity(user, None, name)
-
-
-# Every level of Kafka's precedence and the three prefix levels, each with its own value: removing the
-# entries above a level one by one must walk down the table in this order.
-LADDER = [
-    ("1", QuotaEntity("alice", "fleet-7")),
-    ("1p", prefix("fleet-", "alice")),
-    ("2", QuotaEntity("alice", DEFAULT)),
-    ("3", QuotaEntity("alice", None)),
-    ("4", QuotaEntity(DEFAULT, "fleet-7")),
-    ("4p", prefix("fleet-", DEFAULT)),
-    ("5", QuotaEntity(DEFAULT, DEFAULT)),
-    ("6", QuotaEntity(DEFAULT, None)),
-    ("7", QuotaEntity(None, "fleet-7")),
-    ("7p", prefix("fleet-")),
-    ("8", QuotaEntity(None, DEFAULT)),
-]
 
 
 @pytest.mark.parametrize("top", range(len(LADDER)))
