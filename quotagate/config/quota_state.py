@@ -7,7 +7,7 @@ either. A key the API removed while the file sets it is kept as null (see quotas
 
     {"version": 1, "quotas": [{"user": "alice", "client_id": null, "values": {"producer_byte_rate": 1024.0}}]}
 
-An entry for a client-id prefix also has "client_id_prefix" (absent elsewhere).
+An entry for a client-id prefix also has "client_id_prefix", one for an ip entity "ip" (absent elsewhere).
 """
 
 from __future__ import annotations
@@ -23,7 +23,15 @@ from typing import Any
 from quotagate.config.settings import ConfigError
 from quotagate.quotas.admin import ApiQuotas
 from quotagate.quotas.engine import BucketId
-from quotagate.quotas.entities import QuotaEntity, QuotaKey, client_id_prefix_problem, quota_value_problem
+from quotagate.quotas.entities import (
+    QuotaEntity,
+    QuotaKey,
+    client_id_prefix_problem,
+    connection_creation_rate_problem,
+    ip_entity_name,
+    quota_key,
+    quota_value_problem,
+)
 
 log = logging.getLogger("quotagate.config")
 STATE_VERSION = 1
@@ -42,8 +50,8 @@ def load_state(path: Path) -> ApiQuotas:
         if data.get("version") != STATE_VERSION:
             raise ValueError(f"version {data.get('version')!r}, expected {STATE_VERSION}")
         return {
-            _entity(entry["user"], entry["client_id"], entry.get("client_id_prefix")): {
-                QuotaKey(key): _value(path, key, value) for key, value in entry["values"].items()
+            _entity(entry["user"], entry["client_id"], entry.get("client_id_prefix"), entry.get("ip")): {
+                quota_key(key): _value(path, key, value) for key, value in entry["values"].items()
             }
             for entry in data["quotas"]
         }
@@ -53,8 +61,8 @@ def load_state(path: Path) -> ApiQuotas:
         raise ConfigError("admin.state_file", f"{path} is not a quotagate state file: {exc}") from exc
 
 
-def _entity(user: object, client_id: object, client_id_prefix: object) -> QuotaEntity:
-    names = (user, client_id, client_id_prefix)
+def _entity(user: object, client_id: object, client_id_prefix: object, ip: object) -> QuotaEntity:
+    names = (user, client_id, client_id_prefix, ip)
     if not all(name is None or (isinstance(name, str) and name) for name in names):
         raise ValueError(f"entity names must be non-empty strings or null, got {', '.join(map(repr, names))}")
     if isinstance(client_id_prefix, str):
@@ -63,7 +71,9 @@ def _entity(user: object, client_id: object, client_id_prefix: object) -> QuotaE
             problem = "cannot be given with client_id"
         if problem is not None:
             raise ValueError(f"client_id_prefix {client_id_prefix!r} {problem}")
-    return QuotaEntity(user, client_id, client_id_prefix)  # type: ignore[arg-type]
+    if ip is not None and (ip_entity_name(ip) != ip or any(name is not None for name in names[:3])):  # type: ignore[arg-type]
+        raise ValueError(f"ip {ip!r} must be an address in its short form or <default>, alone")
+    return QuotaEntity(user, client_id, client_id_prefix, ip)  # type: ignore[arg-type]
 
 
 def _value(path: Path, key: str, value: object) -> float | None:
@@ -72,7 +82,11 @@ def _value(path: Path, key: str, value: object) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError("admin.state_file", f"{path}: {key} must be a number or null, got {value!r}")
-    problem = quota_value_problem(QuotaKey(key), value)
+    parsed = quota_key(key)
+    if isinstance(parsed, QuotaKey):
+        problem = quota_value_problem(parsed, value)
+    else:
+        problem = connection_creation_rate_problem(value)
     if problem is not None:
         raise ConfigError("admin.state_file", f"{path}: {key} {problem}")
     return float(value)
@@ -86,6 +100,7 @@ def save_state(path: Path, quotas: ApiQuotas) -> None:
             "client_id": entity.client_id,
             # Only where set, so a state file without prefixes reads as before (and older versions read it).
             **({"client_id_prefix": entity.client_id_prefix} if entity.client_id_prefix is not None else {}),
+            **({"ip": entity.ip} if entity.ip is not None else {}),
             "values": {k.value: v for k, v in values.items()},
         }
         for entity, values in quotas.items()

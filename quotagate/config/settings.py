@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
-from quotagate.quotas.entities import client_id_prefix_problem, quota_value_problem
+from quotagate.quotas.entities import (
+    IpQuotaKey,
+    client_id_prefix_problem,
+    connection_creation_rate_problem,
+    ip_entity_name,
+    quota_value_problem,
+)
 from quotagate.quotas.topic_thresholds import TopicThresholds
 from quotagate.security.principal_mapping import PrincipalMapper
 
@@ -496,6 +502,16 @@ class AdminConfig:
 QUOTA_ENTRY_KEYS: dict[str, tuple[str, str]] = {
     "user": ("string", 'The user (SASL principal name; `ANONYMOUS` without SASL), or `"<default>"` for any user.'),
     "client_id": ("string", 'The client.id, or `"<default>"` for any client-id.'),
+    "ip": (
+        "string",
+        'Instead of user and client_id: a client address, or `"<default>"` for any address (Kafka\'s ip entity, '
+        "KIP-612); such an entry sets connection_creation_rate only.",
+    ),
+    IpQuotaKey.CONNECTION_CREATION_RATE: (
+        "integer",
+        "With ip: new connections per second from that address, for the whole proxy; a connection over the rate "
+        "is closed after the time the rate calls for (at most one quota window), as the broker does.",
+    ),
     "client_id_prefix": (
         "string",
         "Instead of client_id: every client.id that starts with it (Redpanda's `client-id-prefix`), sharing one "
@@ -874,8 +890,9 @@ def _parse_topic_thresholds(table: Any) -> TopicThresholds | None:
 
 # Named after the broker settings they mirror (quota.window.num, ...); they size the default bursts.
 _WINDOW_KEYS = {f.name: f.default for f in fields(QuotaWindows)}
-_ENTITY_KEYS = {"user", "client_id", "client_id_prefix"}
+_ENTITY_KEYS = {"user", "client_id", "client_id_prefix", "ip"}
 _QUOTA_KEYS = {key.value for key in QuotaKey}
+_IP_KEY = IpQuotaKey.CONNECTION_CREATION_RATE.value
 
 
 def _parse_quotas(entries: Any) -> QuotaTable:
@@ -888,7 +905,16 @@ def _parse_quotas(entries: Any) -> QuotaTable:
         prefix = f"quotas[{index}]"
         if not isinstance(entry, dict):
             raise ConfigError(prefix, "must be a table ([[quotas]])")
-        _reject_unknown(prefix + ".", entry, _ENTITY_KEYS | _QUOTA_KEYS | {"shadow"})
+        _reject_unknown(prefix + ".", entry, _ENTITY_KEYS | _QUOTA_KEYS | {_IP_KEY, "shadow"})
+        if "ip" in entry:
+            entity, values = _parse_ip_quota(entry, prefix)
+            if entity in where:
+                raise ConfigError(prefix, f"{entity} is already given quotas in quotas[{where[entity]}]")
+            where[entity] = index
+            table[entity] = values  # type: ignore[assignment]
+            continue
+        if _IP_KEY in entry:
+            raise ConfigError(f"{prefix}.{_IP_KEY}", 'is a quota of the ip entity: give it with ip = "<address>"')
         user = _entity_name(entry, prefix, "user")
         client_id = _entity_name(entry, prefix, "client_id")
         client_id_prefix = _entity_name(entry, prefix, "client_id_prefix")
@@ -919,6 +945,30 @@ def _parse_quotas(entries: Any) -> QuotaTable:
         if shadow_flag:
             shadow.add(entity)
     return QuotaTable(table, frozenset(shadow))
+
+
+def _parse_ip_quota(entry: dict[str, Any], prefix: str) -> tuple[QuotaEntity, dict[IpQuotaKey, float]]:
+    """An [[quotas]] entry for the ip entity (KIP-612): ip and connection_creation_rate, nothing else."""
+    others = sorted(entry.keys() - {"ip", _IP_KEY})
+    if others:
+        raise ConfigError(
+            f"{prefix}.{others[0]}", "cannot be given with ip (an ip entry sets connection_creation_rate only)"
+        )
+    name = _entity_name(entry, prefix, "ip")
+    address = None if name is None else ip_entity_name(name)
+    if address is None:
+        raise ConfigError(f"{prefix}.ip", f'must be an IP address or "<default>", got {name!r}')
+    if _IP_KEY not in entry:
+        raise ConfigError(prefix, f"sets no quota (an ip entry sets {_IP_KEY})")
+    value = entry[_IP_KEY]
+    problem = (
+        f"must be a number, got {value!r}"
+        if isinstance(value, bool) or not isinstance(value, int | float)
+        else connection_creation_rate_problem(value)
+    )
+    if problem is not None:
+        raise ConfigError(f"{prefix}.{_IP_KEY}", problem)
+    return QuotaEntity(ip=address), {IpQuotaKey.CONNECTION_CREATION_RATE: float(value)}
 
 
 def _entity_name(entry: dict[str, Any], prefix: str, key: str) -> str | None:

@@ -27,10 +27,14 @@ from quotagate.protocol.client_quotas import (
 )
 from quotagate.quotas.entities import (
     DEFAULT,
+    IpQuotaKey,
     QuotaEntity,
     QuotaKey,
     QuotaTable,
     client_id_prefix_problem,
+    connection_creation_rate_problem,
+    ip_entity_name,
+    quota_key,
     quota_value_problem,
 )
 
@@ -78,6 +82,8 @@ def entity_parts(entity: QuotaEntity) -> EntityParts:
         parts.append((CLIENT_ID, None if entity.client_id == DEFAULT else entity.client_id))
     if entity.client_id_prefix is not None:
         parts.append((CLIENT_ID_PREFIX, entity.client_id_prefix))
+    if entity.ip is not None:
+        parts.append((IP, None if entity.ip == DEFAULT else entity.ip))
     return tuple(parts)
 
 
@@ -149,10 +155,13 @@ def check_alteration(alteration: Alteration) -> tuple[QuotaEntity | None, str | 
         if name is not None and not name:
             return None, f"Empty {kind} not supported"
         names[kind] = name
+    ip = None
     if IP in names:
         if len(names) > 1:
             return None, "Invalid empty client quota entity"
-        return None, "quotagate enforces user and client-id quotas only; set ip quotas on the brokers"
+        ip = DEFAULT if names[IP] is None else ip_entity_name(names[IP])  # type: ignore[arg-type]
+        if ip is None:
+            return None, f"{names[IP]} is not a valid IP address (quotagate matches clients by address)"
     prefix = names.get(CLIENT_ID_PREFIX)
     if CLIENT_ID_PREFIX in names:
         if CLIENT_ID in names:
@@ -164,6 +173,7 @@ def check_alteration(alteration: Alteration) -> tuple[QuotaEntity | None, str | 
         (names[USER] or DEFAULT) if USER in names else None,
         (names[CLIENT_ID] or DEFAULT) if CLIENT_ID in names else None,
         prefix,
+        ip,
     )
     seen: set[str] = set()
     for op in alteration.ops:
@@ -172,13 +182,19 @@ def check_alteration(alteration: Alteration) -> tuple[QuotaEntity | None, str | 
         seen.add(op.key)
         if op.remove:
             continue
-        problem = _value_problem(op.key, op.value)
+        problem = _value_problem(op.key, op.value, ip is not None)
         if problem is not None:
             return None, problem
     return entity, None
 
 
-def _value_problem(key: str, value: float) -> str | None:
+def _value_problem(key: str, value: float, ip_entity: bool) -> str | None:
+    # As the broker, each entity type takes its own keys: connection_creation_rate for ip alone.
+    if ip_entity or key == IpQuotaKey.CONNECTION_CREATION_RATE:
+        if key != IpQuotaKey.CONNECTION_CREATION_RATE or not ip_entity:
+            return f"Invalid configuration key {key}"
+        problem = connection_creation_rate_problem(value)
+        return None if problem is None else f"Configuration {key} {problem}"
     if key not in _QUOTA_KEYS:
         return f"Invalid configuration key {key}"
     # The broker would take 0 or less (a zero quota then stops the client) and NaN; the proxy
@@ -206,7 +222,7 @@ def alter(api: ApiQuotas, alterations: Iterable[Alteration], validate_only: bool
         if not validate_only:
             values = api.setdefault(entity, {})
             for op in alteration.ops:
-                values[QuotaKey(op.key)] = None if op.remove else float(op.value)
+                values[quota_key(op.key)] = None if op.remove else float(op.value)  # type: ignore[index]
         results.append(AlterResult(alteration.entity, NONE, None))
     return results
 

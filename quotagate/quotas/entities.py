@@ -22,6 +22,7 @@ one per (user, prefix), 7p one per prefix, across users.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -36,6 +37,42 @@ class QuotaKey(StrEnum):
     CONSUMER_BYTE_RATE = "consumer_byte_rate"
     REQUEST_PERCENTAGE = "request_percentage"
     CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
+
+
+class IpQuotaKey(StrEnum):
+    """The key of the `ip` entity (KIP-612): new connections per second from one address, checked
+    when a client connects. Kept apart from QuotaKey, whose keys every client request may charge."""
+
+    CONNECTION_CREATION_RATE = "connection_creation_rate"
+
+
+def quota_key(name: str) -> QuotaKey | IpQuotaKey:
+    """The key named `name`, of either kind; ValueError if it is neither."""
+    return IpQuotaKey(name) if name == IpQuotaKey.CONNECTION_CREATION_RATE else QuotaKey(name)
+
+
+# Kafka keeps an ip's connection_creation_rate in a Java int.
+CONNECTION_RATE_MAX = 2**31 - 1
+
+
+def connection_creation_rate_problem(value: float) -> str | None:
+    """Why `value` cannot be an ip's connection_creation_rate, as words to follow the key, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value!r}"
+    if abs(round(value) - value) > INTEGER_TOLERANCE or not 1 <= round(value) <= CONNECTION_RATE_MAX:
+        return f"must be an Integer value (whole connections per second, 1 to {CONNECTION_RATE_MAX}), got {value!r}"
+    return None
+
+
+def ip_entity_name(name: str) -> str | None:
+    """The address an ip entity names, in one spelling (`::1` for `0:0::1`), or None if `name` is
+    not an IP address (the proxy matches clients by their address, never by a host name)."""
+    if name == DEFAULT:
+        return name
+    try:
+        return ipaddress.ip_address(name).compressed
+    except ValueError:
+        return None
 
 
 # Clients whose resolutions are kept; at this many the cache starts again (random client ids must not
@@ -95,6 +132,7 @@ class QuotaEntity:
     user: str | None = None
     client_id: str | None = None
     client_id_prefix: str | None = None  # never with client_id; never <default>
+    ip: str | None = None  # an address (ip_entity_name) or <default>; never with the other parts
 
     def __str__(self) -> str:
         parts = []
@@ -104,6 +142,8 @@ class QuotaEntity:
             parts.append(f"client-id={self.client_id}")
         if self.client_id_prefix is not None:
             parts.append(f"client-id-prefix={self.client_id_prefix}")
+        if self.ip is not None:
+            parts.append(f"ip={self.ip}")
         return ",".join(parts) or "(empty)"
 
 
@@ -124,6 +164,7 @@ SCOPE_USER = "user"
 SCOPE_CLIENT = "client-id"
 SCOPE_USER_PREFIX = "user+client-id-prefix"
 SCOPE_PREFIX = "client-id-prefix"
+SCOPE_IP = "ip"  # one bucket per client address, for connection_creation_rate
 _SCOPE_BY_LEVEL = {
     1: SCOPE_USER_CLIENT,
     2: SCOPE_USER_CLIENT,
@@ -142,7 +183,7 @@ _PREFIX_SCOPE_BY_LEVEL = {1: SCOPE_USER_PREFIX, 4: SCOPE_USER_PREFIX, 7: SCOPE_P
 class Resolution:
     """The quota that applies to one client for one key, and the bucket it draws on."""
 
-    key: QuotaKey
+    key: QuotaKey  # or IpQuotaKey, for an ip entity's (level 1: the address's own, 2: <default>)
     level: int  # 1..8, Kafka's precedence level that matched
     entity: QuotaEntity  # the configured entity that matched
     value: float  # the quota, in the key's unit
@@ -181,7 +222,16 @@ class QuotaTable:
         }
         # Entities whose quotas are only tried: charged and reported, never throttling anyone.
         self.shadow = frozenset(entity for entity in shadow if entity in self._quotas)
-        self.keys_in_use: frozenset[QuotaKey] = frozenset(k for values in self._quotas.values() for k in values)
+        # The ip entities (KIP-612), checked when a client connects, never per request: address or
+        # <default> -> (the entity, its connection_creation_rate).
+        self.ip_rates: dict[str, tuple[QuotaEntity, float]] = {
+            entity.ip: (entity, values[IpQuotaKey.CONNECTION_CREATION_RATE])  # type: ignore[index]
+            for entity, values in self._quotas.items()
+            if entity.ip is not None and IpQuotaKey.CONNECTION_CREATION_RATE in values
+        }
+        client_quotas = {entity: values for entity, values in self._quotas.items() if entity.ip is None}
+        self.limits_clients = bool(client_quotas)  # any user or client-id quota (what requests pay for)
+        self.keys_in_use: frozenset[QuotaKey] = frozenset(k for values in client_quotas.values() for k in values)
         # Looked up by bounded names (a client's names are bounded before any look-up): bounded entity
         # -> (the configured entity, its values).
         self._lookup: dict[QuotaEntity, tuple[QuotaEntity, dict[QuotaKey, float]]] = {
@@ -190,7 +240,7 @@ class QuotaTable:
                 None if entity.client_id is None else bounded_name(entity.client_id),
                 entity.client_id_prefix,
             ): (entity, values)
-            for entity, values in self._quotas.items()
+            for entity, values in client_quotas.items()
         }
         # Prefix entries by their bounded user part (a name, <default> or None), longest prefix first.
         # Empty when none is configured: resolving then costs what it did before prefixes existed.
@@ -256,10 +306,31 @@ class QuotaTable:
             user, client_id = bounded_name(user), bounded_name(client_id)
         return self._resolution(key, level, by_prefix, entity, self._quotas[entity][key], user, client_id)
 
+    def resolve_ip(self, address: str) -> Resolution | None:
+        """The connection_creation_rate for clients connecting from `address` (its own entry, else
+        the <default> ip's), or None: unlimited. Its bucket is the address's."""
+        try:
+            parsed = ipaddress.ip_address(address)
+        except ValueError:
+            return None
+        if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
+            parsed = parsed.ipv4_mapped  # a dual-stack listener's view of an IPv4 client
+        address = parsed.compressed
+        level, found = 1, self.ip_rates.get(address)
+        if found is None:
+            level, found = 2, self.ip_rates.get(DEFAULT)
+            if found is None:
+                return None
+        entity, rate = found
+        key = IpQuotaKey.CONNECTION_CREATION_RATE
+        return Resolution(key, level, entity, rate, (key, SCOPE_IP, address, None))  # type: ignore[arg-type]
+
     def resolve_bucket(self, bucket_id: tuple[str | None, ...]) -> Resolution | None:
         """What gives the bucket `bucket_id` now, or None if no quota does any more (after a reload
         or an API change). Raises ValueError for a key that is not a quota key."""
         key_name, scope, user, name = bucket_id
+        if scope == SCOPE_IP:
+            return self.resolve_ip(user or "")
         key = QuotaKey(key_name)
         if scope == SCOPE_PREFIX or scope == SCOPE_USER_PREFIX:
             # A prefix's bucket lives while its entry sets the key, whichever client id uses it.

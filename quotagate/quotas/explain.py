@@ -19,10 +19,12 @@ from typing import Any
 from quotagate.quotas.bucket import ShadowTokenBucket
 from quotagate.quotas.engine import QuotaEngine, tokens_per_second
 from quotagate.quotas.entities import (
+    DEFAULT,
     SCOPE_CLIENT,
     SCOPE_PREFIX,
     SCOPE_USER,
     SCOPE_USER_PREFIX,
+    IpQuotaKey,
     QuotaEntity,
     QuotaKey,
     Resolution,
@@ -95,8 +97,34 @@ def explain(
         keys[key.value] = {"applies": applied, "lost": lost}
     answer: dict[str, Any] = {"user": user, "client_id": client_id, "quotas": keys}
     if ip is not None:
-        answer["ip"] = {"address": ip, "why": "no ip quota is enforced by the proxy (set ip quotas on the brokers)"}
+        answer["ip"] = _explain_ip(engine, ip, now, source)
     return answer
+
+
+def _explain_ip(engine: QuotaEngine, address: str, now: float | None, source: Source) -> dict[str, Any]:
+    """The connection_creation_rate for clients from `address`: its own entry, else the <default> ip's."""
+    key = IpQuotaKey.CONNECTION_CREATION_RATE
+    resolution = engine.table.resolve_ip(address)
+    explained: dict[str, Any] = {"address": address}
+    if resolution is None:
+        explained["applies"] = None
+        explained["why"] = "no ip entry for this address and no <default> ip entry: unlimited"
+        return explained
+    applied = {
+        "matched": str(resolution.entity),
+        "level": "ip" if resolution.level == 1 else "default ip",
+        "value": resolution.value,
+        "source": source(resolution.entity, key),  # type: ignore[arg-type]
+        "shared_by": f"every connection from {resolution.bucket_id[2]}, to every listener and process",
+        "bucket": _bucket_state(engine, resolution, now),
+    }
+    explained["applies"] = applied
+    default = engine.table.ip_rates.get(DEFAULT)
+    if resolution.level == 1 and default is not None:
+        explained["lost"] = [
+            {"matched": str(default[0]), "value": default[1], "why": "the address's own entry comes first"}
+        ]
+    return explained
 
 
 def _entry(
@@ -191,6 +219,14 @@ def explain_text(answer: dict[str, Any]) -> str:
             value = f" = {loser['value']:g} ({loser['source']})" if "value" in loser else ""
             lines.append(f"  not {loser['matched']}{value} (level {loser['level']}): {loser['why']}")
     ip = answer.get("ip")
-    if ip is not None:
-        lines.append(f"ip {ip['address']!r}: {ip['why']}")
+    if ip is not None and ip["applies"] is None:
+        lines.append(f"connection_creation_rate for {ip['address']}: unlimited ({ip['why']})")
+    elif ip is not None:
+        applied = ip["applies"]
+        lines.append(
+            f"connection_creation_rate for {ip['address']}: {applied['value']:g} from {applied['matched']} "
+            f"({applied['level']}; source {applied['source']}), shared by {applied['shared_by']}"
+        )
+        for loser in ip.get("lost", []):
+            lines.append(f"  not {loser['matched']} = {loser['value']:g}: {loser['why']}")
     return "\n".join(lines) + "\n"

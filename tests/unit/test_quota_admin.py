@@ -22,7 +22,7 @@ from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.proxy.session import Session
 from quotagate.quotas import DEFAULT, QuotaEntity, QuotaKey, QuotaTable
 from quotagate.quotas.admin import effective
-from quotagate.quotas.entities import MAX_NAME_CHARS
+from quotagate.quotas.entities import MAX_NAME_CHARS, IpQuotaKey
 from tests.support.session_double import services_for
 
 FILE_QUOTAS = """
@@ -411,6 +411,55 @@ def test_alter_client_quotas_sets_a_prefix_quota_and_describe_filters_match_it()
 def test_alter_refuses_a_bad_prefix_entity_with_invalid_request(entity: list, message: str) -> None:
     session, admin = admin_session()
     response = answer(session, alter_request([(entity, [("producer_byte_rate", 1.0, False)])]), ALTER)
+    assert response.entries[0].error_code == 42
+    assert message in response.entries[0].error_message
+    assert admin.api_quotas == {}
+
+
+def test_alter_client_quotas_sets_ip_quotas_as_kafka_configs_entity_type_ips_does() -> None:
+    session, admin = admin_session()
+    response = answer(
+        session,
+        alter_request(
+            [
+                ([("ip", "127.0.0.1")], [("connection_creation_rate", 5.0, False)]),
+                ([("ip", None)], [("connection_creation_rate", 100.0, False)]),  # --entity-default
+            ]
+        ),
+        ALTER,
+    )
+    assert [(e.error_code, e.error_message) for e in response.entries] == [(0, None), (0, None)]
+    assert admin.api_quotas == {
+        QuotaEntity(ip="127.0.0.1"): {IpQuotaKey.CONNECTION_CREATION_RATE: 5.0},
+        QuotaEntity(ip=DEFAULT): {IpQuotaKey.CONNECTION_CREATION_RATE: 100.0},
+    }
+    assert session.services.engine.table.resolve_ip("127.0.0.1").value == 5.0
+    assert set(described(answer(session, describe_request([("ip", 2, None)]), DESCRIBE))) == {
+        (("ip", "127.0.0.1"),),
+        (("ip", None),),
+    }
+    assert described(answer(session, describe_request([("ip", 1, None)]), DESCRIBE)) == {
+        (("ip", None),): {"connection_creation_rate": 100.0}
+    }
+
+
+@pytest.mark.parametrize(
+    ("entity", "ops", "message"),
+    [
+        ([("ip", "kafka-1")], [("connection_creation_rate", 1.0, False)], "kafka-1 is not a valid IP address"),
+        ([("ip", "10.0.0.1")], [("producer_byte_rate", 1.0, False)], "Invalid configuration key producer_byte_rate"),
+        (
+            [("user", "bob")],
+            [("connection_creation_rate", 1.0, False)],
+            "Invalid configuration key connection_creation",
+        ),
+        ([("ip", "10.0.0.1")], [("connection_creation_rate", 2.5, False)], "must be an Integer value"),
+        ([("ip", "10.0.0.1"), ("user", "bob")], [("connection_creation_rate", 1.0, False)], "Invalid empty client"),
+    ],
+)
+def test_alter_refuses_bad_ip_entities_and_keys_with_invalid_request(entity: list, ops: list, message: str) -> None:
+    session, admin = admin_session()
+    response = answer(session, alter_request([(entity, ops)]), ALTER)
     assert response.entries[0].error_code == 42
     assert message in response.entries[0].error_message
     assert admin.api_quotas == {}
