@@ -133,6 +133,9 @@ class AdminHttpServer:
             {
                 "user": entity.user,
                 "client_id": entity.client_id,
+                # issue 28: the entity parts that are set only for a prefix or an ip entry
+                **({"client_id_prefix": entity.client_id_prefix} if entity.client_id_prefix is not None else {}),
+                **({"ip": entity.ip} if entity.ip is not None else {}),
                 **{key.value: value for key, value in values.items()},
                 "source": {key.value: admin.source(entity, key) for key in values},
                 "shadow": entity in engine.table.shadow,
