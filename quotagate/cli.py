@@ -1,8 +1,9 @@
 """Command line: `quotagate run --config FILE`, `quotagate check-config FILE` (validates the file and
 prints the effective configuration), `quotagate probe --config FILE [--ready]` (a container health
-check of the running proxy), `quotagate config-reference` (docs/configuration.md), `quotagate
-metrics-reference` (docs/metrics.md), `quotagate pipeline JOB` (the usage pipeline on Spark, with the
-`pipeline` extra) and `quotagate --version`."""
+check of the running proxy), `quotagate explain --user U --client-id C (--admin URL | --config FILE)`
+(which quota applies to a client, and why), `quotagate config-reference` (docs/configuration.md),
+`quotagate metrics-reference` (docs/metrics.md), `quotagate pipeline JOB` (the usage pipeline on
+Spark, with the `pipeline` extra) and `quotagate --version`."""
 
 from __future__ import annotations
 
@@ -229,6 +230,41 @@ def _probe(config_path: str, ready: bool, timeout: float) -> int:
     return 1
 
 
+def _explain(args: argparse.Namespace) -> int:
+    """Prints why each quota applies to (user, client id): asked of a running proxy's /quotas/explain
+    (with its buckets' state), or resolved from a configuration file and its state file (without)."""
+    import json
+    import urllib.parse
+
+    from quotagate.quotas.explain import explain, explain_text
+
+    if args.admin:
+        query = {"user": args.user, "client_id": args.client_id, **({"ip": args.ip} if args.ip is not None else {})}
+        url = f"{args.admin.rstrip('/')}/quotas/explain?{urllib.parse.urlencode(query)}"
+        try:
+            with urllib.request.urlopen(url, timeout=args.timeout) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            print(f"{url}: {exc.code} {exc.read().decode(errors='replace').strip()}", file=sys.stderr)
+            return 1
+        except (OSError, ValueError) as exc:  # refused, timed out, not JSON
+            print(f"{url}: {exc}", file=sys.stderr)
+            return 1
+    else:
+        from quotagate.config.quota_state import load_state
+        from quotagate.quotas import QuotaEngine
+        from quotagate.quotas.admin import effective, source_of
+
+        config = load_config(args.config)
+        api_quotas = load_state(Path(config.admin.state_file))
+        engine = QuotaEngine(effective(config.quotas, api_quotas), config.windows)
+        answer = explain(
+            engine, args.user, args.client_id, None, lambda entity, key: source_of(api_quotas, entity, key), args.ip
+        )
+    print(json.dumps(answer, indent=2) if args.json else explain_text(answer), end="\n" if args.json else "")
+    return 0
+
+
 class _Version(argparse.Action):
     """--version: the package's version, then `core: compiled` or `core: pure Python` (quotagate/compiled.py)."""
 
@@ -258,6 +294,17 @@ def main(argv: list[str] | None = None) -> int:
     probe.add_argument("--config", required=True, help="the proxy's TOML configuration file (for [metrics])")
     probe.add_argument("--ready", action="store_true", help="ask /readyz: listeners up and a broker answered")
     probe.add_argument("--timeout", type=float, default=3.0, help="seconds to wait for the answer (default 3)")
+    explain = commands.add_parser(
+        "explain", help="which quota applies to a client, from which entry and level, and which entries lost"
+    )
+    explain.add_argument("--user", default="ANONYMOUS", help="the user (default ANONYMOUS: no SASL)")
+    explain.add_argument("--client-id", default="", help="the client.id (default empty)")
+    explain.add_argument("--ip", help="the client's address")
+    where = explain.add_mutually_exclusive_group(required=True)
+    where.add_argument("--admin", help="a running proxy's HTTP address (http://host:9190): answers with bucket state")
+    where.add_argument("--config", help="resolve from this configuration file and its state file instead")
+    explain.add_argument("--json", action="store_true", help="print the answer as JSON")
+    explain.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for --admin (default 10)")
     commands.add_parser("config-reference", help="print the reference of every key (docs/configuration.md)")
     commands.add_parser("metrics-reference", help="print the reference of every metric (docs/metrics.md)")
     from quotagate.pipeline.cli import add_parser as add_pipeline_parser
@@ -276,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
             return _check_config(args.config)
         if args.command == "probe":
             return _probe(args.config, args.ready, args.timeout)
+        if args.command == "explain":
+            return _explain(args)
         if args.command == "config-reference":
             from quotagate.config.reference import reference_markdown
 

@@ -6,6 +6,8 @@ then the folder fsync'd, so a crash leaves either the old state or the new one, 
 either. A key the API removed while the file sets it is kept as null (see quotas.admin).
 
     {"version": 1, "quotas": [{"user": "alice", "client_id": null, "values": {"producer_byte_rate": 1024.0}}]}
+
+An entry for a client-id prefix also has "client_id_prefix", one for an ip entity "ip" (absent elsewhere).
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ from typing import Any
 from quotagate.config.settings import ConfigError
 from quotagate.quotas.admin import ApiQuotas
 from quotagate.quotas.engine import BucketId
-from quotagate.quotas.entities import QuotaEntity, QuotaKey, quota_value_problem
+from quotagate.quotas.entities import (
+    QuotaEntity,
+    QuotaKey,
+    client_id_prefix_problem,
+    connection_creation_rate_problem,
+    ip_entity_name,
+    quota_key,
+    quota_value_problem,
+)
 
 log = logging.getLogger("quotagate.config")
 STATE_VERSION = 1
@@ -40,8 +50,8 @@ def load_state(path: Path) -> ApiQuotas:
         if data.get("version") != STATE_VERSION:
             raise ValueError(f"version {data.get('version')!r}, expected {STATE_VERSION}")
         return {
-            _entity(entry["user"], entry["client_id"]): {
-                QuotaKey(key): _value(path, key, value) for key, value in entry["values"].items()
+            _entity(entry["user"], entry["client_id"], entry.get("client_id_prefix"), entry.get("ip")): {
+                quota_key(key): _value(path, key, value) for key, value in entry["values"].items()
             }
             for entry in data["quotas"]
         }
@@ -51,10 +61,19 @@ def load_state(path: Path) -> ApiQuotas:
         raise ConfigError("admin.state_file", f"{path} is not a quotagate state file: {exc}") from exc
 
 
-def _entity(user: object, client_id: object) -> QuotaEntity:
-    if not all(name is None or (isinstance(name, str) and name) for name in (user, client_id)):
-        raise ValueError(f"entity names must be non-empty strings or null, got {user!r}, {client_id!r}")
-    return QuotaEntity(user, client_id)  # type: ignore[arg-type]
+def _entity(user: object, client_id: object, client_id_prefix: object, ip: object) -> QuotaEntity:
+    names = (user, client_id, client_id_prefix, ip)
+    if not all(name is None or (isinstance(name, str) and name) for name in names):
+        raise ValueError(f"entity names must be non-empty strings or null, got {', '.join(map(repr, names))}")
+    if isinstance(client_id_prefix, str):
+        problem = client_id_prefix_problem(client_id_prefix)
+        if client_id is not None:
+            problem = "cannot be given with client_id"
+        if problem is not None:
+            raise ValueError(f"client_id_prefix {client_id_prefix!r} {problem}")
+    if ip is not None and (ip_entity_name(ip) != ip or any(name is not None for name in names[:3])):  # type: ignore[arg-type]
+        raise ValueError(f"ip {ip!r} must be an address in its short form or <default>, alone")
+    return QuotaEntity(user, client_id, client_id_prefix, ip)  # type: ignore[arg-type]
 
 
 def _value(path: Path, key: str, value: object) -> float | None:
@@ -63,7 +82,11 @@ def _value(path: Path, key: str, value: object) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError("admin.state_file", f"{path}: {key} must be a number or null, got {value!r}")
-    problem = quota_value_problem(QuotaKey(key), value)
+    parsed = quota_key(key)
+    if isinstance(parsed, QuotaKey):
+        problem = quota_value_problem(parsed, value)
+    else:
+        problem = connection_creation_rate_problem(value)
     if problem is not None:
         raise ConfigError("admin.state_file", f"{path}: {key} {problem}")
     return float(value)
@@ -72,7 +95,14 @@ def _value(path: Path, key: str, value: object) -> float | None:
 def save_state(path: Path, quotas: ApiQuotas) -> None:
     """Writes the state atomically (temp file, fsync, rename, fsync of the folder)."""
     entries: list[dict[str, Any]] = [
-        {"user": entity.user, "client_id": entity.client_id, "values": {k.value: v for k, v in values.items()}}
+        {
+            "user": entity.user,
+            "client_id": entity.client_id,
+            # Only where set, so a state file without prefixes reads as before (and older versions read it).
+            **({"client_id_prefix": entity.client_id_prefix} if entity.client_id_prefix is not None else {}),
+            **({"ip": entity.ip} if entity.ip is not None else {}),
+            "values": {k.value: v for k, v in values.items()},
+        }
         for entity, values in quotas.items()
     ]
     write_atomically(path, json.dumps({"version": STATE_VERSION, "quotas": entries}, indent=1) + "\n")

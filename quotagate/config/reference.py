@@ -243,6 +243,8 @@ def toml_data(value: Any) -> Any:
         return [
             {
                 **_quota_entry(entity.user, entity.client_id, values),
+                **({"client_id_prefix": entity.client_id_prefix} if entity.client_id_prefix is not None else {}),
+                **({"ip": entity.ip, **{str(k): toml_data(v) for k, v in values.items()}} if entity.ip else {}),
                 **({"shadow": True} if entity in value.shadow else {}),
             }
             for entity, values in value.items()

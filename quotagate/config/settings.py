@@ -31,7 +31,13 @@ from pathlib import Path
 from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
 from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
-from quotagate.quotas.entities import quota_value_problem
+from quotagate.quotas.entities import (
+    IpQuotaKey,
+    client_id_prefix_problem,
+    connection_creation_rate_problem,
+    ip_entity_name,
+    quota_value_problem,
+)
 from quotagate.quotas.topic_thresholds import TopicThresholds
 from quotagate.security.tls_settings import ListenerTlsConfig, UpstreamTlsConfig
 
@@ -604,6 +610,21 @@ class AdminConfig:
 QUOTA_ENTRY_KEYS: dict[str, tuple[str, str]] = {
     "user": ("string", 'The user (SASL principal name; `ANONYMOUS` without SASL), or `"<default>"` for any user.'),
     "client_id": ("string", 'The client.id, or `"<default>"` for any client-id.'),
+    "ip": (
+        "string",
+        'Instead of user and client_id: a client address, or `"<default>"` for any address (Kafka\'s ip entity, '
+        "KIP-612); such an entry sets connection_creation_rate only.",
+    ),
+    IpQuotaKey.CONNECTION_CREATION_RATE: (
+        "integer",
+        "With ip: new connections per second from that address, for the whole proxy; a connection over the rate "
+        "is closed after the time the rate calls for (at most one quota window), as the broker does.",
+    ),
+    "client_id_prefix": (
+        "string",
+        "Instead of client_id: every client.id that starts with it (Redpanda's `client-id-prefix`), sharing one "
+        "bucket; just below an exact client_id entry of the same shape, longest prefix first (docs/quotas.md).",
+    ),
     QuotaKey.PRODUCER_BYTE_RATE: ("integer", "Produce bytes per second, for the whole cluster behind the proxy."),
     QuotaKey.CONSUMER_BYTE_RATE: ("integer", "Fetch bytes per second, for the whole cluster behind the proxy."),
     QuotaKey.REQUEST_PERCENTAGE: ("number", "Request time, in % of one thread: 1 = 10 ms of request time per second."),
@@ -838,8 +859,9 @@ def _parse_topic_thresholds(table: Any) -> TopicThresholds | None:
 
 # Named after the broker settings they mirror (quota.window.num, ...); they size the default bursts.
 _WINDOW_KEYS = {f.name: f.default for f in fields(QuotaWindows)}
-_ENTITY_KEYS = {"user", "client_id"}
+_ENTITY_KEYS = {"user", "client_id", "client_id_prefix", "ip"}
 _QUOTA_KEYS = {key.value for key in QuotaKey}
+_IP_KEY = IpQuotaKey.CONNECTION_CREATION_RATE.value
 
 
 def _parse_quotas(entries: Any) -> QuotaTable:
@@ -852,12 +874,31 @@ def _parse_quotas(entries: Any) -> QuotaTable:
         prefix = f"quotas[{index}]"
         if not isinstance(entry, dict):
             raise ConfigError(prefix, "must be a table ([[quotas]])")
-        _reject_unknown(prefix + ".", entry, _ENTITY_KEYS | _QUOTA_KEYS | {"shadow"})
+        _reject_unknown(prefix + ".", entry, _ENTITY_KEYS | _QUOTA_KEYS | {_IP_KEY, "shadow"})
+        if "ip" in entry:
+            entity, values = _parse_ip_quota(entry, prefix)
+            if entity in where:
+                raise ConfigError(prefix, f"{entity} is already given quotas in quotas[{where[entity]}]")
+            where[entity] = index
+            table[entity] = values  # type: ignore[assignment]
+            continue
+        if _IP_KEY in entry:
+            raise ConfigError(f"{prefix}.{_IP_KEY}", 'is a quota of the ip entity: give it with ip = "<address>"')
         user = _entity_name(entry, prefix, "user")
         client_id = _entity_name(entry, prefix, "client_id")
-        if user is None and client_id is None:
-            raise ConfigError(prefix, 'needs user, client_id or both (use "<default>" for the default entity)')
-        entity = QuotaEntity(user, client_id)
+        client_id_prefix = _entity_name(entry, prefix, "client_id_prefix")
+        if client_id_prefix is not None:
+            if client_id is not None:
+                raise ConfigError(f"{prefix}.client_id_prefix", "cannot be given with client_id (one or the other)")
+            problem = client_id_prefix_problem(client_id_prefix)
+            if problem is not None:
+                raise ConfigError(f"{prefix}.client_id_prefix", problem)
+        if user is None and client_id is None and client_id_prefix is None:
+            raise ConfigError(
+                prefix,
+                'needs user, client_id or both (or client_id_prefix for client_id; "<default>" names the default)',
+            )
+        entity = QuotaEntity(user, client_id, client_id_prefix)
         if entity in where:
             raise ConfigError(prefix, f"{entity} is already given quotas in quotas[{where[entity]}]")
         where[entity] = index
@@ -873,6 +914,30 @@ def _parse_quotas(entries: Any) -> QuotaTable:
         if shadow_flag:
             shadow.add(entity)
     return QuotaTable(table, frozenset(shadow))
+
+
+def _parse_ip_quota(entry: dict[str, Any], prefix: str) -> tuple[QuotaEntity, dict[IpQuotaKey, float]]:
+    """An [[quotas]] entry for the ip entity (KIP-612): ip and connection_creation_rate, nothing else."""
+    others = sorted(entry.keys() - {"ip", _IP_KEY})
+    if others:
+        raise ConfigError(
+            f"{prefix}.{others[0]}", "cannot be given with ip (an ip entry sets connection_creation_rate only)"
+        )
+    name = _entity_name(entry, prefix, "ip")
+    address = None if name is None else ip_entity_name(name)
+    if address is None:
+        raise ConfigError(f"{prefix}.ip", f'must be an IP address or "<default>", got {name!r}')
+    if _IP_KEY not in entry:
+        raise ConfigError(prefix, f"sets no quota (an ip entry sets {_IP_KEY})")
+    value = entry[_IP_KEY]
+    problem = (
+        f"must be a number, got {value!r}"
+        if isinstance(value, bool) or not isinstance(value, int | float)
+        else connection_creation_rate_problem(value)
+    )
+    if problem is not None:
+        raise ConfigError(f"{prefix}.{_IP_KEY}", problem)
+    return QuotaEntity(ip=address), {IpQuotaKey.CONNECTION_CREATION_RATE: float(value)}
 
 
 def _entity_name(entry: dict[str, Any], prefix: str, key: str) -> str | None:

@@ -2,8 +2,8 @@
 frames the proxy makes itself, with kafka-python's classes (generated from Kafka's JSON schemas).
 
 This module only translates between bytes and values; what a filter matches, what is valid and who
-may alter live in quotagate.quotas.admin. Kafka's entity types are "user", "client-id" and "ip";
-a name of None is the default entity (`--entity-default`).
+may alter live in quotagate.quotas.admin. Kafka's entity types are "user", "client-id" and "ip"
+(Redpanda adds "client-id-prefix"); a name of None is the default entity (`--entity-default`).
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ and closes the connection.
 - /quotas: JSON view of quota state: the quotas in force, each key with its source ("file": the
   TOML file, "api": set with kafka-configs.sh / AlterClientQuotas), and for every tracked entity the
   quota matched per key (level, entity, value), its tokens and its current throttle.
+- /quotas/explain?user=U&client_id=C[&ip=A]: why each quota applies to that client, and which
+  entries lost (quotagate.quotas.explain); user defaults to ANONYMOUS, client_id to "".
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import urllib.parse
 from collections.abc import Sized
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -30,13 +33,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.quota_admin import QuotaAdmin
-from quotagate.quotas import QuotaEngine, QuotaKey
+from quotagate.quotas import ANONYMOUS, QuotaEngine, QuotaKey
+from quotagate.quotas.explain import explain
 
 log = logging.getLogger("quotagate.http")
 
 MAX_REQUEST_HEAD = 16 * 1024
-RENDERED_OFF_LOOP = frozenset({"/metrics", "/quotas"})
-_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+RENDERED_OFF_LOOP = frozenset({"/metrics", "/quotas", "/quotas/explain"})
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
 
 class AdminContext(Protocol):
@@ -109,7 +113,9 @@ class AdminHttpServer:
     def route(self, method: str, path: str) -> tuple[int, str, bytes]:
         if method != "GET":
             return 405, "text/plain", b"only GET\n"
-        path = path.split("?", 1)[0]
+        path, _, query = path.partition("?")
+        if path == "/quotas/explain":
+            return self.explain(query)
         if path == "/metrics":
             return 200, CONTENT_TYPE_LATEST, generate_latest(self.proxy.metrics.registry)
         if path == "/healthz":
@@ -120,7 +126,29 @@ class AdminHttpServer:
             return (503 if problems else 200), "application/json", body
         if path == "/quotas":
             return 200, "application/json", json.dumps(self.quota_state(), indent=2).encode() + b"\n"
-        return 404, "text/plain", b"try /metrics, /healthz, /readyz or /quotas\n"
+        return 404, "text/plain", b"try /metrics, /healthz, /readyz, /quotas or /quotas/explain?user=U&client_id=C\n"
+
+    def explain(self, query: str) -> tuple[int, str, bytes]:
+        """GET /quotas/explain?user=U&client_id=C[&ip=A]: quotagate.quotas.explain for that client."""
+        try:
+            params = urllib.parse.parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
+        except ValueError as exc:
+            return 400, "text/plain", f"bad query string: {exc}\n".encode()
+        unknown = sorted(set(params) - {"user", "client_id", "ip"})
+        twice = sorted(name for name, values in params.items() if len(values) > 1)
+        if unknown or twice:
+            problem = f"unknown parameter {unknown[0]}" if unknown else f"parameter {twice[0]} given twice"
+            return 400, "text/plain", f"{problem} (known: user, client_id, ip)\n".encode()
+        proxy = self.proxy
+        answer = explain(
+            proxy.engine,
+            params.get("user", [ANONYMOUS])[0],
+            params.get("client_id", [""])[0],
+            proxy.loop.time(),
+            proxy.quota_admin.source,
+            params.get("ip", [None])[0],
+        )
+        return 200, "application/json", json.dumps(answer, indent=2).encode() + b"\n"
 
     def quota_state(self) -> dict[str, Any]:
         proxy = self.proxy
@@ -131,6 +159,9 @@ class AdminHttpServer:
             {
                 "user": entity.user,
                 "client_id": entity.client_id,
+                # issue 28: the entity parts that are set only for a prefix or an ip entry
+                **({"client_id_prefix": entity.client_id_prefix} if entity.client_id_prefix is not None else {}),
+                **({"ip": entity.ip} if entity.ip is not None else {}),
                 **{key.value: value for key, value in values.items()},
                 "source": {key.value: admin.source(entity, key) for key in values},
                 "shadow": entity in engine.table.shadow,

@@ -153,6 +153,7 @@ class ProxyMetrics:
         for side in ("client", "broker"):
             self.protocol_errors_total.labels(side)
         self.connections_refused_total.labels("max_connections_per_ip")
+        self.connections_refused_total.labels("connection_creation_rate")
         for reason in (SASL_RECEIVE_LIMIT, PARTIAL_FRAMES_LIMIT):
             self.frames_refused_total.labels(reason)
         # The hot path's counters (see the module docstring); exported by collect().

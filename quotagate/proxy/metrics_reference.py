@@ -26,8 +26,8 @@ LABEL_MEANINGS: dict[str, str] = {
     "api_key": "The Kafka API by name (`Produce`, `Fetch`, `Metadata`, ...)",
     "direction": "`in` (client to broker) or `out` (broker to client)",
     "side": "`client` or `broker`: which peer sent bytes that are not valid Kafka",
-    "reason": "The limit that closed the connection: `max_connections_per_ip`, `sasl_server_max_receive_size`, "
-    "`partial_frames_max_bytes`",
+    "reason": "The limit that closed the connection: `max_connections_per_ip`, `connection_creation_rate` (an ip "
+    "quota; closed after its throttle), `sasl_server_max_receive_size`, `partial_frames_max_bytes`",
     "result": "`applied` or `rejected`",
     "user": "The user (SASL or certificate principal, `ANONYMOUS` without either), or `other` for the entities "
     "beyond metrics.max_entities",

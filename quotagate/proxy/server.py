@@ -458,6 +458,14 @@ class Proxy:
         peer = client.transport.get_extra_info("peername")
         address = peer[0] if peer else "?"
         now = self.loop.time()
+        # issue 28: an ip's connection_creation_rate (KIP-612). Over it, the broker's acceptor closes
+        # the connection after the throttle time (Kafka's DelayedCloseSocket); it is never read.
+        close_after = self.engine.admit_connection(address, now)
+        if close_after > 0:
+            self.metrics.connections_refused_total.labels("connection_creation_rate").inc()
+            client.closed = True
+            self.loop.call_later(close_after, client.transport.close)
+            return False
         wait = self.limits.admit(address, now)
         if wait == REFUSED:
             self.metrics.connections_refused_total.labels("max_connections_per_ip").inc()

@@ -9,7 +9,9 @@ state file) and the file's `QuotaTable`; the quotas in force are `effective(file
 - everything else comes from the file, and file edits apply as before.
 
 Describe filters and alteration checks follow the broker (Kafka's ClientQuotasImage.describe and
-ClientQuotaControlManager): the same error codes and, where it helps, the same messages.
+ClientQuotaControlManager): the same error codes and, where it helps, the same messages. The
+`client-id-prefix` entity type is Redpanda's: a filter component matches a prefix entry's name as a
+client-id component matches a client id (exact name, or any), and no prefix has a default entity.
 """
 
 from __future__ import annotations
@@ -23,13 +25,26 @@ from quotagate.protocol.client_quotas import (
     DescribeResult,
     EntityParts,
 )
-from quotagate.quotas.entities import DEFAULT, QuotaEntity, QuotaKey, QuotaTable, quota_value_problem
+from quotagate.quotas.entities import (
+    DEFAULT,
+    IpQuotaKey,
+    QuotaEntity,
+    QuotaKey,
+    QuotaTable,
+    client_id_prefix_problem,
+    connection_creation_rate_problem,
+    ip_entity_name,
+    quota_key,
+    quota_value_problem,
+)
 
 NONE = 0
 CLUSTER_AUTHORIZATION_FAILED = 31
 INVALID_REQUEST = 42
 UNSUPPORTED_VERSION = 35
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
+CLIENT_ID_PREFIX = "client-id-prefix"  # Redpanda's entity type: every client id starting with the name
+ENTITY_TYPES = (USER, CLIENT_ID, CLIENT_ID_PREFIX, IP)
 MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
 # Where an effective quota came from, as /quotas shows it.
 SOURCE_FILE, SOURCE_API = "file", "api"
@@ -58,12 +73,17 @@ def source_of(api: Mapping[QuotaEntity, Mapping[QuotaKey, float | None]], entity
 
 
 def entity_parts(entity: QuotaEntity) -> EntityParts:
-    """A quota entity as Kafka describes it: user first, then client-id; None names the default."""
+    """A quota entity as Kafka describes it: user first, then client-id (or client-id-prefix, as
+    Redpanda names it); None names the default."""
     parts: list[tuple[str, str | None]] = []
     if entity.user is not None:
         parts.append((USER, None if entity.user == DEFAULT else entity.user))
     if entity.client_id is not None:
         parts.append((CLIENT_ID, None if entity.client_id == DEFAULT else entity.client_id))
+    if entity.client_id_prefix is not None:
+        parts.append((CLIENT_ID_PREFIX, entity.client_id_prefix))
+    if entity.ip is not None:
+        parts.append((IP, None if entity.ip == DEFAULT else entity.ip))
     return tuple(parts)
 
 
@@ -77,7 +97,7 @@ def describe(quotas: QuotaTable, query: DescribeQuery) -> DescribeResult:
             return _describe_error(INVALID_REQUEST, "Invalid empty entity type.")
         if kind in exact or kind in any_name:
             return _describe_error(INVALID_REQUEST, f"Entity type {kind} cannot appear more than once in the filter.")
-        if kind not in (USER, CLIENT_ID, IP):
+        if kind not in ENTITY_TYPES:
             return _describe_error(UNSUPPORTED_VERSION, f"Unsupported entity type {kind}")
         if component.match_type == MATCH_EXACT:
             if component.match is None:
@@ -100,7 +120,7 @@ def describe(quotas: QuotaTable, query: DescribeQuery) -> DescribeResult:
         else:
             return _describe_error(UNSUPPORTED_VERSION, f"Unsupported match type {component.match_type}")
     named = exact.keys() | any_name
-    if IP in named and (USER in named or CLIENT_ID in named):
+    if IP in named and (USER in named or CLIENT_ID in named or CLIENT_ID_PREFIX in named):
         return _describe_error(
             INVALID_REQUEST,
             "Invalid entity filter component combination. IP filter component should not be used with "
@@ -130,18 +150,30 @@ def check_alteration(alteration: Alteration) -> tuple[QuotaEntity | None, str | 
     for kind, name in alteration.entity:
         if kind in names:
             return None, f"Invalid empty client quota entity, duplicate entity entry {kind}"
-        if kind not in (USER, CLIENT_ID, IP):
+        if kind not in ENTITY_TYPES:
             return None, f"Unhandled client quota entity type: {kind}"
         if name is not None and not name:
             return None, f"Empty {kind} not supported"
         names[kind] = name
+    ip = None
     if IP in names:
         if len(names) > 1:
             return None, "Invalid empty client quota entity"
-        return None, "quotagate enforces user and client-id quotas only; set ip quotas on the brokers"
+        ip = DEFAULT if names[IP] is None else ip_entity_name(names[IP])  # type: ignore[arg-type]
+        if ip is None:
+            return None, f"{names[IP]} is not a valid IP address (quotagate matches clients by address)"
+    prefix = names.get(CLIENT_ID_PREFIX)
+    if CLIENT_ID_PREFIX in names:
+        if CLIENT_ID in names:
+            return None, f"Entity types {CLIENT_ID} and {CLIENT_ID_PREFIX} cannot be combined"
+        problem = "has no default entity" if prefix is None else client_id_prefix_problem(prefix)
+        if problem is not None:
+            return None, f"{CLIENT_ID_PREFIX} {problem}"
     entity = QuotaEntity(
         (names[USER] or DEFAULT) if USER in names else None,
         (names[CLIENT_ID] or DEFAULT) if CLIENT_ID in names else None,
+        prefix,
+        ip,
     )
     seen: set[str] = set()
     for op in alteration.ops:
@@ -150,13 +182,19 @@ def check_alteration(alteration: Alteration) -> tuple[QuotaEntity | None, str | 
         seen.add(op.key)
         if op.remove:
             continue
-        problem = _value_problem(op.key, op.value)
+        problem = _value_problem(op.key, op.value, ip is not None)
         if problem is not None:
             return None, problem
     return entity, None
 
 
-def _value_problem(key: str, value: float) -> str | None:
+def _value_problem(key: str, value: float, ip_entity: bool) -> str | None:
+    # As the broker, each entity type takes its own keys: connection_creation_rate for ip alone.
+    if ip_entity or key == IpQuotaKey.CONNECTION_CREATION_RATE:
+        if key != IpQuotaKey.CONNECTION_CREATION_RATE or not ip_entity:
+            return f"Invalid configuration key {key}"
+        problem = connection_creation_rate_problem(value)
+        return None if problem is None else f"Configuration {key} {problem}"
     if key not in _QUOTA_KEYS:
         return f"Invalid configuration key {key}"
     # The broker would take 0 or less (a zero quota then stops the client) and NaN; the proxy
@@ -184,7 +222,7 @@ def alter(api: ApiQuotas, alterations: Iterable[Alteration], validate_only: bool
         if not validate_only:
             values = api.setdefault(entity, {})
             for op in alteration.ops:
-                values[QuotaKey(op.key)] = None if op.remove else float(op.value)
+                values[quota_key(op.key)] = None if op.remove else float(op.value)  # type: ignore[index]
         results.append(AlterResult(alteration.entity, NONE, None))
     return results
 

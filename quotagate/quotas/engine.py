@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from quotagate.quotas.bucket import ShadowTokenBucket, TokenBucket
-from quotagate.quotas.entities import QuotaKey, QuotaTable, Resolution
+from quotagate.quotas.entities import IpQuotaKey, QuotaKey, QuotaTable, Resolution
 from quotagate.quotas.lease import LeasedBucket
 
 BucketId = tuple[str | None, ...]
@@ -99,7 +99,7 @@ class QuotaEngine:
         self.bucket_factory = bucket_factory
         self.table = table or QuotaTable()
         self.windows = windows or QuotaWindows()
-        self.limits_anyone = bool(self.table)  # read per exchange: an attribute, not a __bool__ call
+        self.limits_anyone = self.table.limits_clients  # read per exchange: an attribute, not a __bool__ call
         self.buckets: dict[tuple[str, str, str | None, str | None], Bucket] = {}
         self.generation = 0  # bumped whenever an entity's bucket may change (see EntityBuckets)
 
@@ -155,6 +155,24 @@ class QuotaEngine:
             admitted.append(True)
         return admitted
 
+    def admit_connection(self, address: str, now: float) -> float:
+        """A new connection from `address` under its ip's connection_creation_rate (KIP-612): 0.0 to
+        admit it (charged one connection), or the seconds after which the broker would close it.
+        As Kafka's ConnectionQuotas: a connection over the rate is not counted, and its throttle is
+        capped at one quota window."""
+        if not self.table.ip_rates:  # none configured: not even the address is parsed
+            return 0.0
+        resolution = self.table.resolve_ip(address)
+        if resolution is None:
+            return 0.0
+        bucket = self._bucket(resolution, now)
+        bucket.record(1.0, now)
+        throttle_ms = bucket.throttle_ms(now)
+        if throttle_ms <= 0:
+            return 0.0
+        bucket.give_back(1.0, now)
+        return min(throttle_ms, self.windows.request_throttle_cap_ms) / 1000
+
     def refund(self, user: str, client_id: str, key: QuotaKey, amount: float, now: float) -> None:
         """Gives back tokens charged for work that did not happen (a topic the broker rejected)."""
         resolution = self.table.resolve(user, client_id, key)
@@ -193,14 +211,11 @@ class QuotaEngine:
         on the new entity's bucket, as in Kafka, where the metric tags and so the sensor change."""
         self.table = table
         self.windows = windows
-        self.limits_anyone = bool(table)
+        self.limits_anyone = table.limits_clients
         self.generation += 1
         by_bucket: dict[tuple[str, str, str | None, str | None], Resolution] = {}
         for bucket_id in list(self.buckets):
-            key, _scope, user, client_id = bucket_id
-            # "" stands for "any other name" (configured names are never empty): a per-user bucket
-            # is still live if a client of that user with no entry of its own still maps to it.
-            resolution = table.resolve(user or "", client_id or "", QuotaKey(key))
+            resolution = table.resolve_bucket(bucket_id)
             if resolution is not None and resolution.bucket_id == bucket_id:
                 by_bucket[bucket_id] = resolution
         for bucket_id, bucket in list(self.buckets.items()):
@@ -253,12 +268,10 @@ class QuotaEngine:
         is dropped. Returns how many were restored."""
         restored = 0
         for bucket_id, tokens in levels.items():
-            key, _scope, user, client_id = bucket_id
             try:
-                quota_key = QuotaKey(key)
-            except ValueError:
+                resolution = self.table.resolve_bucket(bucket_id)
+            except ValueError:  # a key this version does not know
                 continue
-            resolution = self.table.resolve(user or "", client_id or "", quota_key)
             if resolution is None or resolution.bucket_id != bucket_id:
                 continue
             bucket = self._bucket(resolution, now)
@@ -270,7 +283,9 @@ class QuotaEngine:
         return restored
 
     def _burst(self, resolution: Resolution) -> float:
-        return tokens_per_second(resolution.key, resolution.value) * self.windows.burst_seconds(resolution.key)
+        burst = tokens_per_second(resolution.key, resolution.value) * self.windows.burst_seconds(resolution.key)
+        # A connection is one token: a smaller burst would refuse every connection (as max_connection_creation_rate).
+        return max(burst, 1.0) if resolution.key is IpQuotaKey.CONNECTION_CREATION_RATE else burst
 
     def _bucket(self, resolution: Resolution, now: float) -> Bucket:
         bucket = self.buckets.get(resolution.bucket_id)

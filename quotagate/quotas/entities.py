@@ -9,11 +9,20 @@ An entity is (user, client-id), either part a name, `<default>`, or absent (None
 The matched level also decides who shares a bucket: levels 1, 2, 4, 5 give each (user, client-id)
 its own; levels 3 and 6 give one per user (all its client-ids share it); 7 and 8 one per client-id
 (shared across users).
+
+Client-id prefixes (Redpanda's `client-id-prefix` entity; not in Kafka): an entity may name a
+prefix P instead of a client id. A prefix entry stands where an exact client-id entry of the same
+shape would, just below it: 1p U/P* after 1, 4p <default>/P* after 4, 7p P* after 7 (Redpanda has
+only the last: exact client id, then prefix, then the default client id). Among the prefixes of
+one shape that set the key, the longest that C starts with wins (Redpanda leaves overlapping
+prefixes unordered). A prefix's bucket is shared by every client id with that prefix: 1p and 4p
+one per (user, prefix), 7p one per prefix, across users.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -28,6 +37,42 @@ class QuotaKey(StrEnum):
     CONSUMER_BYTE_RATE = "consumer_byte_rate"
     REQUEST_PERCENTAGE = "request_percentage"
     CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
+
+
+class IpQuotaKey(StrEnum):
+    """The key of the `ip` entity (KIP-612): new connections per second from one address, checked
+    when a client connects. Kept apart from QuotaKey, whose keys every client request may charge."""
+
+    CONNECTION_CREATION_RATE = "connection_creation_rate"
+
+
+def quota_key(name: str) -> QuotaKey | IpQuotaKey:
+    """The key named `name`, of either kind; ValueError if it is neither."""
+    return IpQuotaKey(name) if name == IpQuotaKey.CONNECTION_CREATION_RATE else QuotaKey(name)
+
+
+# Kafka keeps an ip's connection_creation_rate in a Java int.
+CONNECTION_RATE_MAX = 2**31 - 1
+
+
+def connection_creation_rate_problem(value: float) -> str | None:
+    """Why `value` cannot be an ip's connection_creation_rate, as words to follow the key, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value!r}"
+    if abs(round(value) - value) > INTEGER_TOLERANCE or not 1 <= round(value) <= CONNECTION_RATE_MAX:
+        return f"must be an Integer value (whole connections per second, 1 to {CONNECTION_RATE_MAX}), got {value!r}"
+    return None
+
+
+def ip_entity_name(name: str) -> str | None:
+    """The address an ip entity names, in one spelling (`::1` for `0:0::1`), or None if `name` is
+    not an IP address (the proxy matches clients by their address, never by a host name)."""
+    if name == DEFAULT:
+        return name
+    try:
+        return ipaddress.ip_address(name).compressed
+    except ValueError:
+        return None
 
 
 # Clients whose resolutions are kept; at this many the cache starts again (random client ids must not
@@ -86,6 +131,8 @@ def quota_value_problem(key: QuotaKey, value: float) -> str | None:
 class QuotaEntity:
     user: str | None = None
     client_id: str | None = None
+    client_id_prefix: str | None = None  # never with client_id; never <default>
+    ip: str | None = None  # an address (ip_entity_name) or <default>; never with the other parts
 
     def __str__(self) -> str:
         parts = []
@@ -93,13 +140,31 @@ class QuotaEntity:
             parts.append(f"user={self.user}")
         if self.client_id is not None:
             parts.append(f"client-id={self.client_id}")
+        if self.client_id_prefix is not None:
+            parts.append(f"client-id-prefix={self.client_id_prefix}")
+        if self.ip is not None:
+            parts.append(f"ip={self.ip}")
         return ",".join(parts) or "(empty)"
+
+
+def client_id_prefix_problem(prefix: str) -> str | None:
+    """Why `prefix` cannot be a client-id prefix entity, as words to follow its key, or None."""
+    if not prefix:
+        return "must be a non-empty string"
+    if prefix == DEFAULT:
+        return f"has no default entity ({DEFAULT} is for user and client-id)"
+    if len(prefix) > MAX_NAME_CHARS:
+        return f"must be at most {MAX_NAME_CHARS} characters, got {len(prefix)}"
+    return None
 
 
 # Bucket scopes: who shares one bucket, by matched precedence level.
 SCOPE_USER_CLIENT = "user+client-id"
 SCOPE_USER = "user"
 SCOPE_CLIENT = "client-id"
+SCOPE_USER_PREFIX = "user+client-id-prefix"
+SCOPE_PREFIX = "client-id-prefix"
+SCOPE_IP = "ip"  # one bucket per client address, for connection_creation_rate
 _SCOPE_BY_LEVEL = {
     1: SCOPE_USER_CLIENT,
     2: SCOPE_USER_CLIENT,
@@ -110,18 +175,26 @@ _SCOPE_BY_LEVEL = {
     7: SCOPE_CLIENT,
     8: SCOPE_CLIENT,
 }
+# A prefix entry's level is that of the exact client-id entry it stands below (1p, 4p, 7p).
+_PREFIX_SCOPE_BY_LEVEL = {1: SCOPE_USER_PREFIX, 4: SCOPE_USER_PREFIX, 7: SCOPE_PREFIX}
 
 
 @dataclass(frozen=True, slots=True)
 class Resolution:
     """The quota that applies to one client for one key, and the bucket it draws on."""
 
-    key: QuotaKey
+    key: QuotaKey  # or IpQuotaKey, for an ip entity's (level 1: the address's own, 2: <default>)
     level: int  # 1..8, Kafka's precedence level that matched
     entity: QuotaEntity  # the configured entity that matched
     value: float  # the quota, in the key's unit
-    bucket_id: tuple[str, str, str | None, str | None]  # (key, scope, user, client-id)
+    bucket_id: tuple[str, str, str | None, str | None]  # (key, scope, user, client-id or prefix)
     shadow: bool = False  # charged and reported, never applied (`shadow = true` in the file)
+    by_prefix: bool = False  # a client-id-prefix entry matched, just below `level`'s exact one
+
+    @property
+    def level_name(self) -> str:
+        """The level as the docs write it: "1".."8", or "1p", "4p", "7p" for a prefix entry."""
+        return f"{self.level}p" if self.by_prefix else str(self.level)
 
 
 def candidate_entities(user: str, client_id: str) -> Iterator[tuple[int, QuotaEntity]]:
@@ -149,16 +222,34 @@ class QuotaTable:
         }
         # Entities whose quotas are only tried: charged and reported, never throttling anyone.
         self.shadow = frozenset(entity for entity in shadow if entity in self._quotas)
-        self.keys_in_use: frozenset[QuotaKey] = frozenset(k for values in self._quotas.values() for k in values)
+        # The ip entities (KIP-612), checked when a client connects, never per request: address or
+        # <default> -> (the entity, its connection_creation_rate).
+        self.ip_rates: dict[str, tuple[QuotaEntity, float]] = {
+            entity.ip: (entity, values[IpQuotaKey.CONNECTION_CREATION_RATE])  # type: ignore[index]
+            for entity, values in self._quotas.items()
+            if entity.ip is not None and IpQuotaKey.CONNECTION_CREATION_RATE in values
+        }
+        client_quotas = {entity: values for entity, values in self._quotas.items() if entity.ip is None}
+        self.limits_clients = bool(client_quotas)  # any user or client-id quota (what requests pay for)
+        self.keys_in_use: frozenset[QuotaKey] = frozenset(k for values in client_quotas.values() for k in values)
         # Looked up by bounded names (a client's names are bounded before any look-up): bounded entity
         # -> (the configured entity, its values).
         self._lookup: dict[QuotaEntity, tuple[QuotaEntity, dict[QuotaKey, float]]] = {
             QuotaEntity(
                 None if entity.user is None else bounded_name(entity.user),
                 None if entity.client_id is None else bounded_name(entity.client_id),
+                entity.client_id_prefix,
             ): (entity, values)
-            for entity, values in self._quotas.items()
+            for entity, values in client_quotas.items()
         }
+        # Prefix entries by their bounded user part (a name, <default> or None), longest prefix first.
+        # Empty when none is configured: resolving then costs what it did before prefixes existed.
+        self._prefixes: dict[str | None, list[tuple[str, QuotaEntity, dict[QuotaKey, float]]]] = {}
+        for bounded, (entity, values) in self._lookup.items():
+            if bounded.client_id_prefix is not None:
+                self._prefixes.setdefault(bounded.user, []).append((bounded.client_id_prefix, entity, values))
+        for entries in self._prefixes.values():
+            entries.sort(key=lambda entry: -len(entry[0]))
         self._cache: dict[tuple[str, str], dict[QuotaKey, Resolution | None]] = {}
 
     def __bool__(self) -> bool:
@@ -181,6 +272,7 @@ class QuotaTable:
     def resolve(self, user: str, client_id: str, key: QuotaKey) -> Resolution | None:
         """The quota for `key` that applies to (user, client_id), or None: unlimited. Bucket ids
         and the cache hold the bounded names (`bounded_name`), never a client's 32 KB id."""
+        full_client_id = client_id  # prefixes match the whole id, not its bounded form
         if len(client_id) > MAX_NAME_CHARS or len(user) > MAX_NAME_CHARS:
             user, client_id = bounded_name(user), bounded_name(client_id)
         cached = self._cache.get((user, client_id))
@@ -191,15 +283,98 @@ class QuotaTable:
         elif key in cached:
             return cached[key]
         resolution = None
-        for level, entity in candidate_entities(user, client_id):
-            found = self._lookup.get(entity)
-            if found is not None and key in found[1]:
-                configured, values = found
-                scope = _SCOPE_BY_LEVEL[level]
-                bucket_user = user if scope != SCOPE_CLIENT else None
-                bucket_client = client_id if scope != SCOPE_USER else None
-                bucket_id = (key, scope, bucket_user, bucket_client)
-                resolution = Resolution(key, level, configured, values[key], bucket_id, configured in self.shadow)
+        for level, by_prefix, configured, values in self._candidates(user, client_id, full_client_id):
+            if key in values:
+                resolution = self._resolution(key, level, by_prefix, configured, values[key], user, client_id)
                 break
         cached[key] = resolution
         return resolution
+
+    def candidates(self, user: str, client_id: str) -> list[tuple[int, bool, QuotaEntity, dict[QuotaKey, float]]]:
+        """Every configured entity that matches (user, client_id), in precedence order, as (level,
+        by_prefix, entity, its values): what `resolve` walks, for explaining its choice."""
+        full_client_id = client_id
+        if len(client_id) > MAX_NAME_CHARS or len(user) > MAX_NAME_CHARS:
+            user, client_id = bounded_name(user), bounded_name(client_id)
+        return list(self._candidates(user, client_id, full_client_id))
+
+    def resolution_for(
+        self, user: str, client_id: str, key: QuotaKey, level: int, by_prefix: bool, entity: QuotaEntity
+    ) -> Resolution:
+        """The resolution `entity`, matched at `level`, gives (user, client_id) for `key` (it sets it)."""
+        if len(client_id) > MAX_NAME_CHARS or len(user) > MAX_NAME_CHARS:
+            user, client_id = bounded_name(user), bounded_name(client_id)
+        return self._resolution(key, level, by_prefix, entity, self._quotas[entity][key], user, client_id)
+
+    def resolve_ip(self, address: str) -> Resolution | None:
+        """The connection_creation_rate for clients connecting from `address` (its own entry, else
+        the <default> ip's), or None: unlimited. Its bucket is the address's."""
+        try:
+            parsed = ipaddress.ip_address(address)
+        except ValueError:
+            return None
+        if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
+            parsed = parsed.ipv4_mapped  # a dual-stack listener's view of an IPv4 client
+        address = parsed.compressed
+        level, found = 1, self.ip_rates.get(address)
+        if found is None:
+            level, found = 2, self.ip_rates.get(DEFAULT)
+            if found is None:
+                return None
+        entity, rate = found
+        key = IpQuotaKey.CONNECTION_CREATION_RATE
+        return Resolution(key, level, entity, rate, (key, SCOPE_IP, address, None))  # type: ignore[arg-type]
+
+    def resolve_bucket(self, bucket_id: tuple[str | None, ...]) -> Resolution | None:
+        """What gives the bucket `bucket_id` now, or None if no quota does any more (after a reload
+        or an API change). Raises ValueError for a key that is not a quota key."""
+        key_name, scope, user, name = bucket_id
+        if scope == SCOPE_IP:
+            return self.resolve_ip(user or "")
+        key = QuotaKey(key_name)
+        if scope == SCOPE_PREFIX or scope == SCOPE_USER_PREFIX:
+            # A prefix's bucket lives while its entry sets the key, whichever client id uses it.
+            shapes = [(7, None)] if scope == SCOPE_PREFIX else [(1, user), (4, DEFAULT)]
+            for level, entity_user in shapes:
+                found = self._lookup.get(QuotaEntity(entity_user, None, name))
+                if found is not None and key in found[1]:
+                    resolution = self._resolution(key, level, True, found[0], found[1][key], user or "", name or "")
+                    if resolution.bucket_id == bucket_id:
+                        return resolution
+            return None
+        # "" stands for "any other name" (configured names are never empty): a per-user bucket is
+        # still live if a client of that user with no entry of its own still maps to it.
+        return self.resolve(user or "", name or "", key)
+
+    def _candidates(
+        self, user: str, client_id: str, full_client_id: str
+    ) -> Iterator[tuple[int, bool, QuotaEntity, dict[QuotaKey, float]]]:
+        lookup, prefixes = self._lookup, self._prefixes
+        for level, entity in candidate_entities(user, client_id):
+            found = lookup.get(entity)
+            if found is not None:
+                yield level, False, found[0], found[1]
+            if prefixes and level in _PREFIX_SCOPE_BY_LEVEL:
+                for prefix, configured, values in prefixes.get(entity.user, ()):
+                    if full_client_id.startswith(prefix):
+                        yield level, True, configured, values
+
+    def _resolution(
+        self,
+        key: QuotaKey,
+        level: int,
+        by_prefix: bool,
+        configured: QuotaEntity,
+        value: float,
+        user: str,
+        client_id: str,
+    ) -> Resolution:
+        if by_prefix:
+            scope = _PREFIX_SCOPE_BY_LEVEL[level]
+            bucket_id = (key, scope, user if scope == SCOPE_USER_PREFIX else None, configured.client_id_prefix)
+        else:
+            scope = _SCOPE_BY_LEVEL[level]
+            bucket_user = user if scope != SCOPE_CLIENT else None
+            bucket_client = client_id if scope != SCOPE_USER else None
+            bucket_id = (key, scope, bucket_user, bucket_client)
+        return Resolution(key, level, configured, value, bucket_id, configured in self.shadow, by_prefix)

@@ -9,7 +9,10 @@ The proxy sits in front of the test Kafka's SASL/PLAIN listener, so each tool ru
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import subprocess
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -181,6 +184,112 @@ def test_java_admin_api_alters_and_describes_with_filters(proxy_factory, kafka, 
     assert lines["strict user=alice"] == "{{user=alice}={producer_byte_rate=300000.0}}"
     assert lines["default clients"] == "{{client-id=null}={request_percentage=25.0}}"
     assert lines["any user"] == "{{user=alice}={producer_byte_rate=300000.0}}"
+
+
+@pytest.mark.java
+def test_a_client_id_prefix_quota_set_with_the_java_admin_api_holds_two_producers_of_the_fleet_together(
+    proxy_factory, kafka, tmp_path
+) -> None:
+    """Issue 28: a quota on every client id starting with "fleet-" (Redpanda's client-id-prefix
+    entity), set through the Java Admin API, is one bucket: two producers of the fleet share it."""
+    proxy = admin_proxy(proxy_factory, tmp_path)
+    source = Path(__file__).resolve().parents[1] / "java" / "ClientIdPrefixQuota.java"
+    result = subprocess.run(
+        java_program(source, proxy.bootstrap, "admin", SASL_USERS["admin"], "fleet-", "producer_byte_rate", str(QUOTA)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    print(result.stdout)
+    lines = dict(line.split(": ", 1) for line in result.stdout.splitlines() if ": " in line)
+    assert "altered" in result.stdout
+    assert lines["exact prefix"] == f"{{{{client-id-prefix=fleet-}}={{producer_byte_rate={float(QUOTA)}}}}}"
+    assert lines["any prefix"] == lines["exact prefix"]
+
+    topic = unique_topic("prefix-q")
+    create_topic(kafka.bootstrap, topic, partitions=2)
+    sasl = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "alice",
+        "sasl.password": SASL_USERS["alice"],
+    }
+    fleet = [Acked(), Acked()]
+    started = time.monotonic()
+    producers = [
+        threading.Thread(target=confluent_producer_loop, args=(proxy.bootstrap, topic, f"fleet-{i}", 14.0, acked, sasl))
+        for i, acked in enumerate(fleet)
+    ]
+    for producer in producers:
+        producer.start()
+    for producer in producers:
+        producer.join(timeout=60)
+    rates = [rate_between(acked.events, started + 3, started + 14) for acked in fleet]
+    print(
+        f"fleet-0 and fleet-1 under one prefix quota: {rates[0]:.0f} + {rates[1]:.0f} B/s = {sum(rates) / QUOTA:.3f}x"
+    )
+    assert sum(rates) == pytest.approx(QUOTA, rel=0.10), rates
+    assert min(rates) > 0.2 * QUOTA, rates  # both got through, neither was starved
+    entities = {(e["user"], e["client_id"]): e["quotas"] for e in quotas_view(proxy)["entities"]}
+    assert entities[("alice", "fleet-0")]["producer_byte_rate"]["matched"] == "client-id-prefix=fleet-"
+
+
+def api_versions_answered(port: int, correlation_id: int, timeout: float = 5.0) -> tuple[bool, float]:
+    """Connects to the proxy, asks ApiVersions v0, and returns whether it was answered, and after how
+    many seconds the answer (or the close) came."""
+    started = time.monotonic()
+    payload = struct.pack(">hhih", 18, 0, correlation_id, 5) + b"burst"
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
+        conn.sendall(struct.pack(">i", len(payload)) + payload)
+        try:
+            answered = len(conn.recv(4)) == 4
+        except ConnectionResetError:
+            answered = False
+    return answered, time.monotonic() - started
+
+
+def test_kafka_configs_entity_type_ips_sets_a_connection_creation_rate_that_holds_a_burst_of_connections(
+    proxy_factory, kafka, kafka_tool, tmp_path
+) -> None:
+    """Issue 28: `kafka-configs.sh --entity-type ips --add-config connection_creation_rate=N` against
+    the proxy (KIP-612). Connections from that address over the rate are closed after the throttle
+    time without being read, as the broker's acceptor does; the others are answered."""
+    proxy = admin_proxy(proxy_factory, tmp_path)
+    admin = sasl_properties(tmp_path, "admin")
+    local = "--entity-type", "ips", "--entity-name", "127.0.0.1"
+    configs(kafka_tool, proxy.bootstrap, admin, "--alter", "--add-config", "connection_creation_rate=4", *local)
+    configs(kafka_tool, proxy.bootstrap, admin, "--alter", "--add-config", "connection_creation_rate=1000",
+            "--entity-type", "ips", "--entity-default")  # fmt: skip
+    described = configs(kafka_tool, proxy.bootstrap, admin, "--describe", "--entity-type", "ips").stdout
+    print(described)
+    assert "connection_creation_rate=4" in described.replace(".0", ""), described
+    configured = quotas_view(proxy)["configured"]
+    assert {"user": None, "client_id": None, "ip": "127.0.0.1", "connection_creation_rate": 4.0,
+            "source": {"connection_creation_rate": "api"}, "shadow": False} in configured, configured  # fmt: skip
+    refused = configs(kafka_tool, proxy.bootstrap, admin, "--alter", "--add-config", "producer_byte_rate=10",
+                      *local, check=False)  # fmt: skip
+    assert refused.returncode != 0, refused.stdout
+
+    time.sleep(1.5)  # the tool's own connections from 127.0.0.1 are paid back (burst: 4/s x 1 window)
+    outcomes = []
+    started = time.monotonic()
+    while time.monotonic() - started < 5.0:  # 10 connections a second, each asking ApiVersions
+        outcomes.append(api_versions_answered(proxy.port, len(outcomes)))
+        time.sleep(max(0.0, started + len(outcomes) * 0.1 - time.monotonic()))
+    elapsed = time.monotonic() - started
+    answered = sum(1 for ok, _ in outcomes if ok)
+    closed_after = [seconds for ok, seconds in outcomes if not ok]
+    print(f"{len(outcomes)} connections in {elapsed:.1f} s at rate 4/s (burst 4): {answered} answered, "
+          f"{len(closed_after)} closed after {min(closed_after):.2f}-{max(closed_after):.2f} s")  # fmt: skip
+    expected = 4 + 4 * elapsed  # the burst, then the rate
+    assert expected * 0.8 <= answered <= expected * 1.2 + 1, answered
+    # Closed after the time to the next allowed connection: at most 1/rate (0.25 s) plus scheduling.
+    assert closed_after and all(seconds <= 1.0 for seconds in closed_after), closed_after
+    assert max(closed_after) >= 0.1, closed_after  # held, not closed at once
+    with urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    assert metric(text, "quotagate_connections_refused_total", reason="connection_creation_rate") == len(closed_after)
 
 
 def metric(text: str, name: str, **labels: str) -> float:

@@ -16,6 +16,7 @@ from quotagate.config.settings import ClusterConfig
 from quotagate.proxy.cluster import SharedQuotas
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
+from quotagate.quotas.entities import IpQuotaKey
 
 RATE = 100_000.0  # bytes/s
 CHUNK = 1000
@@ -121,3 +122,34 @@ async def test_a_redis_that_forgot_the_script_is_sent_it_again_without_a_fallbac
             assert admin.script_exists(process.shared.script_sha) == [True]
     finally:
         await process.stop()
+
+
+async def test_an_ips_connection_creation_rate_is_one_rate_for_three_processes_through_redis(redis_server) -> None:
+    """Issue 28: the ip entity's bucket goes through the same shared path as the client quotas, so
+    three processes accepting connections from one address hold it to one rate between them."""
+    rate = 50.0
+    table = QuotaTable({QuotaEntity(ip="10.0.0.1"): {IpQuotaKey.CONNECTION_CREATION_RATE: rate}})
+    processes = [Process(redis_server.url) for _ in range(3)]
+    for process in processes:
+        process.engine.update(table, WINDOWS, asyncio.get_running_loop().time())
+
+    async def connect(process: Process, until: float) -> None:
+        """Connects from 10.0.0.1 again and again; a refused connection waits out its close."""
+        loop = asyncio.get_running_loop()
+        while (now := loop.time()) < until:
+            close_after = process.engine.admit_connection("10.0.0.1", now)
+            process.admitted += close_after == 0.0
+            await asyncio.sleep(max(close_after, 0.002))
+
+    try:
+        seconds = 6.0
+        until = asyncio.get_running_loop().time() + seconds
+        await asyncio.gather(*(connect(p, until) for p in processes))
+        admitted = sum(p.admitted for p in processes)
+        expected = rate * seconds + rate  # the rate, plus one burst
+        print(f"3 processes, {rate:.0f} connections/s shared: {admitted} admitted in {seconds} s (expected {expected})")
+        assert admitted == pytest.approx(expected, rel=0.15), f"admitted {admitted}, the rate allows {expected:.0f}"
+        assert all(p.metrics.cluster_fallback._value.get() == 0 for p in processes)
+    finally:
+        for p in processes:
+            await p.stop()

@@ -22,6 +22,7 @@ from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.proxy.session import Session
 from quotagate.quotas import DEFAULT, QuotaEntity, QuotaKey, QuotaTable
 from quotagate.quotas.admin import effective
+from quotagate.quotas.entities import MAX_NAME_CHARS, IpQuotaKey
 from tests.support.session_double import services_for
 
 FILE_QUOTAS = """
@@ -364,3 +365,101 @@ async def test_quotas_view_shows_the_throttle_a_shadow_entry_would_give() -> Non
     (entity,) = AdminHttpServer(proxy).quota_state()["entities"]
     quota = entity["quotas"]["producer_byte_rate"]
     assert quota["shadow"] and quota["throttle_ms"] == pytest.approx(17_000_000, rel=0.01), quota
+
+
+def test_alter_client_quotas_sets_a_prefix_quota_and_describe_filters_match_it() -> None:
+    session, admin = admin_session()
+    response = answer(
+        session,
+        alter_request(
+            [
+                ([("client-id-prefix", "fleet-")], [("producer_byte_rate", 4096.0, False)]),
+                ([("user", "alice"), ("client-id-prefix", "fleet-")], [("producer_byte_rate", 8192.0, False)]),
+            ]
+        ),
+        ALTER,
+    )
+    assert [(e.error_code, e.error_message) for e in response.entries] == [(0, None), (0, None)]
+    assert admin.api_quotas == {
+        QuotaEntity(None, None, "fleet-"): {QuotaKey.PRODUCER_BYTE_RATE: 4096.0},
+        QuotaEntity("alice", None, "fleet-"): {QuotaKey.PRODUCER_BYTE_RATE: 8192.0},
+    }
+    assert session.services.engine.resolve("bob", "fleet-3", QuotaKey.PRODUCER_BYTE_RATE).value == 4096.0
+    exact = described(answer(session, describe_request([("client-id-prefix", 0, "fleet-")]), DESCRIBE))
+    assert set(exact) == {(("client-id-prefix", "fleet-"),), (("user", "alice"), ("client-id-prefix", "fleet-"))}
+    strict = described(answer(session, describe_request([("client-id-prefix", 2, None)], strict=True), DESCRIBE))
+    assert set(strict) == {(("client-id-prefix", "fleet-"),)}
+    # A prefix is not a client id: a client-id filter does not match it, nor an exact name it starts.
+    assert (("client-id-prefix", "fleet-"),) not in described(
+        answer(session, describe_request([("client-id", 2, None)]), DESCRIBE)
+    )
+    assert described(answer(session, describe_request([("client-id-prefix", 0, "fleet-3")]), DESCRIBE)) == {}
+    assert described(answer(session, describe_request([("client-id-prefix", 1, None)]), DESCRIBE)) == {}
+    mixed = answer(session, describe_request([("ip", 2, None), ("client-id-prefix", 2, None)]), DESCRIBE)
+    assert mixed.error_code == 42
+
+
+@pytest.mark.parametrize(
+    ("entity", "message"),
+    [
+        ([("client-id-prefix", None)], "client-id-prefix has no default entity"),
+        ([("client-id-prefix", "")], "Empty client-id-prefix not supported"),
+        ([("client-id-prefix", "a"), ("client-id", "b")], "cannot be combined"),
+        ([("client-id-prefix", "x" * (MAX_NAME_CHARS + 1))], "at most 128 characters"),
+    ],
+)
+def test_alter_refuses_a_bad_prefix_entity_with_invalid_request(entity: list, message: str) -> None:
+    session, admin = admin_session()
+    response = answer(session, alter_request([(entity, [("producer_byte_rate", 1.0, False)])]), ALTER)
+    assert response.entries[0].error_code == 42
+    assert message in response.entries[0].error_message
+    assert admin.api_quotas == {}
+
+
+def test_alter_client_quotas_sets_ip_quotas_as_kafka_configs_entity_type_ips_does() -> None:
+    session, admin = admin_session()
+    response = answer(
+        session,
+        alter_request(
+            [
+                ([("ip", "127.0.0.1")], [("connection_creation_rate", 5.0, False)]),
+                ([("ip", None)], [("connection_creation_rate", 100.0, False)]),  # --entity-default
+            ]
+        ),
+        ALTER,
+    )
+    assert [(e.error_code, e.error_message) for e in response.entries] == [(0, None), (0, None)]
+    assert admin.api_quotas == {
+        QuotaEntity(ip="127.0.0.1"): {IpQuotaKey.CONNECTION_CREATION_RATE: 5.0},
+        QuotaEntity(ip=DEFAULT): {IpQuotaKey.CONNECTION_CREATION_RATE: 100.0},
+    }
+    assert session.services.engine.table.resolve_ip("127.0.0.1").value == 5.0
+    assert set(described(answer(session, describe_request([("ip", 2, None)]), DESCRIBE))) == {
+        (("ip", "127.0.0.1"),),
+        (("ip", None),),
+    }
+    assert described(answer(session, describe_request([("ip", 1, None)]), DESCRIBE)) == {
+        (("ip", None),): {"connection_creation_rate": 100.0}
+    }
+
+
+@pytest.mark.parametrize(
+    ("entity", "ops", "message"),
+    [
+        ([("ip", "kafka-1")], [("connection_creation_rate", 1.0, False)], "kafka-1 is not a valid IP address"),
+        ([("ip", "10.0.0.1")], [("producer_byte_rate", 1.0, False)], "Invalid configuration key producer_byte_rate"),
+        (
+            [("user", "bob")],
+            [("connection_creation_rate", 1.0, False)],
+            "Invalid configuration key connection_creation",
+        ),
+        ([("ip", "10.0.0.1")], [("connection_creation_rate", 2.5, False)], "must be an Integer value"),
+        ([("ip", "10.0.0.1"), ("user", "bob")], [("connection_creation_rate", 1.0, False)], "Invalid empty client"),
+    ],
+)
+def test_alter_refuses_bad_ip_entities_and_keys_with_invalid_request(entity: list, ops: list, message: str) -> None:
+    session, admin = admin_session()
+    response = answer(session, alter_request([(entity, ops)]), ALTER)
+    assert response.entries[0].error_code == 42
+    assert message in response.entries[0].error_message
+    assert admin.api_quotas == {}

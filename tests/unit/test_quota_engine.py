@@ -3,6 +3,7 @@
 import pytest
 
 from quotagate.quotas import DEFAULT, QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows, TokenBucket
+from tests.support.quota_ladder import KAFKA_PRECEDENCE_SCENARIO
 
 PRODUCE = QuotaKey.PRODUCER_BYTE_RATE
 REQUEST = QuotaKey.REQUEST_PERCENTAGE
@@ -37,19 +38,9 @@ def test_seed_example_burst_of_560_on_rate_5_burst_500_throttles_12_seconds() ->
 
 
 def precedence_table(*, without: tuple[QuotaEntity, ...] = ()) -> QuotaTable:
-    # Kafka ClientQuotaManagerTest's precedence scenario.
-    entries = {
-        QuotaEntity(DEFAULT, None): 1000,
-        QuotaEntity(None, DEFAULT): 2000,
-        QuotaEntity(DEFAULT, DEFAULT): 3000,
-        QuotaEntity("userA", None): 4000,
-        QuotaEntity("userA", "client1"): 5000,
-        QuotaEntity("userB", None): 6000,
-        QuotaEntity("userB", "client1"): 7000,
-        QuotaEntity("userB", DEFAULT): 8000,
-        QuotaEntity(None, "client1"): 9000,
-    }
-    return QuotaTable({entity: {PRODUCE: value} for entity, value in entries.items() if entity not in without})
+    return QuotaTable(
+        {entity: {PRODUCE: value} for entity, value in KAFKA_PRECEDENCE_SCENARIO.items() if entity not in without}
+    )
 
 
 @pytest.mark.parametrize(

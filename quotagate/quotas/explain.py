@@ -1,0 +1,232 @@
+"""Why a quota applies to a client (the resolve call Kafka's KIP-546 planned and never finished).
+
+For (user, client id) and each quota key: the entry that applies, its level in the precedence (1-8,
+or 1p/4p/7p for a client-id prefix), where it came from, who shares its bucket, the bucket's state
+now, and every other entry that matches the client with why it lost. Pure: it reads the engine (its
+quotas and buckets) and never changes it, never resolves through the engine's cache (so an
+explain from the HTTP thread adds no entry there), and takes the time and the source of each
+entry from the caller.
+
+The answer is plain data (dicts, lists, strings, numbers), ready for JSON; `explain_text` writes it
+for a terminal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from quotagate.quotas.bucket import ShadowTokenBucket
+from quotagate.quotas.engine import QuotaEngine, tokens_per_second
+from quotagate.quotas.entities import (
+    DEFAULT,
+    SCOPE_CLIENT,
+    SCOPE_PREFIX,
+    SCOPE_USER,
+    SCOPE_USER_PREFIX,
+    IpQuotaKey,
+    QuotaEntity,
+    QuotaKey,
+    Resolution,
+)
+from quotagate.quotas.lease import LeasedBucket
+
+# What each level is, as the docs name it (docs/quotas.md, "Which quota applies").
+LEVEL_NAMES = {
+    "1": "user + client-id",
+    "1p": "user + client-id prefix",
+    "2": "user + default client-id",
+    "3": "user",
+    "4": "default user + client-id",
+    "4p": "default user + client-id prefix",
+    "5": "default user + default client-id",
+    "6": "default user",
+    "7": "client-id",
+    "7p": "client-id prefix",
+    "8": "default client-id",
+}
+
+# (entity, key) -> "file" or "api" (QuotaAdmin.source); without one, every entry is the file's.
+Source = Callable[[QuotaEntity, QuotaKey], str]
+
+
+def _file_source(_entity: QuotaEntity, _key: QuotaKey) -> str:
+    return "file"
+
+
+def explain(
+    engine: QuotaEngine,
+    user: str,
+    client_id: str,
+    now: float | None,
+    source: Source = _file_source,
+    ip: str | None = None,
+) -> dict[str, Any]:
+    """The explanation for (user, client_id), connecting from `ip` if given: per quota key, the entry
+    that applies and those that lost. `now` None: no running proxy, so no bucket state (resolving
+    from a file)."""
+    table = engine.table
+    candidates = table.candidates(user, client_id)
+    keys: dict[str, Any] = {}
+    for key in QuotaKey:
+        winner: Resolution | None = None
+        applied: dict[str, Any] = {}
+        lost: list[dict[str, Any]] = []  # every other matching entry, in precedence order
+        for level, by_prefix, entity, values in candidates:
+            level_name = f"{level}p" if by_prefix else str(level)
+            if key not in values:
+                lost.append(_entry(entity, level_name, None, None, table.shadow))
+                lost[-1]["why"] = f"sets no {key.value}" + ("" if winner else ": the precedence goes on")
+                continue
+            described = _entry(entity, level_name, values[key], source(entity, key), table.shadow)
+            if winner is None:
+                winner = table.resolution_for(user, client_id, key, level, by_prefix, entity)
+                applied = described
+                continue
+            described["why"] = _why_lost(winner, level, by_prefix, entity)
+            lost.append(described)
+        if winner is None:
+            keys[key.value] = {
+                "applies": None,
+                "why": "no entry that matches this client sets it",
+                "lost": lost,
+            }
+            continue
+        applied["shared_by"] = _shared_by(winner)
+        applied["bucket"] = _bucket_state(engine, winner, now)
+        keys[key.value] = {"applies": applied, "lost": lost}
+    answer: dict[str, Any] = {"user": user, "client_id": client_id, "quotas": keys}
+    if ip is not None:
+        answer["ip"] = _explain_ip(engine, ip, now, source)
+    return answer
+
+
+def _explain_ip(engine: QuotaEngine, address: str, now: float | None, source: Source) -> dict[str, Any]:
+    """The connection_creation_rate for clients from `address`: its own entry, else the <default> ip's."""
+    key = IpQuotaKey.CONNECTION_CREATION_RATE
+    resolution = engine.table.resolve_ip(address)
+    explained: dict[str, Any] = {"address": address}
+    if resolution is None:
+        explained["applies"] = None
+        explained["why"] = "no ip entry for this address and no <default> ip entry: unlimited"
+        return explained
+    applied = {
+        "matched": str(resolution.entity),
+        "level": "ip" if resolution.level == 1 else "default ip",
+        "value": resolution.value,
+        "source": source(resolution.entity, key),  # type: ignore[arg-type]
+        "shared_by": f"every connection from {resolution.bucket_id[2]}, to every listener and process",
+        "bucket": _bucket_state(engine, resolution, now),
+    }
+    explained["applies"] = applied
+    default = engine.table.ip_rates.get(DEFAULT)
+    if resolution.level == 1 and default is not None:
+        explained["lost"] = [
+            {"matched": str(default[0]), "value": default[1], "why": "the address's own entry comes first"}
+        ]
+    return explained
+
+
+def _entry(
+    entity: QuotaEntity, level_name: str, value: float | None, source: str | None, shadow: frozenset[QuotaEntity]
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "entity": {"user": entity.user, "client_id": entity.client_id, "client_id_prefix": entity.client_id_prefix},
+        "matched": str(entity),
+        "level": level_name,
+        "level_name": LEVEL_NAMES[level_name],
+    }
+    if value is not None:
+        entry["value"] = value
+        entry["source"] = source
+        entry["shadow"] = entity in shadow
+    return entry
+
+
+def _why_lost(winner: Resolution, level: int, by_prefix: bool, entity: QuotaEntity) -> str:
+    if by_prefix and winner.by_prefix and level == winner.level:
+        return (
+            f"a longer prefix of the same level applies ({winner.entity.client_id_prefix!r} is longer than "
+            f"{entity.client_id_prefix!r})"
+        )
+    return f"level {winner.level_name} ({winner.entity}) comes first in the precedence"
+
+
+def _shared_by(resolution: Resolution) -> str:
+    _key, scope, user, name = resolution.bucket_id
+    if scope == SCOPE_USER:
+        return f"every client id of user {user}"
+    if scope == SCOPE_CLIENT:
+        return f"client id {name!r} of every user"
+    if scope == SCOPE_USER_PREFIX:
+        return f"every client id of user {user} that starts with {name!r}"
+    if scope == SCOPE_PREFIX:
+        return f"every client id that starts with {name!r}, of every user"
+    return f"only user {user} with client id {name!r}"
+
+
+def _bucket_state(engine: QuotaEngine, resolution: Resolution, now: float | None) -> dict[str, Any]:
+    rate = tokens_per_second(resolution.key, resolution.value)
+    state: dict[str, Any] = {
+        "id": [part if part is None else str(part) for part in resolution.bucket_id],
+        "rate_per_second": rate,
+        "burst": rate * engine.windows.burst_seconds(resolution.key),
+    }
+    if now is None:
+        state["state"] = "unknown: not asked of a running proxy"
+        return state
+    bucket = engine.buckets.get(resolution.bucket_id)
+    tokens = engine.tokens(resolution, now)  # reads only: a full bucket if none was made yet
+    state["state"] = "not used yet (full)" if bucket is None else ("in debt" if tokens < 0 else "in use")
+    state["tokens"] = round(tokens, 3)
+    state["debt"] = round(max(0.0, -tokens), 3)
+    throttle_ms = 0
+    if bucket is not None:
+        throttle_ms = (
+            bucket.would_throttle_ms(now) if isinstance(bucket, ShadowTokenBucket) else bucket.throttle_ms(now)
+        )
+        if resolution.key is QuotaKey.REQUEST_PERCENTAGE:
+            throttle_ms = min(throttle_ms, engine.windows.request_throttle_cap_ms)
+    state["throttle_ms"] = throttle_ms  # a shadow quota's is what it would give (never applied)
+    if isinstance(bucket, LeasedBucket):
+        state["shared"] = "through Redis with the other processes: tokens are this process's lease"
+    return state
+
+
+def explain_text(answer: dict[str, Any]) -> str:
+    """The explanation written for a terminal, one block per quota key."""
+    lines = [f"user {answer['user']!r}, client id {answer['client_id']!r}"]
+    for key, explained in answer["quotas"].items():
+        applied = explained["applies"]
+        if applied is None:
+            lines.append(f"{key}: unlimited ({explained['why']})")
+        else:
+            shadow = ", shadow: never applied" if applied["shadow"] else ""
+            lines.append(
+                f"{key}: {applied['value']:g} from {applied['matched']} (level {applied['level']}, "
+                f"{applied['level_name']}; source {applied['source']}{shadow})"
+            )
+            lines.append(f"  bucket shared by {applied['shared_by']}")
+            bucket = applied["bucket"]
+            if "tokens" in bucket:
+                lines.append(
+                    f"  bucket now: {bucket['state']}, tokens {bucket['tokens']:g} of {bucket['burst']:g}, "
+                    f"throttle {bucket['throttle_ms']} ms"
+                )
+            else:
+                lines.append(f"  bucket now: {bucket['state']}")
+        for loser in explained["lost"]:
+            value = f" = {loser['value']:g} ({loser['source']})" if "value" in loser else ""
+            lines.append(f"  not {loser['matched']}{value} (level {loser['level']}): {loser['why']}")
+    ip = answer.get("ip")
+    if ip is not None and ip["applies"] is None:
+        lines.append(f"connection_creation_rate for {ip['address']}: unlimited ({ip['why']})")
+    elif ip is not None:
+        applied = ip["applies"]
+        lines.append(
+            f"connection_creation_rate for {ip['address']}: {applied['value']:g} from {applied['matched']} "
+            f"({applied['level']}; source {applied['source']}), shared by {applied['shared_by']}"
+        )
+        for loser in ip.get("lost", []):
+            lines.append(f"  not {loser['matched']} = {loser['value']:g}: {loser['why']}")
+    return "\n".join(lines) + "\n"
