@@ -202,7 +202,7 @@ class QuotaEngine:
         """Tokens left in the bucket of `resolution` (a full bucket if it has not been used yet)."""
         bucket = self.buckets.get(resolution.bucket_id)
         if bucket is None:
-            return self._burst(resolution)
+            return self.burst(resolution)
         return bucket.tokens_at(now)  # never writes: scrapes read this from a worker thread
 
     def update(self, table: QuotaTable, windows: QuotaWindows, now: float) -> None:
@@ -226,7 +226,7 @@ class QuotaEngine:
                 del self.buckets[bucket_id]
                 continue
             rate = tokens_per_second(resolution.key, resolution.value)
-            bucket.reconfigure(rate, self._burst(resolution), now)
+            bucket.reconfigure(rate, self.burst(resolution), now)
             if resolution.shadow != isinstance(bucket, ShadowTokenBucket):  # made binding, or shadow again
                 if resolution.shadow:
                     self.buckets[bucket_id] = ShadowTokenBucket(
@@ -282,7 +282,8 @@ class QuotaEngine:
         self.generation += 1
         return restored
 
-    def _burst(self, resolution: Resolution) -> float:
+    def burst(self, resolution: Resolution) -> float:
+        """The burst of the bucket `resolution` draws on."""
         burst = tokens_per_second(resolution.key, resolution.value) * self.windows.burst_seconds(resolution.key)
         # A connection is one token: a smaller burst would refuse every connection (as max_connection_creation_rate).
         return max(burst, 1.0) if resolution.key is IpQuotaKey.CONNECTION_CREATION_RATE else burst
@@ -292,8 +293,8 @@ class QuotaEngine:
         if bucket is None:
             rate = tokens_per_second(resolution.key, resolution.value)
             if resolution.shadow:  # a quota being tried: charged per process, never shared, never applied
-                bucket = ShadowTokenBucket.full(rate, self._burst(resolution), now)
+                bucket = ShadowTokenBucket.full(rate, self.burst(resolution), now)
             else:
-                bucket = self.bucket_factory(resolution.bucket_id, rate, self._burst(resolution), now)
+                bucket = self.bucket_factory(resolution.bucket_id, rate, self.burst(resolution), now)
             self.buckets[resolution.bucket_id] = bucket
         return bucket

@@ -170,7 +170,7 @@ def _bucket_state(engine: QuotaEngine, resolution: Resolution, now: float | None
     state: dict[str, Any] = {
         "id": [part if part is None else str(part) for part in resolution.bucket_id],
         "rate_per_second": rate,
-        "burst": rate * engine.windows.burst_seconds(resolution.key),
+        "burst": engine.burst(resolution),
     }
     if now is None:
         state["state"] = "unknown: not asked of a running proxy"
