@@ -78,11 +78,8 @@ def config_sections() -> list[SectionDoc]:
                 raise SchemaError(f'{section.name}: not a dataclass: list its keys in its metadata "keys"')
             name = section.metadata.get("toml_name", section.name)
             prefix = "" if shape == TOP_LEVEL else name + "."
-            rules = section.metadata.get("rules", {})  # for keys whose fields are not the configuration's
             key_hints = get_type_hints(section_type)
-            keys = tuple(
-                _key_doc(prefix, key, key_hints[key.name], rules.get(key.name, {})) for key in fields(section_type)
-            )
+            keys = tuple(_key_doc(prefix, key, key_hints[key.name]) for key in fields(section_type))
         sections.append(SectionDoc(section.name, shape, meaning, keys, section.metadata.get("toml_name", "")))
     return sorted(sections, key=lambda section: _FILE_ORDER[section.shape])
 
@@ -97,7 +94,7 @@ def _meaning(where: str, field: Field[Any]) -> str:
     return doc
 
 
-def _key_doc(prefix: str, key: Field[Any], hint: Any, rules: Mapping[str, Any]) -> KeyDoc:
+def _key_doc(prefix: str, key: Field[Any], hint: Any) -> KeyDoc:
     where = prefix + key.name
     meaning = _meaning(where, key)
     if "default" in key.metadata:
@@ -108,7 +105,7 @@ def _key_doc(prefix: str, key: Field[Any], hint: Any, rules: Mapping[str, Any]) 
         default, is_text = toml_value(toml_data(key.default_factory())), False
     else:
         default, is_text = "required", True
-    return KeyDoc(key.name, _toml_type(where, key, hint), default, is_text, meaning, bounds({**key.metadata, **rules}))
+    return KeyDoc(key.name, _toml_type(where, key, hint), default, is_text, meaning, bounds(key.metadata))
 
 
 def bounds(rules: Mapping[str, Any]) -> str:

@@ -54,16 +54,8 @@ DEFAULT_BROKER_NODE_IDS = (0, 9)
 # The longest time any *_seconds key may name (a week), and a quota sample window (an hour): every
 # number read from the file is finite and in range, so nothing derived from it overflows.
 SECONDS_MAX = 7 * 24 * 3600.0
-WINDOW_SECONDS_MAX = 3600.0
 PORT_RANGE = {"min": 1, "max": 65535}
 SECONDS = {"max": SECONDS_MAX}
-# The rules of the top-level keys, whose fields (QuotaWindows) are the quota engine's.
-WINDOW_RULES: dict[str, Mapping[str, Any]] = {
-    "quota_window_num": {"min": 1, "max": 3600},
-    "quota_window_size_seconds": {"max": WINDOW_SECONDS_MAX},
-    "controller_quota_window_num": {"min": 1, "max": 3600},
-    "controller_quota_window_size_seconds": {"max": WINDOW_SECONDS_MAX},
-}
 _Tls = TypeVar("_Tls", ListenerTlsConfig, UpstreamTlsConfig)
 
 
@@ -679,7 +671,6 @@ class Config:
             "doc": "Kafka's quota sample windows, at the top of the file (before any [section]); they size the "
             "bursts: burst = rate x window_num x window_size_seconds.",
             "toml": "top-level keys",
-            "rules": WINDOW_RULES,
         },
     )
     topic_thresholds: TopicThresholds | None = field(
@@ -759,7 +750,7 @@ def parse_config(text: str) -> Config:
         proxy_tls=_parse_tls("proxy.tls", ListenerTlsConfig, proxy_tls),
         upstream_tls=_parse_tls("upstream.tls", UpstreamTlsConfig, upstream.get("tls")),
         quotas=_parse_quotas(data.get("quotas", [])),
-        windows=QuotaWindows(**_key_values("", QuotaWindows, data, WINDOW_RULES)),
+        windows=QuotaWindows(**_key_values("", QuotaWindows, data)),
         topic_thresholds=_parse_topic_thresholds(data.get("topic_thresholds")),
         usage=_parse_usage(_section(data, "usage", required=False)),
         admin=AdminConfig(**_section_values("admin.", AdminConfig, _section(data, "admin", required=False))),
@@ -1050,17 +1041,11 @@ def _section_values(prefix: str, section: type, table: dict[str, Any]) -> dict[s
     return _key_values(prefix, section, table)
 
 
-def _key_values(
-    prefix: str, section: type, table: dict[str, Any], rules: Mapping[str, Mapping[str, Any]] | None = None
-) -> dict[str, Any]:
-    """The fields of `section` read from `table` (other keys left alone); `rules` adds to a field's
-    metadata, for a dataclass that is not the configuration's."""
+def _key_values(prefix: str, section: type, table: dict[str, Any]) -> dict[str, Any]:
+    """The fields of `section` read from `table` (other keys left alone)."""
     hints = _type_hints(section)
     return {
-        key.name: _key_value(
-            prefix + key.name, key, hints[key.name], {**key.metadata, **(rules or {}).get(key.name, {})}, table
-        )
-        for key in fields(section)
+        key.name: _key_value(prefix + key.name, key, hints[key.name], key.metadata, table) for key in fields(section)
     }
 
 

@@ -39,24 +39,47 @@ MS_PER_SECOND_PER_PERCENT = 10.0
 IDLE_BUCKET_SECONDS = 3600.0
 
 
+# The most windows, and the longest window, a configuration may give (the config parser reads these
+# bounds from the fields' metadata, as it reads its own keys').
+WINDOW_NUM_MAX = 3600
+WINDOW_SECONDS_MAX = 3600.0
+
+
 @dataclass(frozen=True, slots=True)
 class QuotaWindows:
     """Kafka's sample-window settings; here they size the bursts (and the request-time cap)."""
 
     quota_window_num: int = field(
-        default=11, metadata={"doc": "Kafka's quota.window.num: the client quotas' burst is this many windows."}
+        default=11,
+        metadata={
+            "doc": "Kafka's quota.window.num: the client quotas' burst is this many windows.",
+            "min": 1,
+            "max": WINDOW_NUM_MAX,
+        },
     )
     # Whole seconds in Kafka; fractions are allowed here, to size a burst that is not a whole
     # number of seconds of quota (e.g. 20 partitions/s with a burst of 50: 5 windows of 0.5 s).
     quota_window_size_seconds: float = field(
         default=1,
-        metadata={"doc": "Kafka's quota.window.size.seconds; also the longest request-time throttle (KIP-124)."},
+        metadata={
+            "doc": "Kafka's quota.window.size.seconds; also the longest request-time throttle (KIP-124).",
+            "max": WINDOW_SECONDS_MAX,
+        },
     )
     controller_quota_window_num: int = field(
-        default=11, metadata={"doc": "Kafka's controller.quota.window.num, for controller_mutation_rate."}
+        default=11,
+        metadata={
+            "doc": "Kafka's controller.quota.window.num, for controller_mutation_rate.",
+            "min": 1,
+            "max": WINDOW_NUM_MAX,
+        },
     )
     controller_quota_window_size_seconds: float = field(
-        default=1, metadata={"doc": "Kafka's controller.quota.window.size.seconds, for controller_mutation_rate."}
+        default=1,
+        metadata={
+            "doc": "Kafka's controller.quota.window.size.seconds, for controller_mutation_rate.",
+            "max": WINDOW_SECONDS_MAX,
+        },
     )
 
     def burst_seconds(self, key: QuotaKey) -> float:
