@@ -23,6 +23,7 @@ from quotagate.proxy.session import Session
 from quotagate.quotas import DEFAULT, QuotaEntity, QuotaKey, QuotaTable
 from quotagate.quotas.admin import effective
 from quotagate.quotas.entities import MAX_NAME_CHARS, IpQuotaKey
+from tests.support.builds import Build
 from tests.support.session_double import services_for
 
 FILE_QUOTAS = """
@@ -39,14 +40,17 @@ ALTER, DESCRIBE = 49, 48
 
 
 def admin_session(
-    principals: tuple[str, ...] = ("admin",), user: str = "admin", state: Path | None = None
+    principals: tuple[str, ...] = ("admin",),
+    user: str = "admin",
+    state: Path | None = None,
+    session_class: type[Session] = Session,
 ) -> tuple[Session, QuotaAdmin]:
     services = services_for(FILE_QUOTAS)
     engine = services.engine
     admin = QuotaAdmin(
         engine.table, {}, principals, state, lambda quotas, now: engine.update(quotas, engine.windows, now)
     )
-    session = Session(replace(services, quota_admin=admin))
+    session = session_class(replace(services, quota_admin=admin))
     session.user = user
     session.broker_connected(0.0)
     return session, admin
@@ -104,8 +108,8 @@ def described(response) -> dict[tuple[tuple[str, str | None], ...], dict[str, fl
 
 
 @pytest.mark.parametrize("version", [0, 1])
-def test_alter_sets_a_user_quota_that_binds_at_once_and_describe_shows_it(version: int) -> None:
-    session, admin = admin_session()
+def test_alter_sets_a_user_quota_that_binds_at_once_and_describe_shows_it(version: int, build: Build) -> None:
+    session, admin = admin_session(session_class=build.session)
     response = answer(
         session,
         alter_request([([("user", "bob")], [("producer_byte_rate", 2048.0, False)])], version=version),
@@ -125,8 +129,8 @@ def test_alter_sets_a_user_quota_that_binds_at_once_and_describe_shows_it(versio
     assert admin.source(QuotaEntity("alice"), QuotaKey.PRODUCER_BYTE_RATE) == "file"
 
 
-def test_describe_filters_exact_default_any_and_strict() -> None:
-    session, _ = admin_session()
+def test_describe_filters_exact_default_any_and_strict(build: Build) -> None:
+    session, _ = admin_session(session_class=build.session)
     answer(
         session,
         alter_request([([("user", "alice"), ("client-id", "app")], [("request_percentage", 50.0, False)])]),
@@ -152,8 +156,8 @@ def test_describe_filters_exact_default_any_and_strict() -> None:
         ([("group", 2, None)], 35),  # an unknown entity type
     ],
 )
-def test_describe_refuses_bad_filters_as_the_broker_does(components: list, code: int) -> None:
-    session, _ = admin_session()
+def test_describe_refuses_bad_filters_as_the_broker_does(components: list, code: int, build: Build) -> None:
+    session, _ = admin_session(session_class=build.session)
     response = answer(session, describe_request(components), DESCRIBE)
     assert response.error_code == code
     assert response.entries is None
@@ -176,16 +180,16 @@ def test_describe_refuses_bad_filters_as_the_broker_does(components: list, code:
         ),
     ],
 )
-def test_alter_refuses_invalid_entities_and_values_with_invalid_request(entity, ops, message) -> None:  # type: ignore[no-untyped-def]
-    session, admin = admin_session()
+def test_alter_refuses_invalid_entities_and_values_with_invalid_request(entity, ops, message, build: Build) -> None:  # type: ignore[no-untyped-def]
+    session, admin = admin_session(session_class=build.session)
     response = answer(session, alter_request([(entity, ops)]), ALTER)
     assert response.entries[0].error_code == 42
     assert message in response.entries[0].error_message
     assert admin.api_quotas == {}
 
 
-def test_only_the_listed_principals_may_alter_and_validate_only_changes_nothing() -> None:
-    session, admin = admin_session(principals=("User:admin",), user="ANONYMOUS")
+def test_only_the_listed_principals_may_alter_and_validate_only_changes_nothing(build: Build) -> None:
+    session, admin = admin_session(session_class=build.session, principals=("User:admin",), user="ANONYMOUS")
     response = answer(session, alter_request([([("user", "bob")], [("producer_byte_rate", 10.0, False)])]), ALTER)
     assert response.entries[0].error_code == 31  # CLUSTER_AUTHORIZATION_FAILED
     assert admin.api_quotas == {}
@@ -198,8 +202,8 @@ def test_only_the_listed_principals_may_alter_and_validate_only_changes_nothing(
     assert session.services.engine.resolve("bob", "x", QuotaKey.PRODUCER_BYTE_RATE) is None
 
 
-def test_removing_a_file_quota_through_the_api_hides_it_until_set_again() -> None:
-    session, _ = admin_session()
+def test_removing_a_file_quota_through_the_api_hides_it_until_set_again(build: Build) -> None:
+    session, _ = admin_session(session_class=build.session)
     answer(session, alter_request([([("user", "alice")], [("producer_byte_rate", 0.0, True)])]), ALTER)
     assert session.services.engine.resolve("alice", "x", QuotaKey.PRODUCER_BYTE_RATE) is None
     answer(session, alter_request([([("user", "alice")], [("producer_byte_rate", 300.0, False)])]), ALTER)
@@ -207,8 +211,8 @@ def test_removing_a_file_quota_through_the_api_hides_it_until_set_again() -> Non
     assert resolution is not None and resolution.value == 300.0
 
 
-def test_alter_keeps_the_bucket_debt() -> None:
-    session, _ = admin_session()
+def test_alter_keeps_the_bucket_debt(build: Build) -> None:
+    session, _ = admin_session(session_class=build.session)
     engine = session.services.engine
     assert engine.charge("alice", "x", QuotaKey.PRODUCER_BYTE_RATE, 20_000, 1.0) > 0  # burst 11000: in debt
     answer(session, alter_request([([("user", "alice")], [("producer_byte_rate", 2000.0, False)])]), ALTER)
@@ -216,12 +220,12 @@ def test_alter_keeps_the_bucket_debt() -> None:
     assert resolution is not None and engine.tokens(resolution, 1.0) < 0
 
 
-def test_state_file_round_trips_and_is_replaced_atomically(tmp_path: Path) -> None:
+def test_state_file_round_trips_and_is_replaced_atomically(tmp_path: Path, build: Build) -> None:
     (tmp_path / "quotagate.toml").write_text('[proxy]\nbootstrap_servers = ["k:1"]\n')
     path = Path(load_config(tmp_path / "quotagate.toml").admin.state_file)
     assert path == tmp_path / "quotagate.toml.quotas.json"
     assert load_state(path) == {}
-    session, _ = admin_session(state=path)
+    session, _ = admin_session(session_class=build.session, state=path)
     answer(
         session, alter_request([([("user", None), ("client-id", "app")], [("consumer_byte_rate", 64.0, False)])]), ALTER
     )
@@ -295,7 +299,7 @@ def test_file_shadow_flag_must_be_a_boolean() -> None:
         parse_config(SHADOW_QUOTAS.replace("shadow = true", 'shadow = "yes"'))
 
 
-def test_a_shadow_produce_quota_mutes_nothing_and_its_usage_record_says_what_it_would_have_done() -> None:
+def test_a_shadow_produce_quota_mutes_nothing_and_its_usage_record_says_what_it_would_have_done(build: Build) -> None:
     from quotagate.proxy.usage import RequestCollector
     from tests.support.session_double import produce, produce_answer
 
@@ -307,7 +311,7 @@ def test_a_shadow_produce_quota_mutes_nothing_and_its_usage_record_says_what_it_
         def dropped(self) -> None:
             raise AssertionError("the collector is not full")
 
-    session = Session(replace(services, usage=Usage()))  # type: ignore[arg-type]
+    session = build.session(replace(services, usage=Usage()))  # type: ignore[arg-type]
     session.broker_connected(0.0)
     # Burst 11 kB; a 20 kB produce leaves ~9 kB of debt: ~9 s it would have been throttled.
     session.client_data(produce(1, {"t": b"r" * 20_000}), now=10.0)
@@ -367,8 +371,8 @@ async def test_quotas_view_shows_the_throttle_a_shadow_entry_would_give() -> Non
     assert quota["shadow"] and quota["throttle_ms"] == pytest.approx(17_000_000, rel=0.01), quota
 
 
-def test_alter_client_quotas_sets_a_prefix_quota_and_describe_filters_match_it() -> None:
-    session, admin = admin_session()
+def test_alter_client_quotas_sets_a_prefix_quota_and_describe_filters_match_it(build: Build) -> None:
+    session, admin = admin_session(session_class=build.session)
     response = answer(
         session,
         alter_request(
@@ -408,16 +412,16 @@ def test_alter_client_quotas_sets_a_prefix_quota_and_describe_filters_match_it()
         ([("client-id-prefix", "x" * (MAX_NAME_CHARS + 1))], "at most 128 characters"),
     ],
 )
-def test_alter_refuses_a_bad_prefix_entity_with_invalid_request(entity: list, message: str) -> None:
-    session, admin = admin_session()
+def test_alter_refuses_a_bad_prefix_entity_with_invalid_request(entity: list, message: str, build: Build) -> None:
+    session, admin = admin_session(session_class=build.session)
     response = answer(session, alter_request([(entity, [("producer_byte_rate", 1.0, False)])]), ALTER)
     assert response.entries[0].error_code == 42
     assert message in response.entries[0].error_message
     assert admin.api_quotas == {}
 
 
-def test_alter_client_quotas_sets_ip_quotas_as_kafka_configs_entity_type_ips_does() -> None:
-    session, admin = admin_session()
+def test_alter_client_quotas_sets_ip_quotas_as_kafka_configs_entity_type_ips_does(build: Build) -> None:
+    session, admin = admin_session(session_class=build.session)
     response = answer(
         session,
         alter_request(
@@ -457,8 +461,10 @@ def test_alter_client_quotas_sets_ip_quotas_as_kafka_configs_entity_type_ips_doe
         ([("ip", "10.0.0.1"), ("user", "bob")], [("connection_creation_rate", 1.0, False)], "Invalid empty client"),
     ],
 )
-def test_alter_refuses_bad_ip_entities_and_keys_with_invalid_request(entity: list, ops: list, message: str) -> None:
-    session, admin = admin_session()
+def test_alter_refuses_bad_ip_entities_and_keys_with_invalid_request(
+    entity: list, ops: list, message: str, build: Build
+) -> None:
+    session, admin = admin_session(session_class=build.session)
     response = answer(session, alter_request([(entity, ops)]), ALTER)
     assert response.entries[0].error_code == 42
     assert message in response.entries[0].error_message

@@ -20,9 +20,10 @@ from quotagate.protocol.rewrite import RESPONSE_REWRITERS, response_rewriters
 from quotagate.protocol.share import share_fetch_max_wait_ms, share_response_node_endpoints
 from quotagate.quotas import ANONYMOUS
 from quotagate.quotas.charging import request_time_ms
+from tests.support.builds import Build
 from tests.support.messages import compact, share_response_body
 from tests.support.rewrite_messages import PROXY_HOST, Recorder
-from tests.support.session_double import session_with, taken
+from tests.support.session_double import taken
 from tests.support.share_messages import CORRELATION_ID, GOLDEN, response_frame, share_fetch_request
 
 # The record batch of partition 0 in the golden ShareFetch bodies (one record, key "key", value "value").
@@ -123,9 +124,9 @@ def share_fetch_answer(correlation_id: int, records: bytes) -> bytes:
     return pack(">i", len(payload)) + payload
 
 
-def test_a_share_fetch_response_is_charged_to_consumer_byte_rate_and_carries_the_throttle() -> None:
+def test_a_share_fetch_response_is_charged_to_consumer_byte_rate_and_carries_the_throttle(build: Build) -> None:
     # Burst: 10 kB/s × 11 windows = 110 kB, so a 300 kB response leaves ~190 kB of debt, ~19 s.
-    session, _ = session_with('[[quotas]]\nclient_id = "app"\nconsumer_byte_rate = 10000\n')
+    session, _ = build.session_with('[[quotas]]\nclient_id = "app"\nconsumer_byte_rate = 10000\n')
     session.client_data(share_fetch_request(3, 500), now=5.0)
     assert taken(session.to_broker) == share_fetch_request(3, 500)
     session.broker_data(share_fetch_answer(3, b"r" * 300_000), now=5.0)
@@ -140,8 +141,10 @@ def test_a_share_fetch_response_is_charged_to_consumer_byte_rate_and_carries_the
     assert taken(session.to_broker) == share_fetch_request(4, 500)
 
 
-def test_a_share_acknowledge_counts_for_request_percentage_only() -> None:
-    session, engine = session_with('[[quotas]]\nclient_id = "app"\nconsumer_byte_rate = 10\nrequest_percentage = 1\n')
+def test_a_share_acknowledge_counts_for_request_percentage_only(build: Build) -> None:
+    session, engine = build.session_with(
+        '[[quotas]]\nclient_id = "app"\nconsumer_byte_rate = 10\nrequest_percentage = 1\n'
+    )
     header = pack(">hhih", ApiKey.SHARE_ACKNOWLEDGE, 2, 8, 3) + b"app" + b"\x00"
     body = compact("group") + compact("member-1") + pack(">i", 1) + b"\x00" + b"\x01\x00"
     session.client_data(pack(">i", len(header) + len(body)) + header + body, now=1.0)
