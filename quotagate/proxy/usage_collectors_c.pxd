@@ -56,10 +56,14 @@ cdef class AggregateCollector:
                latency_col=list, throttle_col=list, decision_col=list, shadow_col=list, over_quota_col=list,
                ts="long long", bytes_in=Py_ssize_t, bytes_out=Py_ssize_t, partitions=long, throttle=long, shadow=long,
                throttled_bytes=Py_ssize_t)
-cpdef list request_lines(tuple columns, str proxy_id, str writer, object first_seq, list quota_since,
+cpdef list request_lines(tuple columns, str proxy_id, str writer, long long first_seq, list quota_since,
                          object quota_suffix)
 
 cdef tuple FRACTION_TEXTS
 
 @cython.locals(ms=double, scaled=double, whole=double, fraction=double, us="long long", finite=double)
 cpdef str milliseconds_text(object value)
+
+cdef tuple SMALL_INT_TEXTS
+
+cdef str int_text(long long value)
