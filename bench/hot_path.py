@@ -14,10 +14,12 @@ deterministically enough to compare two versions of the code. Figures only, noth
 
 Then the cost of usage records on the produce and metadata exchanges (quotas not binding): off,
 one v1 record per request (JSONL), and v2 aggregates (Parquet). The flush work the proxy does in
-its worker thread (rows, encoding, the file write) is counted too, every 10 000 exchanges, since it
-is CPU the proxy process pays.
+its worker thread (the recorder's take_records, the rows or columns with their quota fields, encoding,
+the file write) is counted too, every 10 000 exchanges, since it is CPU the proxy process pays.
+The figures, and the usage ones over usage off, go to bench/results/hot_path.json
+(`usage.produce.usage_off_us`, `.aggregates_us`, `.per_request_us`, ...).
 
-    .venv/bin/python -m bench.hot_path [--exchanges N] [--profile produce]
+    .venv/bin/python -m bench.hot_path [--exchanges N] [--profile produce] [--out FILE]
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import json
+import os
 import pstats
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from struct import pack
 
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
@@ -84,11 +89,12 @@ def fetch_exchange() -> list[tuple[bytes, list[bytes]]]:
     return [(request, reads)]
 
 
-USAGE_CONFIGS = {
-    "usage_off": "",
-    "per_request_jsonl": '[usage]\nenabled = true\nsink = "jsonl"\nrecords = "request"\n',
-    "aggregates_parquet": "[usage]\nenabled = true\n",
+USAGE_CONFIGS = {  # name in the table, key in the JSON: config
+    ("usage_off", "usage_off_us"): "",
+    ("per_request_jsonl", "per_request_us"): '[usage]\nenabled = true\nsink = "jsonl"\nrecords = "request"\n',
+    ("aggregates_parquet", "aggregates_us"): "[usage]\nenabled = true\n",
 }
+RESULTS = Path(__file__).resolve().parent / "results"
 FLUSH_EVERY = 10_000  # exchanges between two flushes: the 1 s flush of a proxy at 10 k requests/s
 
 
@@ -115,6 +121,9 @@ def run(config: str, exchange: list[tuple[bytes, list[bytes]]], count: int, prof
         client, upstream, _, _ = connected_pair(proxy, keep=False)
         sink_write = getattr(recorder.sink, "_write_blocking", None) if recorder else None
 
+        def flush() -> None:  # what UsageRecorder.flush does, in this thread
+            sink_write(recorder.take_records()[2]())
+
         def exchanges(n: int) -> None:
             for i in range(n):
                 request, response_reads = exchange[i % len(exchange)]
@@ -122,7 +131,7 @@ def run(config: str, exchange: list[tuple[bytes, list[bytes]]], count: int, prof
                 for read in response_reads:
                     upstream.data_received(read)
                 if sink_write is not None and i % FLUSH_EVERY == FLUSH_EVERY - 1:
-                    sink_write(recorder.collector.take("bench", "bench", 0)[2]())
+                    flush()
 
         exchanges(2000)
         profiler = cProfile.Profile() if profile else None
@@ -170,7 +179,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--exchanges", type=int, default=50_000)
     parser.add_argument("--profile", choices=("produce", "metadata", "fetch"), help="cProfile this one (quotas)")
+    parser.add_argument("--profile-usage", choices=[name for name, _ in USAGE_CONFIGS], help="with these usage records")
+    parser.add_argument("--out", type=Path, default=RESULTS / "hot_path.json")
     args = parser.parse_args()
+    results: dict = {"exchanges": args.exchanges, "load_average_before": list(os.getloadavg()), "exchange_us": {}}
     metadata, api_versions = broker_answers()
     workloads: dict[str, Callable[[], list[tuple[bytes, list[bytes]]]]] = {
         "produce": produce_exchange,
@@ -183,15 +195,29 @@ def main() -> int:
         # min of 5: this machine's speed swings by up to 1.7x within seconds; the minimum is the code's cost
         figures = [min(run(config, build(), count, False) for _ in range(5)) for config in CONFIGS.values()]
         print(f"{name:<16}" + "".join(f"{figure:>22.2f}" for figure in figures))
-    print(f"\n{'usage records':<16}" + "".join(f"{name:>22}" for name in USAGE_CONFIGS))
+        results["exchange_us"][name] = {
+            config: round(figure, 3) for config, figure in zip(CONFIGS, figures, strict=True)
+        }
+    print(f"\n{'usage records':<16}" + "".join(f"{name:>22}" for name, _ in USAGE_CONFIGS))
+    results["usage"] = {}
     for name in ("produce", "metadata"):
         figures = [
             min(run(NON_BINDING + config, workloads[name](), args.exchanges, False) for _ in range(5))
             for config in USAGE_CONFIGS.values()
         ]
         print(f"{name:<16}" + "".join(f"{figure:>22.2f}" for figure in figures))
+        usage = {key: round(figure, 3) for (_, key), figure in zip(USAGE_CONFIGS, figures, strict=True)}
+        usage["aggregates_over_off"] = round(usage["aggregates_us"] / usage["usage_off_us"], 3)
+        usage["per_request_over_off"] = round(usage["per_request_us"] / usage["usage_off_us"], 3)
+        results["usage"][name] = usage
+    results["load_average_after"] = list(os.getloadavg())
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nwritten to {args.out} (load average {results['load_average_before'][0]:.2f} before, "
+          f"{results['load_average_after'][0]:.2f} after)")  # fmt: skip
     if args.profile:
-        run(NON_BINDING, workloads[args.profile](), args.exchanges, True)
+        usage_config = dict((name, config) for (name, _), config in USAGE_CONFIGS.items())
+        run(NON_BINDING + usage_config.get(args.profile_usage, ""), workloads[args.profile](), args.exchanges, True)
     return 0
 
 

@@ -4,7 +4,9 @@ Two kinds of record (schema: docs/usage-records.md):
 - v2, the default: one aggregate per interval (1 s by default) per (user, client_id, api_key) and,
   for produce, per topic. The hot path updates one list in a dict per request (per topic for a
   multi-topic produce): no encoding, no I/O, no allocation once the key exists.
-- v1: one record per request, for debugging (`records = "request"`). The hot path appends a tuple.
+- v1: one record per request, for debugging (`records = "request"`). The hot path appends its
+  fields to one list per field; the flush writes them from those columns straight into the sink's
+  format (JSON text, or an Arrow table), with no dict per record.
 
 A background task takes what was collected every `flush_interval_seconds` and hands it to the sink:
 turning it into rows, encoding (JSON or Arrow) and file writes run in a worker thread, Kafka sends
@@ -26,11 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import os
 import ssl
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -45,14 +47,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("quotagate.usage")
 
-# json.dumps with separators makes an encoder per call; this one is made once.
-_json_line = json.JSONEncoder(separators=(",", ":")).encode
-
 _collectors = compiled.load("quotagate.proxy.usage_collectors")
+# json.dumps with separators makes an encoder per call; this one is made once.
+_json_line = _collectors.json_text
 UsageRecord = _collectors.UsageRecord
 RequestCollector = _collectors.RequestCollector
 AggregateCollector = _collectors.AggregateCollector
 request_row = _collectors.request_row
+request_lines = _collectors.request_lines
 Row = _collectors.Row
 REQUEST_SCHEMA_VERSION = _collectors.REQUEST_SCHEMA_VERSION
 AGGREGATE_SCHEMA_VERSION = _collectors.AGGREGATE_SCHEMA_VERSION
@@ -89,6 +91,10 @@ class QuotasInForce:
     def changed(self, table: QuotaTable, at_ms: int, windows: QuotaWindows | None = None) -> None:
         windows = windows or self._history[-1][2]
         self._history = [*self._history, (at_ms, table, windows)]  # a new list: a reader's copy stays whole
+
+    def history(self) -> list[tuple[int, QuotaTable, QuotaWindows]]:
+        """(since epoch ms, table, windows), oldest first: what state_at reads."""
+        return self._history
 
     def at(self, ts_ms: float) -> QuotaTable:
         return self.state_at(ts_ms)[0]
@@ -176,8 +182,117 @@ def partition_of(ts_ms: int) -> str:
     return time.strftime("date=%Y-%m-%d/hour=%H", time.gmtime(ts_ms / 1000))
 
 
+def by_partition(times_ms: list[int], items: list) -> dict[str, list]:
+    """`items` (one per time in `times_ms`) by the hourly partition of their time, each partition's
+    in their order, the partitions in the order of their first item."""
+    if not times_ms:
+        return {}
+    first, last = min(times_ms) // 3_600_000, max(times_ms) // 3_600_000
+    if first == last:  # nearly always: a flush spans a second
+        return {partition_of(times_ms[0]): items}
+    grouped: dict[str, list] = {}
+    hours: dict[int, str] = {}  # hour -> its partition: strftime once per hour, not per item
+    for ts_ms, item in zip(times_ms, items, strict=True):
+        hour = ts_ms // 3_600_000
+        partition = hours.get(hour)
+        if partition is None:
+            partition = hours[hour] = partition_of(ts_ms)
+        grouped.setdefault(partition, []).append(item)
+    return grouped
+
+
+class RequestBatch:
+    """One flush's v1 records: RequestCollector's columns, and what their rows add (the proxy, the
+    writer and its first sequence number, the quotas in force). The sinks write them from the
+    columns (`json_lines`, `arrow_table`) exactly as they would write the collector's rows
+    (RequestCollector.take) with their quota fields, without making them."""
+
+    def __init__(
+        self, columns: tuple[list, ...], proxy_id: str, writer: str, first_seq: int, quotas: QuotasInForce | None
+    ) -> None:
+        self.columns = columns
+        self.proxy_id = proxy_id
+        self.writer = writer
+        self.first_seq = first_seq
+        self.quotas = quotas
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    @property
+    def times_ms(self) -> list[int]:
+        return self.columns[0]
+
+    @property
+    def client_ids(self) -> list[str]:
+        return self.columns[2]
+
+    def _quota_states(self) -> list[tuple[int, QuotaTable | None, QuotaWindows | None]]:
+        return [(0, None, None)] if self.quotas is None else self.quotas.history()
+
+    def json_lines(self) -> list[str]:
+        """Each row's JSON text, as the sinks' encoder writes rows() (usage_collectors.request_lines)."""
+        states = self._quota_states()
+
+        def quota_suffix(state: int, user: str, client_id: str, api_key: int) -> str:
+            _, table, windows = states[state]
+            fields = NO_QUOTA_FIELDS if table is None else quota_fields(table, user, client_id, api_key, windows)
+            return "," + _json_line(fields)[1:-1]
+
+        since = [state[0] for state in states]
+        return request_lines(self.columns, self.proxy_id, self.writer, self.first_seq, since, quota_suffix)
+
+    def arrow_table(self) -> Any:
+        """The rows as an Arrow table of the v1 schema, made column by column; the quota fields once
+        per (quota state, user, client_id, api_key) and taken from there per row."""
+        import pyarrow as pa
+
+        (ts, user, client_id, api_key, api_version, topics, bytes_in, bytes_out, partitions_mutated, latency,
+         throttle, decision, _shadow, over_quota) = self.columns  # fmt: skip
+        count = len(ts)
+        cache = QuotaFieldCache(self.quotas)
+        groups: dict[int, int] = {}  # id of a row's quota fields -> their index in `fields`
+        fields: list[Row] = []
+        group_of_row = []
+        for row_ts, row_user, row_client_id, row_api_key in zip(ts, user, client_id, api_key, strict=True):
+            found = cache.fields(row_ts, row_user, row_client_id, row_api_key)
+            group = groups.get(id(found))
+            if group is None:
+                group = groups[id(found)] = len(fields)
+                fields.append(found)
+            group_of_row.append(group)
+        schema = _arrow_schema(REQUEST_SCHEMA_VERSION)
+        values = {
+            "v": [REQUEST_SCHEMA_VERSION] * count,
+            "ts": ts,
+            "proxy": [self.proxy_id] * count,
+            "writer": [self.writer] * count,
+            "seq": range(self.first_seq, self.first_seq + count),
+            "user": user,
+            "client_id": client_id,
+            "api_key": api_key,
+            "api_version": api_version,
+            "topics": topics,
+            "bytes_in": bytes_in,
+            "bytes_out": bytes_out,
+            "partitions_mutated": partitions_mutated,
+            "upstream_latency_ms": [round(ms, 3) for ms in latency],
+            "throttle_ms": throttle,
+            "decision": decision,
+            "throttled_bytes": [size if over else 0 for size, over in zip(bytes_in, over_quota, strict=True)],
+        }
+        rows_group = pa.array(group_of_row, pa.int32())
+        arrays = []
+        for field in schema:
+            if field.name in values:
+                arrays.append(pa.array(values[field.name], field.type))
+            else:  # a quota field: once per group
+                arrays.append(pa.array([found[field.name] for found in fields], field.type).take(rows_group))
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+
 class UsageSink(Protocol):
-    async def write(self, rows: list[Row]) -> None: ...
+    async def write(self, rows: list[Row] | RequestBatch) -> None: ...
 
     async def close(self) -> None: ...
 
@@ -206,24 +321,21 @@ class JsonlSink:
         self.max_file_bytes = max_file_bytes
         self._current: tuple[str, Path] | None = None  # (partition, file)
 
-    async def write(self, rows: list[Row]) -> None:
+    async def write(self, rows: list[Row] | RequestBatch) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self._write_blocking, rows)
 
     async def close(self) -> None:
         return None
 
-    def _write_blocking(self, rows: list[Row]) -> None:
-        by_partition: dict[str, list[str]] = {}
-        hours: dict[int, str] = {}  # hour -> its partition: strftime once per hour, not per row
-        for row in rows:
-            hour = row["ts"] // 3_600_000
-            partition = hours.get(hour)
-            if partition is None:
-                partition = hours[hour] = partition_of(row["ts"])
-            by_partition.setdefault(partition, []).append(_json_line(row))
-        for partition, lines in by_partition.items():
+    def _write_blocking(self, rows: list[Row] | RequestBatch) -> None:
+        if isinstance(rows, RequestBatch):
+            lines, times_ms = rows.json_lines(), rows.times_ms
+        else:
+            lines, times_ms = [_json_line(row) for row in rows], [row["ts"] for row in rows]
+        for partition, partition_lines in by_partition(times_ms, lines).items():
             with self._file_for(partition).open("a", encoding="utf-8") as out:
-                out.write("\n".join(lines) + "\n")
+                out.write("\n".join(partition_lines))  # not + "\n": a second copy of megabytes
+                out.write("\n")
 
     def _file_for(self, partition: str) -> Path:
         current = self._current
@@ -251,32 +363,39 @@ class ParquetSink:
         self.max_file_seconds = max_file_seconds
         self._open: dict[str, tuple[Any, Path, float]] = {}  # partition -> (ParquetWriter, final path, opened)
 
-    async def write(self, rows: list[Row]) -> None:
+    async def write(self, rows: list[Row] | RequestBatch) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self._write_blocking, rows)
 
     async def close(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self._close_blocking, list(self._open))
 
-    def _write_blocking(self, rows: list[Row]) -> None:
+    def _write_blocking(self, rows: list[Row] | RequestBatch) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        by_partition: dict[str, list[Row]] = {}
-        for row in rows:
-            by_partition.setdefault(partition_of(row["ts"]), []).append(row)
+        if isinstance(rows, RequestBatch):
+            whole = rows.arrow_table()
+            tables = {
+                partition: whole if len(indices) == len(whole) else whole.take(indices)
+                for partition, indices in by_partition(rows.times_ms, list(range(len(rows)))).items()
+            }
+        else:
+            tables = {
+                partition: pa.Table.from_pylist(partition_rows, schema=_arrow_schema(partition_rows[0]["v"]))
+                for partition, partition_rows in by_partition([row["ts"] for row in rows], rows).items()
+            }
         now = time.monotonic()
         # Close what is old or from another hour before writing (an hour's last flush lands first).
         self._close_blocking(
             [
                 partition
                 for partition, (_, path, opened) in self._open.items()
-                if partition not in by_partition
+                if partition not in tables
                 or now - opened >= self.max_file_seconds
                 or self._hidden(path).stat().st_size >= self.max_file_bytes
             ]
         )
-        for partition, partition_rows in by_partition.items():
-            table = pa.Table.from_pylist(partition_rows, schema=_arrow_schema(partition_rows[0]["v"]))
+        for partition, table in tables.items():
             if partition not in self._open:
                 path = self.files.new_path(partition)
                 self._open[partition] = (pq.ParquetWriter(self._hidden(path), table.schema), path, now)
@@ -368,7 +487,7 @@ class KafkaSink:
         )
         self._started = False
 
-    async def write(self, rows: list[Row]) -> None:
+    async def write(self, rows: list[Row] | RequestBatch) -> None:
         if not self._started:
             try:
                 await self._producer.start()
@@ -387,8 +506,10 @@ class KafkaSink:
             await self._producer.stop()
 
 
-def _encode_for_kafka(rows: list[Row]) -> list[tuple[bytes, bytes]]:
-    return [(row["client_id"].encode(), json.dumps(row, separators=(",", ":")).encode()) for row in rows]
+def _encode_for_kafka(rows: list[Row] | RequestBatch) -> list[tuple[bytes, bytes]]:
+    if isinstance(rows, RequestBatch):
+        return [(key.encode(), line.encode()) for key, line in zip(rows.client_ids, rows.json_lines(), strict=True)]
+    return [(row["client_id"].encode(), _json_line(row).encode()) for row in rows]
 
 
 class UsageRecorder:
@@ -442,17 +563,29 @@ class UsageRecorder:
         if self.quotas is not None:
             self.quotas.changed(table, at_ms, windows)
 
+    def take_records(self) -> tuple[int, int, Callable[[], list[Row] | RequestBatch]]:
+        """Empties the collector: (requests, rows, what makes the records for the sink, to be run
+        off the loop). v1 records go as their columns (the sink writes them), v2 as rows."""
+        quotas = self.quotas
+        first_seq = self._seq
+        if isinstance(self.collector, RequestCollector):
+            requests = len(self.collector)
+            batch = RequestBatch(self.collector.take_columns(), self.proxy_id, self.writer, first_seq, quotas)
+            self._seq += requests
+            return requests, requests, lambda: batch
+        requests, row_count, make_rows = self.collector.take(self.proxy_id, self.writer, first_seq)
+        self._seq += row_count
+        return requests, row_count, lambda: add_quota_fields(make_rows(), quotas)
+
     async def flush(self) -> None:
         if self.quotas is not None:  # no row to come is older than a minute (a request's latency)
             self.quotas.forget_before(time.time() * 1000 - QUOTA_HISTORY_MS)
         if not len(self.collector):
             return
-        requests, row_count, make_rows = self.collector.take(self.proxy_id, self.writer, self._seq)
-        self._seq += row_count
-        quotas = self.quotas
+        requests, row_count, make_records = self.take_records()
         try:
-            rows = await asyncio.get_running_loop().run_in_executor(None, lambda: add_quota_fields(make_rows(), quotas))
-            await self.sink.write(rows)
+            records = await asyncio.get_running_loop().run_in_executor(None, make_records)
+            await self.sink.write(records)
         except Exception as exc:  # a failing sink must not take the proxy down
             self.metrics.usage_dropped_total.inc(requests)
             if self._failures_logged < 10:  # do not flood the log while the sink stays down

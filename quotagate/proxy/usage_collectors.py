@@ -7,6 +7,7 @@ quotagate/compiled.py.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -15,6 +16,8 @@ AGGREGATE_SCHEMA_VERSION = 2  # one record per interval and key
 PRODUCE = 0  # ApiKey.PRODUCE, the only API whose aggregates are kept per topic
 
 Row = dict[str, Any]
+# The JSON text of one value as the sinks' encoder writes it (json.dumps, no spaces): made once.
+json_text = json.JSONEncoder(separators=(",", ":")).encode
 
 
 class UsageRecord(NamedTuple):
@@ -162,11 +165,16 @@ class RequestCollector:
             self._decision, self._shadow_ms, self._over_quota,
         )  # fmt: skip
 
+    def take_columns(self) -> tuple[list, ...]:
+        """Empties the collector; returns its columns (UsageRecord's fields, in its order)."""
+        columns = self._columns()
+        self._clear()
+        return columns
+
     def take(self, proxy_id: str, writer: str, first_seq: int) -> tuple[int, int, Callable[[], list[Row]]]:
         """Empties the collector; returns (requests, rows, a function making the rows off the loop)."""
-        columns = self._columns()
         count = len(self)
-        self._clear()
+        columns = self.take_columns()
 
         def rows() -> list[Row]:
             return [
@@ -175,6 +183,123 @@ class RequestCollector:
             ]
 
         return count, count, rows
+
+
+def request_lines(
+    columns: tuple[list, ...],
+    proxy_id: str,
+    writer: str,
+    first_seq: int,
+    quota_since: list[float],
+    quota_suffix: Callable[[int, str, str, int], str],
+) -> list[str]:
+    """The v1 rows of a RequestCollector's `columns` as JSON lines, each exactly the text of
+    request_row(...) with its quota fields, as the sinks' encoder writes it, with no dict per row.
+
+    Quotas: `quota_since[i]` is when the i-th quota state came into force (QuotasInForce's history)
+    and `quota_suffix(i, user, client_id, api_key)` the text of its quota fields (',"quota_...}').
+    What a row shares with others of its (quota state, user, client_id, api_key, api_version) is
+    made once, and once per topic list."""
+    ts_col, user_col, client_col, api_key_col, version_col, topics_col = columns[:6]
+    bytes_in_col, bytes_out_col, partitions_col, latency_col, throttle_col = columns[6:11]
+    decision_col, shadow_col, over_quota_col = columns[11:]
+    start = '{"v":' + str(REQUEST_SCHEMA_VERSION) + ',"ts":'
+    after_ts = ',"proxy":' + json_text(proxy_id) + ',"writer":' + json_text(writer) + ',"seq":'
+    states = len(quota_since)
+    heads: dict[tuple, tuple[str, str]] = {}  # (state, user, client_id, api_key, api_version) -> texts
+    topics_texts: dict[tuple[str, ...], str] = {}
+    decision_texts: dict[str, str] = {}
+    lines = []
+    last_user = last_client_id = last_topics = None
+    last_api_key = last_version = last_state = -1
+    identity = tail = topics_text = ""
+    for i in range(len(ts_col)):
+        ts = ts_col[i]
+        user = user_col[i]
+        client_id = client_col[i]
+        api_key = api_key_col[i]
+        api_version = version_col[i]
+        state = states - 1
+        while state > 0 and quota_since[state] > ts:  # QuotasInForce.state_at: the last in force at ts
+            state -= 1
+        if not (
+            user is last_user
+            and client_id is last_client_id
+            and api_key == last_api_key
+            and api_version == last_version
+            and state == last_state
+        ):
+            key = (state, user, client_id, api_key, api_version)
+            texts = heads.get(key)
+            if texts is None:
+                identity = (
+                    f',"user":{json_text(user)},"client_id":{json_text(client_id)},"api_key":{json_text(api_key)}'
+                    f',"api_version":{json_text(api_version)},"topics":'
+                )
+                texts = heads[key] = (identity, quota_suffix(state, user, client_id, api_key) + "}")
+            identity, tail = texts
+            last_user, last_client_id, last_api_key, last_version, last_state = (
+                user, client_id, api_key, api_version, state
+            )  # fmt: skip
+        topics = topics_col[i]
+        if topics is not last_topics:
+            topics_text = topics_texts.get(topics)
+            if topics_text is None:
+                topics_text = topics_texts[topics] = json_text(list(topics)) + ',"bytes_in":'
+            last_topics = topics
+        decision = decision_col[i]
+        decision_text = decision_texts.get(decision)  # with the names around it: fewer pieces to join
+        if decision_text is None:
+            decision_text = decision_texts[decision] = f',"decision":{json_text(decision)},"shadow_throttle_ms":'
+        bytes_in = bytes_in_col[i]
+        bytes_out = bytes_out_col[i]
+        partitions = partitions_col[i]
+        throttle = throttle_col[i]
+        shadow = shadow_col[i]
+        throttled_bytes = bytes_in if over_quota_col[i] else 0
+        lines.append(
+            f"{start}{ts}{after_ts}{int_text(first_seq + i)}{identity}{topics_text}"
+            f'{int_text(bytes_in)},"bytes_out":{int_text(bytes_out)},'
+            f'"partitions_mutated":{int_text(partitions)},"upstream_latency_ms":{milliseconds_text(latency_col[i])},'
+            f'"throttle_ms":{int_text(throttle)}{decision_text}{int_text(shadow)},'
+            f'"throttled_bytes":{int_text(throttled_bytes)}{tail}'
+        )
+    return lines
+
+
+SMALL_INT_TEXTS = tuple(str(n) for n in range(1000))
+
+
+def int_text(value: int) -> str:
+    """str(value) (the encoder's text of an int), not made again for the small ones most fields hold."""
+    return SMALL_INT_TEXTS[value] if 0 <= value < 1000 else f"{value}"  # compiled: no int object made
+
+
+# The text of a fraction of a millisecond (0 to 999 µs) as repr() ends a float rounded to it.
+FRACTION_TEXTS = tuple(f"{us:03d}".rstrip("0") or "0" for us in range(1000))
+
+
+def milliseconds_text(value: float) -> str:
+    """The encoder's text of round(value, 3), as request_row writes upstream_latency_ms.
+
+    round() goes through decimal text and back, and repr() through it again; for a latency (above 0,
+    below 10⁶ ms) this makes the same digits from the value scaled to µs, unless that lies within
+    10⁻⁶ of a tie, where the scaling's error (≤ 6·10⁻⁸ µs there) could pick the other side."""
+    if type(value) is float:
+        ms = value
+        if 0.0 < ms < 1e6:
+            scaled = ms * 1000.0
+            whole = scaled // 1.0
+            fraction = scaled - whole
+            if not (0.499999 <= fraction <= 0.500001):
+                us = int(whole) + (1 if fraction > 0.5 else 0)
+                return f"{int_text(us // 1000)}.{FRACTION_TEXTS[us % 1000]}"
+        elif ms == -1.0:  # the proxy answered itself
+            return "-1.0"
+    rounded = round(value, 3)
+    finite = rounded
+    # repr() is the encoder's text for a finite float (and an int); it spells the others its way
+    return repr(rounded) if finite - finite == 0 else json_text(rounded)
 
 
 class Counters:

@@ -48,3 +48,22 @@ cdef class AggregateCollector:
     cpdef bint add_exchange(self, long long ts_ms, object user, object client_id, int api_key, int api_version,
                             tuple topics, Py_ssize_t bytes_in, Py_ssize_t bytes_out, long partitions_mutated,
                             double latency_ms, long throttle_ms, str decision, long shadow_ms, bint over_quota) except -1
+
+
+@cython.locals(states=Py_ssize_t, state=Py_ssize_t, last_state=Py_ssize_t, i=Py_ssize_t, finite=double, lines=list, heads=dict,
+               topics_texts=dict, decision_texts=dict, ts_col=list, user_col=list, client_col=list, api_key_col=list,
+               version_col=list, topics_col=list, bytes_in_col=list, bytes_out_col=list, partitions_col=list,
+               latency_col=list, throttle_col=list, decision_col=list, shadow_col=list, over_quota_col=list,
+               ts="long long", bytes_in=Py_ssize_t, bytes_out=Py_ssize_t, partitions=long, throttle=long, shadow=long,
+               throttled_bytes=Py_ssize_t)
+cpdef list request_lines(tuple columns, str proxy_id, str writer, long long first_seq, list quota_since,
+                         object quota_suffix)
+
+cdef tuple FRACTION_TEXTS
+
+@cython.locals(ms=double, scaled=double, whole=double, fraction=double, us="long long", finite=double)
+cpdef str milliseconds_text(object value)
+
+cdef tuple SMALL_INT_TEXTS
+
+cdef str int_text(long long value)
