@@ -123,7 +123,8 @@ def produce_topics(buf: bytes, pos: int, end: int, version: int, names_only: boo
             pos += 2
         if length < 0 or pos + length > end:
             return None
-        name = bytes(buf[pos : pos + length])
+        # Compiled, a slice of the char* is a new bytes already; bytes() of it made the name twice.
+        name = buf[pos : pos + length] if cython.compiled else bytes(buf[pos : pos + length])
         pos += length
         if flexible:
             partition_count, pos = _uvarint(buf, pos, end)
