@@ -55,6 +55,8 @@ DEFAULT_BROKER_NODE_IDS = (0, 9)
 # number read from the file is finite and in range, so nothing derived from it overflows.
 SECONDS_MAX = 7 * 24 * 3600.0
 WINDOW_SECONDS_MAX = 3600.0
+# A day: seen producer IDs are kept in Bloom filters sized for the IDs one window admits.
+PRODUCER_ID_WINDOW_SECONDS_MAX = 86400.0
 PORT_RANGE = {"min": 1, "max": 65535}
 SECONDS = {"max": SECONDS_MAX}
 # The rules of the top-level keys, whose fields (QuotaWindows) are the quota engine's.
@@ -63,6 +65,7 @@ WINDOW_RULES: dict[str, Mapping[str, Any]] = {
     "quota_window_size_seconds": {"max": WINDOW_SECONDS_MAX},
     "controller_quota_window_num": {"min": 1, "max": 3600},
     "controller_quota_window_size_seconds": {"max": WINDOW_SECONDS_MAX},
+    "producer_id_quota_window_size_seconds": {"max": PRODUCER_ID_WINDOW_SECONDS_MAX},
 }
 _Tls = TypeVar("_Tls", ListenerTlsConfig, UpstreamTlsConfig)
 
@@ -631,6 +634,12 @@ QUOTA_ENTRY_KEYS: dict[str, tuple[str, str]] = {
     QuotaKey.CONTROLLER_MUTATION_RATE: (
         "number",
         "Partitions created or deleted per second (CreateTopics, CreatePartitions, DeleteTopics; KIP-599).",
+    ),
+    QuotaKey.PRODUCER_IDS_RATE: (
+        "number",
+        "New idempotent producer IDs per second (KIP-936): a Produce whose producer ID the entity has not used "
+        "within producer_id_window_seconds, over the rate, is refused (THROTTLING_QUOTA_EXCEEDED, retriable) "
+        "with a throttle; IDs already seen pass (docs/quotas.md).",
     ),
     "shadow": (
         "boolean",
