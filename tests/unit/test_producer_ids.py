@@ -23,7 +23,7 @@ def test_a_filter_never_forgets_and_errs_about_one_percent_at_capacity() -> None
         bloom.add(producer_id)
     assert all(producer_id in bloom for producer_id in ids[:10_000])
     false_positives = sum(producer_id in bloom for producer_id in ids[10_000:]) / 10_000
-    assert false_positives < 0.02  # 1 % by design; measured 0.0097 with this seed
+    assert false_positives < 0.02  # 1 % by design; measured 0.0108 with this seed (0.0105 for sequential IDs)
     assert bloom.size_bytes == 11_982  # 9.6 bits per ID
 
 
