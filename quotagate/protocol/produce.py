@@ -118,6 +118,17 @@ BATCH_HEADER_BYTES = 61
 NO_PRODUCER_ID = -1
 
 
+def _length(frame: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
+    """A string's, array's or records' length (int16 for strings is not read here) and the position
+    after it: uvarint - 1 when flexible (one byte in practice: read inline), else int32."""
+    if flexible:
+        if frame[pos] < 0x80:
+            return frame[pos] - 1, pos + 1
+        value, pos = read_uvarint(frame, pos)
+        return value - 1, pos
+    return unpack_from(">i", frame, pos)[0], pos + 4
+
+
 @frame_errors("Produce request")
 def produce_producer_id(frame: memoryview, body_offset: int, version: int) -> int:
     """The producer ID of a produce request's first record batch (v3..v12), or -1 when it has none
@@ -125,21 +136,18 @@ def produce_producer_id(frame: memoryview, body_offset: int, version: int) -> in
     the lengths on the way are read, never the records."""
     flexible = version >= FLEXIBLE_FROM
     pos = skip_string(frame, body_offset, flexible) + 2 + 4  # transactional_id, acks, timeout_ms
-    topic_count, pos = read_count(frame, pos, flexible)
+    topic_count, pos = _length(frame, pos, flexible)
     for _topic in range(topic_count):
-        pos = skip_string(frame, pos, flexible)
-        partition_count, pos = read_count(frame, pos, flexible)
+        if flexible:
+            size, pos = _length(frame, pos, True)
+            pos += max(size, 0)
+        else:
+            pos += 2 + max(unpack_from(">h", frame, pos)[0], 0)
+        partition_count, pos = _length(frame, pos, flexible)
         for _partition in range(partition_count):
-            pos += 4  # index
-            if flexible:
-                size, pos = read_uvarint(frame, pos)
-                size -= 1
-            else:
-                (size,) = unpack_from(">i", frame, pos)
-                pos += 4
+            size, pos = _length(frame, pos + 4, flexible)  # after its index
             if size >= BATCH_HEADER_BYTES and frame[pos + BATCH_MAGIC_AT] == 2:
-                (producer_id,) = unpack_from(">q", frame, pos + BATCH_PRODUCER_ID_AT)
-                return producer_id
+                return unpack_from(">q", frame, pos + BATCH_PRODUCER_ID_AT)[0]
             pos += max(size, 0)
             if flexible:
                 pos = skip_tagged_fields(frame, pos)

@@ -167,6 +167,11 @@ class SessionPolicy:
         self.client_frames = FrameSplitter(services.max_frame_size)
         self.partial_counted = 0  # bytes of the partial frame counted in services.partial_frames
         self.refusal_reason = ""
+        # The last producer ID admitted under producer_ids_rate, as (ID, user, client id, engine
+        # generation), and until when it is surely still seen (half a window: the filter it was
+        # put in lives that long): a producer sends its one ID request after request.
+        self._producer_seen: tuple[int, str, str, int] | None = None
+        self._producer_seen_until = 0.0
 
     # hooks: reads the core does not take whole (SessionCore.feed_client, feed_broker) ------------
     def _client_data(self, data: bytes, now: float) -> None:
@@ -325,10 +330,15 @@ class SessionPolicy:
         else the proxy's answer: every partition refused, nothing forwarded, and the throttle."""
         version, body = header.api_version, header.body_offset
         client_id = header.client_id or ""
-        throttle_ms = self.services.engine.admit_producer_id(
-            self.user, client_id, produce_producer_id(frame, body, version), now
-        )
+        engine = self.services.engine
+        producer_id = produce_producer_id(frame, body, version)
+        seen = (producer_id, self.user, client_id, engine.generation)
+        if seen == self._producer_seen and now < self._producer_seen_until:
+            return None
+        throttle_ms = engine.admit_producer_id(self.user, client_id, producer_id, now)
         if throttle_ms <= 0:
+            self._producer_seen = seen
+            self._producer_seen_until = now + engine.producer_ids.window_seconds / 2
             return None
         layout = produce_request_layout(frame, body, version)
         refused = {topic.name: topic.partitions for topic in layout.topics}

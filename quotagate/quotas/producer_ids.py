@@ -9,7 +9,8 @@ strict admission, as the KIP proposes) and remembered only once admitted.
 Seen IDs are kept as the KIP proposes: per entity, two Bloom filters, the current one and the one
 before it; an ID is seen if either holds it, and is added to the current one. Every half window the
 current filter becomes the previous one and a new, empty one starts, so an ID is remembered for
-between half and all of the window. A filter is sized, when it starts, for the IDs that the rate lets
+between half and all of the window after it was last used (one found only in the previous filter is
+put in the current one again). A filter is sized, when it starts, for the IDs that the rate lets
 in during half a window plus the bucket's burst (nothing else can be added: only admitted IDs are),
 at FALSE_POSITIVE_RATE; its size is capped at MAX_FILTER_BITS, past which the false-positive rate
 grows (a false positive lets a new ID pass as seen: the quota errs for the client, never against it).
@@ -104,10 +105,17 @@ class SeenProducerIds:
         self.started += halves * self.half_window
 
     def seen(self, producer_id: int, now: float) -> bool:
+        """Whether `producer_id` was added within the window; one found only in the previous filter
+        is added to the current one, so a producer that keeps sending stays seen."""
         self.turn(now)
         self.used = now
+        if producer_id in self.current:
+            return True
         previous = self.previous
-        return producer_id in self.current or (previous is not None and producer_id in previous)
+        if previous is not None and producer_id in previous:
+            self.current.add(producer_id)
+            return True
+        return False
 
     def add(self, producer_id: int, now: float) -> None:
         self.turn(now)

@@ -35,14 +35,16 @@ def test_sequential_ids_as_brokers_hand_them_out_err_no_more() -> None:
     assert false_positives < 0.02
 
 
-def test_an_id_is_remembered_between_half_and_all_of_the_window() -> None:
+def test_an_id_is_remembered_between_half_and_all_of_the_window_after_its_last_use() -> None:
     seen = SeenProducerIds(half_window=50.0, capacity=100, started=0.0)
     seen.add(7, 10.0)
     assert seen.seen(7, 49.0)
-    assert seen.seen(7, 99.0)  # in the previous filter
-    assert not seen.seen(7, 100.0)  # two halves later: gone
-    seen.add(8, 100.0)
-    assert not seen.seen(8, 300.0)  # idle for several halves: both filters start over
+    assert not seen.seen(7, 100.0)  # two halves later, unused since: gone
+    seen.add(9, 110.0)
+    assert seen.seen(9, 160.0)  # found in the previous filter: put in the current one again
+    assert seen.seen(9, 249.0)  # ... so it outlives the filter it was first put in
+    seen.add(8, 250.0)
+    assert not seen.seen(8, 450.0)  # idle for several halves: both filters start over
 
 
 def test_the_memory_is_bounded_by_the_filters_size_and_expires_idle_entities() -> None:

@@ -80,3 +80,24 @@ def test_non_idempotent_produces_are_never_counted(build: Build) -> None:
         assert len(frames(taken(session.to_broker))) == 1
         session.broker_data(produce_answer(correlation_id, ["t"]), now=0.0)
         taken(session.to_client)
+
+
+def test_a_producer_sending_its_one_id_is_checked_against_the_filters_once_per_half_window(build: Build) -> None:
+    session, engine = build.session_with(QUOTA, "producer_id_quota_window_size_seconds = 10\n")
+    calls: list[float] = []
+    admit = engine.admit_producer_id
+
+    def counted(user: str, client_id: str, producer_id: int, now: float) -> int:
+        calls.append(now)
+        return admit(user, client_id, producer_id, now)
+
+    engine.admit_producer_id = counted  # type: ignore[method-assign]
+    for correlation_id, now in enumerate((0.0, 1.0, 4.9, 5.0, 9.0, 30.0), start=1):
+        session.client_data(produce(correlation_id, {"t": batch(100)}), now=now)
+        assert len(frames(taken(session.to_broker))) == 1
+        session.broker_data(produce_answer(correlation_id, ["t"]), now=now)
+        taken(session.to_client)
+    assert calls == [0.0, 5.0, 30.0]
+    engine.update(engine.table, engine.windows, 30.5)  # a reload: checked again
+    session.client_data(produce(9, {"t": batch(100)}), now=30.5)
+    assert calls == [0.0, 5.0, 30.0, 30.5]
