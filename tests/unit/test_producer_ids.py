@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
+from quotagate.config import ConfigError, parse_config
+from quotagate.config.quota_state import load_state, save_state
+from quotagate.protocol.client_quotas import Alteration, QuotaOp
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
+from quotagate.quotas.admin import alter
+from quotagate.quotas.explain import explain, explain_text
 from quotagate.quotas.producer_ids import (
     MAX_FILTER_BITS,
     BloomFilter,
@@ -96,3 +103,33 @@ def test_a_new_window_forgets_what_was_seen() -> None:
     engine.update(engine.table, QuotaWindows(producer_id_quota_window_size_seconds=60), 0.0)
     assert len(engine.producer_ids) == 0
     assert engine.producer_ids.window_seconds == 60
+
+
+PROXY = '[proxy]\nbootstrap_servers = ["127.0.0.1:1"]\nport = 1\n'
+
+
+def test_the_key_comes_in_by_the_file_the_admin_api_and_the_state_file_and_explain_names_it(tmp_path) -> None:
+    config = parse_config(
+        'producer_id_quota_window_size_seconds = 600\n[proxy]\nbootstrap_servers = ["127.0.0.1:1"]\nport = 1\n'
+        '[[quotas]]\nuser = "alice"\nproducer_ids_rate = 0.5\n'
+    )
+    assert config.quotas.resolve("alice", "c", KEY).value == 0.5
+    assert config.windows.producer_id_quota_window_size_seconds == 600
+    with pytest.raises(ConfigError, match="producer_ids_rate"):
+        parse_config(
+            '[proxy]\nbootstrap_servers = ["127.0.0.1:1"]\nport = 1\n[[quotas]]\nuser = "a"\nproducer_ids_rate = nan\n'
+        )
+    with pytest.raises(ConfigError, match="producer_id_quota_window_size_seconds"):
+        parse_config(
+            'producer_id_quota_window_size_seconds = 1e9\n[proxy]\nbootstrap_servers = ["127.0.0.1:1"]\nport = 1\n'
+        )
+    api: dict = {}
+    (result,) = alter(api, [Alteration((("user", "bob"),), (QuotaOp("producer_ids_rate", 3.0, False),))], False)
+    assert result.error_code == 0 and api == {QuotaEntity("bob"): {KEY: 3.0}}
+    (refused,) = alter(api, [Alteration((("user", "bob"),), (QuotaOp("producer_ids_rate", 0.0, False),))], False)
+    assert refused.error_code != 0 and "producer_ids_rate" in (refused.error_message or "")
+    state = tmp_path / "state.json"
+    save_state(state, api)
+    assert load_state(state) == api
+    answer = explain(QuotaEngine(config.quotas, config.windows), "alice", "c", None)
+    assert "producer_ids_rate: 0.5" in explain_text(answer)
