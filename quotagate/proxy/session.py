@@ -325,6 +325,14 @@ class SessionPolicy:
             return Admission(frame, stop=True)  # what follows waits for the broker's answer
         return Admission(frame)
 
+    def quotas_changed(self) -> None:
+        """The quotas changed live (a reload, AlterClientQuotas): Produce is given to the
+        producer_ids_rate policy iff some entry sets it now, as for a session opened now."""
+        if self.services.engine.enforces(QuotaKey.PRODUCER_IDS_RATE):
+            self.hooked |= PRODUCER_IDS
+        else:
+            self.hooked &= ~PRODUCER_IDS
+
     def _admit_producer_id(self, frame: memoryview, header: RequestHeader, now: float) -> Admission | None:
         """None when the produce's producer ID is admitted (seen, or new within producer_ids_rate);
         else the proxy's answer: every partition refused, nothing forwarded, and the throttle."""

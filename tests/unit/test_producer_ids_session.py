@@ -12,6 +12,7 @@ from kafka.protocol.producer import ProduceResponse
 from quotagate.protocol.headers import peek_request_header
 from quotagate.protocol.produce import produce_producer_id
 from quotagate.proxy.session import PRODUCER_IDS, PRODUCER_IDS_ERROR
+from quotagate.quotas import QuotaTable
 from tests.support.builds import Build
 from tests.support.session_double import frames, produce, produce_answer, taken
 
@@ -101,3 +102,15 @@ def test_a_producer_sending_its_one_id_is_checked_against_the_filters_once_per_h
     engine.update(engine.table, engine.windows, 30.5)  # a reload: checked again
     session.client_data(produce(9, {"t": batch(100)}), now=30.5)
     assert calls == [0.0, 5.0, 30.0, 30.5]
+
+
+def test_open_sessions_follow_a_producer_ids_rate_added_or_removed_live(build: Build) -> None:
+    session, engine = build.session_with('[[quotas]]\nuser = "<default>"\nproducer_byte_rate = 1000\n')
+    assert not session.hooked & PRODUCER_IDS
+    with_quota = build.session_with(QUOTA)[1].table
+    engine.update(with_quota, engine.windows, 1.0)
+    session.quotas_changed()
+    assert session.hooked & PRODUCER_IDS
+    engine.update(QuotaTable(), engine.windows, 2.0)
+    session.quotas_changed()
+    assert not session.hooked & PRODUCER_IDS
