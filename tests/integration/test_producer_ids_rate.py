@@ -8,12 +8,17 @@ keeps its one ID, goes on untouched although it shares the user's bucket with th
 from __future__ import annotations
 
 import itertools
+import subprocess
 import threading
 import time
+from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 
+from kafka_rig import java_program
 from tests.support.kafka_clients import WINDOWS, quota_config, run_threads
+from tests.support.kafka_fixtures import SASL_USERS
 from tests.support.kafka_helpers import create_topic, unique_topic
 from tests.support.proxy_fixtures import metric
 
@@ -96,3 +101,41 @@ def test_a_producer_per_record_is_held_to_the_rate_and_a_steady_producer_is_unto
     assert refusals >= len(churn_errors)
     assert steady_errors == []
     assert len(steady_acked) >= SECONDS / 0.2  # it kept producing all along (one record per ~60 ms)
+
+
+@pytest.mark.java
+def test_a_rate_set_through_the_java_admin_api_binds_on_the_running_proxy(proxy_factory, kafka, tmp_path) -> None:
+    """kafka-configs.sh (4.2) refuses producer_ids_rate client-side ("Only quota and SCRAM credential
+    configs can be added"), so the Java Admin API sets it, on the client-id-prefix entity."""
+    from tests.integration.test_quota_admin_tools import admin_proxy
+
+    proxy = admin_proxy(proxy_factory, tmp_path)
+    source = Path(__file__).resolve().parents[1] / "java" / "ClientIdPrefixQuota.java"
+    result = subprocess.run(
+        java_program(source, proxy.bootstrap, "admin", SASL_USERS["admin"], "churner", "producer_ids_rate", "1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "exact prefix: {{client-id-prefix=churner}={producer_ids_rate=1.0}}" in result.stdout, result.stdout
+    topic = unique_topic("pids-api")
+    create_topic(kafka.bootstrap, topic, partitions=1)
+    sasl = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "alice",
+        "sasl.password": SASL_USERS["alice"],
+    }
+    outcomes: list[int] = []
+    started = time.monotonic()
+    while time.monotonic() - started < 8.0:
+        producer = Producer(
+            {"bootstrap.servers": proxy.bootstrap, "client.id": "churner-1", "enable.idempotence": True, **sasl}
+        )
+        producer.produce(topic, value=b"c", on_delivery=lambda err, _msg: outcomes.append(err.code() if err else 0))
+        producer.flush(30)
+    accepted, errors = outcomes.count(0), [code for code in outcomes if code]
+    print(f"after the Admin API set 1/s: {accepted} new producer IDs accepted in 8 s, {len(errors)} refused")
+    assert set(errors) == {89}
+    assert accepted <= 8 + 2  # 1/s and a burst of 1 (quota_window_num = 1), strict admission
