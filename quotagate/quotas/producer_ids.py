@@ -14,7 +14,8 @@ put in the current one again). A filter is sized, when it starts, for the IDs th
 in during half a window plus the bucket's burst (nothing else can be added: only admitted IDs are),
 at FALSE_POSITIVE_RATE; its size is capped at MAX_FILTER_BITS, past which the false-positive rate
 grows (a false positive lets a new ID pass as seen: the quota errs for the client, never against it).
-Entities unused for a whole window are dropped with their filters (`expire`).
+Entities unused for a whole window are dropped with their filters (`expire`), and at most
+MAX_ENTITIES are kept (the least recently used goes first).
 
 Figures (tests/unit/test_producer_ids.py): at 1 % and 7 hashes a filter costs 9.6 bits per ID: a
 rate of 10/s over a 1 h window with an 11 s burst holds 18 110 IDs per half in 21.7 KB.
@@ -29,6 +30,10 @@ FALSE_POSITIVE_RATE = 0.01
 HASHES = 7  # optimal for 1 %: round(log2(1 / 0.01))
 MIN_FILTER_BITS = 1024
 MAX_FILTER_BITS = 1 << 23  # 1 MB per filter, 2 per entity
+# Entities remembered at once: random client ids under a per-client-id quota must not grow the
+# memory for an hour. Past it the least recently used entity is forgotten (its IDs count as new
+# again: the quota errs against that client, once per ID).
+MAX_ENTITIES = 4096
 _MASK64 = (1 << 64) - 1
 
 
@@ -133,8 +138,9 @@ class ProducerIdMemory:
     buckets (one per user, client id or pair that produced within the window), each holding two
     bounded filters; `expire` drops those idle for a whole window."""
 
-    def __init__(self, window_seconds: float) -> None:
+    def __init__(self, window_seconds: float, max_entities: int = MAX_ENTITIES) -> None:
         self.window_seconds = window_seconds
+        self.max_entities = max_entities
         self._entities: dict[tuple[str | None, ...], SeenProducerIds] = {}
 
     def __len__(self) -> int:
@@ -144,6 +150,8 @@ class ProducerIdMemory:
         """The seen IDs of the entity whose bucket is `bucket_id` (new and empty if it has none)."""
         seen = self._entities.get(bucket_id)
         if seen is None:
+            if len(self._entities) >= self.max_entities and not self.expire(now):
+                del self._entities[min(self._entities, key=lambda key: self._entities[key].used)]
             half = self.window_seconds / 2
             seen = self._entities[bucket_id] = SeenProducerIds(half, rate * half + burst, now)
         return seen

@@ -133,3 +133,14 @@ def test_the_key_comes_in_by_the_file_the_admin_api_and_the_state_file_and_expla
     assert load_state(state) == api
     answer = explain(QuotaEngine(config.quotas, config.windows), "alice", "c", None)
     assert "producer_ids_rate: 0.5" in explain_text(answer)
+
+
+def test_past_the_most_entities_the_least_recently_used_is_forgotten() -> None:
+    memory = ProducerIdMemory(window_seconds=100.0, max_entities=3)
+    for user in range(3):
+        memory.entity((KEY, "user", str(user), None), 1.0, 1.0, float(user)).add(user, float(user))
+    memory.entity((KEY, "user", "0", None), 1.0, 1.0, 5.0).seen(0, 5.0)  # user 0 used again: 1 is the oldest
+    memory.entity((KEY, "user", "3", None), 1.0, 1.0, 6.0)
+    assert len(memory) == 3
+    assert not memory.entity((KEY, "user", "1", None), 1.0, 1.0, 7.0).seen(1, 7.0)  # forgotten: new again
+    assert memory.entity((KEY, "user", "3", None), 1.0, 1.0, 7.0) is not None
