@@ -2,7 +2,8 @@
 """The proxy's Python cost per request, without sockets: µs per request/response exchange.
 
 Drives a client connection and its upstream pair in-process (tests/in_process.py) through the
-exchanges the socket benchmarks make, with the configs they use (no quota; quotas not binding):
+exchanges the socket benchmarks make, with the configs they use (no quota; quotas not binding), and
+with producer_ids_rate set too (KIP-936: every produce hooked, its producer ID read):
 
 - produce: a Produce v9 request (one 100-byte record batch, acks=1) and its response, the
   small-requests workload's exchange;
@@ -50,7 +51,12 @@ NON_BINDING = (
     '[[quotas]]\nuser = "<default>"\nclient_id = "<default>"\n'
     "producer_byte_rate = 1e10\nconsumer_byte_rate = 1e10\nrequest_percentage = 10000\n"
 )
-CONFIGS = {"no_quota": "", "quotas_not_binding": NON_BINDING}
+# producer_ids_rate (KIP-936) set too: every produce is hooked and its producer ID (seen after the
+# first) looked up in the entity's Bloom filters.
+PRODUCER_IDS = NON_BINDING + "producer_ids_rate = 1000\n"
+CONFIGS = {"no_quota": "", "quotas_not_binding": NON_BINDING, "producer_ids_rate": PRODUCER_IDS}
+# A RecordBatch v2 header from producer 4242 and 39 bytes standing for its records: 100 bytes.
+RECORD_BATCH = pack(">qiibIhiqqqhii", 0, 88, 0, 2, 0, 0, 0, 0, 0, 4242, 0, 0, 1) + b"r" * 39
 
 
 def framed(message, correlation_id: int = 1) -> bytes:
@@ -66,7 +72,7 @@ def response_frame(correlation_id: int, body: bytes, flexible: bool) -> bytes:
 def produce_exchange() -> list[tuple[bytes, list[bytes]]]:
     request = framed(
         ProduceRequest(
-            version=9, transactional_id=None, acks=1, timeout_ms=1000, topic_data=[("bench-small", [(0, b"r" * 100)])]
+            version=9, transactional_id=None, acks=1, timeout_ms=1000, topic_data=[("bench-small", [(0, RECORD_BATCH)])]
         )
     )
     body = bytes(produce_response(9, 0, topics=1, partitions=1).encode())

@@ -624,6 +624,12 @@ QUOTA_ENTRY_KEYS: dict[str, tuple[str, str]] = {
         "number",
         "Partitions created or deleted per second (CreateTopics, CreatePartitions, DeleteTopics; KIP-599).",
     ),
+    QuotaKey.PRODUCER_IDS_RATE: (
+        "number",
+        "New idempotent producer IDs per second (KIP-936): a Produce whose producer ID the entity has not used "
+        "within producer_id_window_seconds, over the rate, is refused (THROTTLING_QUOTA_EXCEEDED, retriable) "
+        "with a throttle; IDs already seen pass (docs/quotas.md).",
+    ),
     "shadow": (
         "boolean",
         "Try this entry's quotas without applying them: clients are charged and the time they would be held is "

@@ -14,7 +14,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from quotagate.quotas.entities import QuotaKey
+from quotagate.quotas.entities import RECORDED_KEYS
 
 SUPPORTED_VERSIONS = (1, 2)
 # The quota in force for each key, and whether it was shadow (docs/usage-records.md): per key,
@@ -29,7 +29,7 @@ WINDOW_COLUMNS = [
 QUOTA_COLUMNS = [
     *(
         T.StructField(name, kind)
-        for key in QuotaKey
+        for key in RECORDED_KEYS
         for name, kind in ((f"quota_{key.value}", T.DoubleType()), (f"quota_{key.value}_shadow", T.BooleanType()))
     ),
     *WINDOW_COLUMNS,

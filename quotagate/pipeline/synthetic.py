@@ -16,7 +16,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from quotagate.pipeline.schema import TABLE_COLUMNS, TABLE_SCHEMA, WINDOW_COLUMNS, date_of
-from quotagate.quotas.entities import QuotaKey
+from quotagate.quotas.entities import RECORDED_KEYS, QuotaKey
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -97,7 +97,7 @@ def _rows(frame: DataFrame, second: Column, ts: Column, requests: Column, v: int
     known = F.col("quota").isNotNull()
     for window in WINDOW_COLUMNS:  # the replay then takes its windows as given
         values[window.name] = F.lit(None)
-    for key in QuotaKey:
+    for key in RECORDED_KEYS:
         charged = produce if key is QuotaKey.PRODUCER_BYTE_RATE else ~produce
         if key in (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE):
             values[f"quota_{key.value}"] = F.when(charged, F.col("quota"))

@@ -49,11 +49,12 @@ from pyspark.sql import functions as F
 from quotagate.pipeline.schema import FETCHES, PRODUCE, WINDOW_COLUMNS
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.engine import MS_PER_SECOND_PER_PERCENT, tokens_per_second
+from quotagate.quotas.entities import RECORDED_KEYS
 from quotagate.quotas.sampled_rate import SampledRate
 
 SLICES = 16  # charges per v2 aggregate at most
 MUTATION_APIS = (19, 20, 37)  # CreateTopics, DeleteTopics, CreatePartitions
-KEYS = [k.value for k in QuotaKey]
+KEYS = [k.value for k in RECORDED_KEYS]
 # Charged when the request is read (the others when the response is back), as in quotas.charging.
 CHARGED_AT_READ = (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONTROLLER_MUTATION_RATE)
 GRID_STEPS = [2 ** (i / 4) for i in range(-16, 5)]  # 1/16 to 2 × the peak second, 19 % apart

@@ -73,6 +73,11 @@ class ProxyMetrics:
             "Topics answered THROTTLING_QUOTA_EXCEEDED by the controller mutation quota (strict mode)",
             registry=self.registry,
         )
+        self.producer_id_refusals_total = Counter(
+            "quotagate_producer_id_refusals",
+            "Produce requests answered THROTTLING_QUOTA_EXCEEDED for a new producer ID over producer_ids_rate",
+            registry=self.registry,
+        )
         self.tls_handshake_failures_total = Counter(
             "quotagate_tls_handshake_failures",
             "Client TLS handshakes that failed, by reason (OpenSSL's, or timeout, closed_by_client)",

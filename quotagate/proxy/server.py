@@ -417,6 +417,7 @@ class Proxy:
         now = self.loop.time()
         self.engine.update(self.quota_admin.file_changed(config.quotas), config.windows, now)
         self._usage_quotas_changed(now)
+        self._sessions_follow_quotas()
         self.topic_guard.update(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE), now)
         self.quota_admin.set_alter_principals(config.admin.alter_principals)
         self.config = replace(
@@ -432,6 +433,12 @@ class Proxy:
         """AlterClientQuotas changed the quotas in force: applied live, as a file reload is."""
         self.engine.update(quotas, self.engine.windows, now)
         self._usage_quotas_changed(now)
+        self._sessions_follow_quotas()
+
+    def _sessions_follow_quotas(self) -> None:
+        """Open connections take up (or drop) the policies the new quotas call for (producer_ids_rate)."""
+        for client in list(self.clients):
+            client.session.quotas_changed()
 
     def _usage_quotas_changed(self, now: float) -> None:
         """Usage rows name the quota in force in their interval: tell the recorder when it changed."""

@@ -66,6 +66,7 @@ from quotagate.protocol.mutations import (
     refusal_response,
 )
 from quotagate.protocol.produce import (
+    produce_producer_id,
     produce_refusal_response,
     produce_request_keeping,
     produce_request_layout,
@@ -94,12 +95,15 @@ Admission = _core.Admission
 observe_latency = _core.observe_latency
 # The policies whose hook is `Session._admit` (the rest are the core's own).
 THRESHOLDS, LOCAL_ANSWER, MUTATION = _core.THRESHOLDS, _core.LOCAL_ANSWER, _core.MUTATION
+PRODUCER_IDS = _core.PRODUCER_IDS
 PROTOCOL_ERROR = _core.PROTOCOL_ERROR
 
 # Error for partitions refused by per-topic bytes-in thresholds: THROTTLING_QUOTA_EXCEEDED. Clients
 # treat it as retriable (the Java producer retries it after retry.backoff.ms), and it says a quota
 # was hit rather than that the request was wrong.
 TOPIC_THRESHOLD_ERROR = 89
+# Error for a produce whose new producer ID is over producer_ids_rate: the same, as KIP-936 proposes.
+PRODUCER_IDS_ERROR = 89
 # A refused client is closed once the answers to its requests before the offender are written, or
 # after this long without them: the Java client's default request.timeout.ms, after which it has
 # given up on them anyway.
@@ -163,6 +167,11 @@ class SessionPolicy:
         self.client_frames = FrameSplitter(services.max_frame_size)
         self.partial_counted = 0  # bytes of the partial frame counted in services.partial_frames
         self.refusal_reason = ""
+        # The last producer ID admitted under producer_ids_rate, as (ID, user, client id, engine
+        # generation), and until when it is surely still seen (half a window: the filter it was
+        # put in lives that long): a producer sends its one ID request after request.
+        self._producer_seen: tuple[int, str, str, int] | None = None
+        self._producer_seen_until = 0.0
 
     # hooks: reads the core does not take whole (SessionCore.feed_client, feed_broker) ------------
     def _client_data(self, data: bytes, now: float) -> None:
@@ -266,6 +275,12 @@ class SessionPolicy:
         it, and charges and forwards it after): what to forward, and what the response will need."""
         api_key, version, body = header.api_key, header.api_version, header.body_offset
         services = self.services
+        if policies & PRODUCER_IDS:  # a produce, from a session a producer_ids_rate may apply to
+            refusal = self._admit_producer_id(frame, header, now)
+            if refusal is not None:
+                return refusal
+            if not policies & THRESHOLDS:
+                return Admission(frame)
         if policies & THRESHOLDS:  # a produce
             forwarded, refused, order = self._apply_topic_thresholds(frame, body, version, now)
             if not refused:
@@ -309,6 +324,37 @@ class SessionPolicy:
             self.awaiting_authentication = True
             return Admission(frame, stop=True)  # what follows waits for the broker's answer
         return Admission(frame)
+
+    def quotas_changed(self) -> None:
+        """The quotas changed live (a reload, AlterClientQuotas): Produce is given to the
+        producer_ids_rate policy iff some entry sets it now, as for a session opened now."""
+        if self.services.engine.enforces(QuotaKey.PRODUCER_IDS_RATE):
+            self.hooked |= PRODUCER_IDS
+        else:
+            self.hooked &= ~PRODUCER_IDS
+
+    def _admit_producer_id(self, frame: memoryview, header: RequestHeader, now: float) -> Admission | None:
+        """None when the produce's producer ID is admitted (seen, or new within producer_ids_rate);
+        else the proxy's answer: every partition refused, nothing forwarded, and the throttle."""
+        version, body = header.api_version, header.body_offset
+        client_id = header.client_id or ""
+        engine = self.services.engine
+        producer_id = produce_producer_id(frame, body, version)
+        seen = (producer_id, self.user, client_id, engine.generation)
+        if seen == self._producer_seen and now < self._producer_seen_until:
+            return None
+        throttle_ms = engine.admit_producer_id(self.user, client_id, producer_id, now)
+        if throttle_ms <= 0:
+            self._producer_seen = seen
+            self._producer_seen_until = now + engine.producer_ids.window_seconds / 2
+            return None
+        layout = produce_request_layout(frame, body, version)
+        refused = {topic.name: topic.partitions for topic in layout.topics}
+        self.services.metrics.producer_id_refusals_total.inc()
+        message = "quotagate: produce refused: a new producer ID over producer_ids_rate (KIP-936)"
+        local = produce_refusal_response(header.correlation_id, version, refused, PRODUCER_IDS_ERROR, message)
+        order = tuple(topic.name for topic in layout.topics)
+        return Admission(None, local, refused, order, throttle_ms)
 
     def _apply_topic_thresholds(
         self, frame: memoryview, body: int, version: int, now: float

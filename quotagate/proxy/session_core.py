@@ -39,6 +39,7 @@ from quotagate.protocol.share import share_fetch_max_wait_ms
 from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time, throttle_time_offset
 from quotagate.proxy.metrics import LATENCY_BUCKETS, SASL_RECEIVE_LIMIT
 from quotagate.proxy.quota_admin import CLIENT_QUOTA_APIS
+from quotagate.quotas.entities import QuotaKey
 
 if not cython.compiled:  # compiled, these are cimported (session_core_c.pxd)
     from quotagate.protocol.produce_walk import (
@@ -74,7 +75,8 @@ MUTATION = 16  # topic mutations: controller_mutation_rate, admitted per topic (
 THRESHOLDS = 32  # Produce: per-topic bytes-in thresholds (with [thresholds])
 TOPIC_NAMES = 64  # Produce: its topics named in usage records (with [usage]; the core's own walk)
 EXEMPT = 128  # never charged request time (the cluster APIs Kafka exempts; authentication)
-HOOK_POLICIES = SASL | LOCAL_ANSWER | MUTATION | THRESHOLDS
+PRODUCER_IDS = 256  # Produce: new producer IDs under producer_ids_rate (KIP-936; when one is set)
+HOOK_POLICIES = SASL | LOCAL_ANSWER | MUTATION | THRESHOLDS | PRODUCER_IDS
 
 API_PRODUCE = 0
 API_FETCH = 1
@@ -86,7 +88,7 @@ API_SHARE_FETCH = 78
 
 def _policies() -> dict:
     policies = {
-        int(ApiKey.PRODUCE): CHARGE_BYTES_IN | THRESHOLDS | TOPIC_NAMES,
+        int(ApiKey.PRODUCE): CHARGE_BYTES_IN | THRESHOLDS | TOPIC_NAMES | PRODUCER_IDS,
         int(ApiKey.FETCH): FETCH_WAIT,
         int(ApiKey.SHARE_FETCH): FETCH_WAIT,
         int(ApiKey.SASL_HANDSHAKE): SASL | EXEMPT,
@@ -226,6 +228,8 @@ class SessionCore:
             hooked |= LOCAL_ANSWER
         if services.topic_guard:
             hooked |= THRESHOLDS
+        if services.engine.enforces(QuotaKey.PRODUCER_IDS_RATE):  # produce keeps the fast path without one
+            hooked |= PRODUCER_IDS
         self.hooked = hooked
         self.whole_reads = services.whole_reads
         self._requests_by_key = services.metrics.requests_by_key

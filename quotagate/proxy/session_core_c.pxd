@@ -9,8 +9,8 @@ from quotagate.proxy.usage_collectors_c cimport AggregateCollector, RequestColle
 from quotagate.protocol.rewrite_memo_c cimport RewriteMemo
 from quotagate.quotas.charging_c cimport charge_request, charge_response, count_exchange, request_time_ms, shadow_throttle_ms
 
-# Constants (their values and meaning: session_core.py); THRESHOLDS, TOPIC_NAMES, LOCAL_ANSWER and
-# MUTATION stay Python objects, for session.py to read.
+# Constants (their values and meaning: session_core.py); THRESHOLDS, TOPIC_NAMES, LOCAL_ANSWER,
+# MUTATION and PRODUCER_IDS stay Python objects, for session.py to read.
 cdef int KEYS, VERSIONS
 cdef int CHARGE_BYTES_IN, FETCH_WAIT, SASL, EXEMPT, TOPIC_NAMES
 cdef int API_PRODUCE, API_FETCH, API_SASL_HANDSHAKE, API_API_VERSIONS, API_SASL_AUTHENTICATE, API_SHARE_FETCH

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from quotagate import compiled
 from quotagate.config.settings import ConfigError
 from quotagate.quotas.engine import QuotaWindows
-from quotagate.quotas.entities import QuotaKey, QuotaTable
+from quotagate.quotas.entities import RECORDED_KEYS, QuotaKey, QuotaTable
 
 if TYPE_CHECKING:
     from quotagate.config.settings import UsageConfig
@@ -72,10 +72,10 @@ WINDOW_FIELDS = (
     "controller_quota_window_size_seconds",
 )
 QUOTA_FIELDS = (
-    *(name for key in QuotaKey for name in (f"quota_{key.value}", f"quota_{key.value}_shadow")),
+    *(name for key in RECORDED_KEYS for name in (f"quota_{key.value}", f"quota_{key.value}_shadow")),
     *WINDOW_FIELDS,
 )
-QUOTA_VALUE_FIELDS = frozenset(f"quota_{key.value}" for key in QuotaKey)
+QUOTA_VALUE_FIELDS = frozenset(f"quota_{key.value}" for key in RECORDED_KEYS)
 NO_QUOTA_FIELDS: Row = dict.fromkeys(QUOTA_FIELDS)
 QUOTA_HISTORY_MS = 60_000  # how long a replaced quota table is kept for rows still to be made
 

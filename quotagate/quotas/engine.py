@@ -6,7 +6,8 @@ buckets: the quota holds for the cluster, not per broker.
 Units per key (tokens are in these units, rates per second):
 - producer_byte_rate, consumer_byte_rate: bytes;
 - request_percentage: milliseconds of request time; p % of one thread = 10·p ms per second;
-- controller_mutation_rate: partitions.
+- controller_mutation_rate: partitions;
+- producer_ids_rate: new producer IDs (quotas.producer_ids says which are new).
 Burst, as Kafka sizes it from its sample windows: B = rate × window_num × window_size_seconds
 (quota.window.* for the client quotas, controller.quota.window.* for mutations). Request-time
 throttles are capped at one window so heartbeats are never held long (KIP-124).
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from quotagate.quotas.bucket import ShadowTokenBucket, TokenBucket
 from quotagate.quotas.entities import IpQuotaKey, QuotaKey, QuotaTable, Resolution
 from quotagate.quotas.lease import LeasedBucket
+from quotagate.quotas.producer_ids import ProducerIdMemory
 
 BucketId = tuple[str | None, ...]
 # Makes the bucket for (bucket id, rate, burst, now): a TokenBucket alone, a LeasedBucket when
@@ -43,6 +45,8 @@ IDLE_BUCKET_SECONDS = 3600.0
 # bounds from the fields' metadata, as it reads its own keys').
 WINDOW_NUM_MAX = 3600
 WINDOW_SECONDS_MAX = 3600.0
+# A day: seen producer IDs are kept in Bloom filters sized for the IDs one window admits.
+PRODUCER_ID_WINDOW_SECONDS_MAX = 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,14 @@ class QuotaWindows:
         metadata={
             "doc": "Kafka's controller.quota.window.size.seconds, for controller_mutation_rate.",
             "max": WINDOW_SECONDS_MAX,
+        },
+    )
+    producer_id_quota_window_size_seconds: float = field(
+        default=3600,
+        metadata={
+            "doc": "Kafka's producer.id.quota.window.size.seconds (KIP-936): how long a producer ID counts as seen "
+            "for producer_ids_rate (between half of it and all of it: two Bloom filters, each turned over every half).",
+            "max": PRODUCER_ID_WINDOW_SECONDS_MAX,
         },
     )
 
@@ -125,6 +137,8 @@ class QuotaEngine:
         self.limits_anyone = self.table.limits_clients  # read per exchange: an attribute, not a __bool__ call
         self.buckets: dict[tuple[str, str, str | None, str | None], Bucket] = {}
         self.generation = 0  # bumped whenever an entity's bucket may change (see EntityBuckets)
+        # The producer IDs each entity with a producer_ids_rate used within the window (KIP-936).
+        self.producer_ids = ProducerIdMemory(self.windows.producer_id_quota_window_size_seconds)
 
     def resolve(self, user: str, client_id: str, key: QuotaKey) -> Resolution | None:
         return self.table.resolve(user, client_id, key)
@@ -177,6 +191,30 @@ class QuotaEngine:
             bucket.record(cost, now)
             admitted.append(True)
         return admitted
+
+    def admit_producer_id(self, user: str, client_id: str, producer_id: int, now: float) -> int:
+        """A Produce from (user, client_id) with `producer_id` under its producer_ids_rate (KIP-936):
+        0 to admit it, or the throttle in ms when it is refused (new, and the bucket is in debt).
+
+        An ID the entity used within the window is free; a new one is admitted while the bucket is
+        not in debt (strict, as `admit`), charged one and remembered; a refused one is not
+        remembered, so its retry is new again. -1 (not idempotent) is never counted."""
+        if producer_id < 0:
+            return 0
+        resolution = self.table.resolve(user, client_id, QuotaKey.PRODUCER_IDS_RATE)
+        if resolution is None:
+            return 0
+        burst = self.burst(resolution)
+        seen = self.producer_ids.entity(resolution.bucket_id, resolution.value, burst, now)
+        if seen.seen(producer_id, now):
+            return 0
+        bucket = self._bucket(resolution, now)
+        bucket.refill(now)
+        if bucket.tokens < 0 and not resolution.shadow:
+            return max(bucket.throttle_ms(now), 1)
+        bucket.record(1.0, now)
+        seen.add(producer_id, now)
+        return 0
 
     def admit_connection(self, address: str, now: float) -> float:
         """A new connection from `address` under its ip's connection_creation_rate (KIP-612): 0.0 to
@@ -235,6 +273,7 @@ class QuotaEngine:
         self.table = table
         self.windows = windows
         self.limits_anyone = table.limits_clients
+        self.producer_ids.reconfigure(windows.producer_id_quota_window_size_seconds)
         self.generation += 1
         by_bucket: dict[tuple[str, str, str | None, str | None], Resolution] = {}
         for bucket_id in list(self.buckets):
@@ -269,6 +308,7 @@ class QuotaEngine:
                 expired.append(bucket_id)
         for bucket_id in expired:
             del self.buckets[bucket_id]
+        self.producer_ids.expire(now)
         if expired:
             self.generation += 1
             # The resolutions cached for the entities gone with them, too (every client resolves

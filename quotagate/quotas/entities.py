@@ -37,6 +37,9 @@ class QuotaKey(StrEnum):
     CONSUMER_BYTE_RATE = "consumer_byte_rate"
     REQUEST_PERCENTAGE = "request_percentage"
     CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
+    # New producer IDs per second (KIP-936): a Produce with an idempotent producer ID not seen for
+    # the entity within producer_id_window_seconds is charged one; checked only where it is set.
+    PRODUCER_IDS_RATE = "producer_ids_rate"
 
 
 class IpQuotaKey(StrEnum):
@@ -44,6 +47,11 @@ class IpQuotaKey(StrEnum):
     when a client connects. Kept apart from QuotaKey, whose keys every client request may charge."""
 
     CONNECTION_CREATION_RATE = "connection_creation_rate"
+
+
+# The keys usage records name and the pipeline replays: producer_ids_rate is not one (a record
+# carries no producer ID, so nothing it holds says what that quota would have done).
+RECORDED_KEYS = tuple(key for key in QuotaKey if key is not QuotaKey.PRODUCER_IDS_RATE)
 
 
 def quota_key(name: str) -> QuotaKey | IpQuotaKey:
