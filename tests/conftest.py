@@ -21,3 +21,37 @@ def pytest_configure(config: pytest.Config) -> None:
     # throughput; `make bench` keeps Kafka's flags. setdefault: a run may still ask for others.
     os.environ.setdefault("KAFKA_JVM_PERFORMANCE_OPTS", SHORT_JVM_OPTS)
 
+
+# Under pytest-xdist (`make test` runs two workers), tests that must share a worker. Each other file
+# outside tests/unit is a group of its own: its module fixtures and fixed ports (the TLS cluster, the
+# frozen broker) exist once. tests/unit is spread test by test.
+SHARED_WORKER_GROUPS = {
+    "tests/pipeline/": "spark",  # one SparkSession (a JVM of ~1 GB) in the run, not one per worker
+    # both stop and restart nodes of the shared 3-node cluster
+    "tests/integration/test_cluster_failover.py": "kafka-cluster",
+    "tests/integration/test_kafka_rig.py": "kafka-cluster",
+    # each takes much of the machine for minutes (four brokers and eight clients; two replicas under
+    # load): one after the other, never at once
+    "tests/integration/test_soak_and_chaos.py": "machine-wide",
+    "tests/integration/test_rolling_restart.py": "machine-wide",
+}
+
+
+def worker_group(nodeid: str) -> str:
+    """The group of SHARED_WORKER_GROUPS a test belongs to: xdist runs each group on one worker."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith("tests/unit/"):
+        return nodeid
+    return next((name for prefix, name in SHARED_WORKER_GROUPS.items() if path.startswith(prefix)), path)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's loadscope scheduling with worker_group as the scope. (Not --dist loadgroup: xdist 3.8
+    adds its group to a test id through Item._nodeid, which pytest 9.2's ids no longer read.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedWorkerScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return SharedWorkerScheduling(config, log)
