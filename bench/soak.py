@@ -1,6 +1,7 @@
 """Soak: one broker, quotagate with mixed quotas, mixed real clients at once, for a bounded time.
 
     python -m bench.soak [--seconds 600] [--port-base 25000] [--byte-rate 262144] [--window-num 11]
+                         [--request-percentage 10] [--sample-seconds 10] [--warmup-seconds 20]
                          [--out bench/results/soak.json]
 
 Tenants (all SASL/PLAIN users; the proxy's upstream is the broker's SASL_PLAINTEXT listener):
@@ -15,12 +16,12 @@ Tenants (all SASL/PLAIN users; the proxy's upstream is the broker's SASL_PLAINTE
   200 records/s (1 KiB each) feed soak-feed; a confluent-kafka consumer reads both topics to the
   end (the check that every record written was consumed).
 
-Every SAMPLE_SECONDS it samples the proxy's /metrics (per-user bytes and request time, throttled
+Every sample interval (10 s) it samples the proxy's /metrics (per-user bytes and request time, throttled
 responses, connections, protocol errors), the clients' own counts, the proxy's RSS and CPU and the
 load average. It prints a table and the pass/fail criteria, and writes everything to the JSON file.
 
 Criteria: RSS growth after the first quarter of the run ≤ RSS_GROWTH_LIMIT_MB; each throttled
-tenant's rate from its first throttle (and WARMUP_SECONDS) to the end, when its bucket's burst is
+tenant's rate from its first throttle (and the 20-s warm-up) to the end, when its bucket's burst is
 spent and the quota's steady rate holds, within ±10 % of its quota; zero client errors; every
 record in both topics consumed by the unlimited consumer, and at least as many records in the
 topics as the producers had acknowledged.
@@ -44,16 +45,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import harness
-from bench.harness import HOST, PROXY_READY_SECONDS, Child, cpu_seconds, rss_mb
-from kafka_rig import DEFAULT_SASL_USERS, Cluster, fresh_cluster, run_tool, tool_command
+from bench.harness import HOST, PROXY_READY_SECONDS, BenchError, Child, cpu_seconds, rss_mb
+from kafka_rig import DEFAULT_SASL_USERS, Cluster, fresh_cluster, tool_command
 from tests.support.kafka_helpers import create_topic
 
 REPO_ROOT = harness.REPO_ROOT
 BENCH_DIR = Path(__file__).resolve().parent
 
 
-SAMPLE_SECONDS = 10.0
-WARMUP_SECONDS = 20.0
 RSS_GROWTH_LIMIT_MB = 20.0
 ACCURACY_TOLERANCE = 0.10
 CATCH_UP_SECONDS = 90.0
@@ -106,6 +105,16 @@ _JAVA_WINDOW = re.compile(
 )
 _JAVA_SUMMARY = re.compile(r"^(\d+) records sent, .* ms 99\.9th\.$")
 _JAVA_ERROR = re.compile(r"^\S*(Exception|Error)\b")
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """How often the run samples /metrics, and from when a throttled tenant's rate counts. The quick mode
+    of the test samples every 5 s from 8 s: its quotas' bursts (2 s at 64 KiB/s) are spent within the
+    first seconds, so the steady part still spans 4+ sample windows of 10 quota windows each."""
+
+    sample_seconds: float = 10.0
+    warmup_seconds: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -249,6 +258,32 @@ def log_end_offsets(bootstrap: str, topics: list[str]) -> dict[str, int]:
         consumer.close()
 
 
+def write_backlog(bootstrap: str, topic: str, records: int) -> None:
+    """`records` records of RECORD_SIZE bytes, acks=1, straight to the broker (in this process: a JVM
+    tool's start costs 5-20 s on a loaded machine, the records themselves well under one)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 20})
+    failures: list[str] = []
+
+    def delivered(error: object, _message: object) -> None:
+        if error is not None:
+            failures.append(str(error))
+
+    value = os.urandom(RECORD_SIZE)
+    for _ in range(records):
+        while True:
+            try:
+                producer.produce(topic, value, on_delivery=delivered)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.1)
+        producer.poll(0)
+    left = producer.flush(120)
+    if left or failures:
+        raise BenchError(f"backlog of {topic}: {left} records unsent, failures {failures[:3]}")
+
+
 def stop_client(client: Client, grace: float = 90.0) -> int | None:
     """SIGTERM and wait (producers flush first); the exit code (-15/143 for a JVM stopped by it)."""
     client.child.stop(grace)
@@ -340,15 +375,17 @@ def evaluate(
     consumed_check: dict[str, object],
     exits: dict[str, object],
     quotas: SoakQuotas,
+    pacing: Pacing,
 ) -> dict[str, object]:
     first, last = samples[0], samples[-1]
-    rss_from = next((s for s in samples if s.t >= max(WARMUP_SECONDS, last.t / 4)), first)
+    rss_from = next((s for s in samples if s.t >= max(pacing.warmup_seconds, last.t / 4)), first)
     accuracy: dict[str, dict[str, object]] = {}
     for user, counter, quota in quotas.throttled():
         # From the first sample after the tenant's first throttle (and the warm-up): its bucket's
         # burst is spent by then, so what follows is the quota's steady rate.
         steady_from = next(
-            (s for s in samples if s.t >= WARMUP_SECONDS and s.throttled.get(user, 0) > 0 and s is not last), last
+            (s for s in samples if s.t >= pacing.warmup_seconds and s.throttled.get(user, 0) > 0 and s is not last),
+            last,
         )
         rate = rate_between(steady_from, last, counter, user)
         pairs = [(a, b) for a, b in itertools.pairwise(samples) if a.t >= steady_from.t]
@@ -410,7 +447,7 @@ def evaluate(
     }
 
 
-def run(seconds: float, ports: Ports, workdir: Path, quotas: SoakQuotas) -> dict[str, object]:
+def run(seconds: float, ports: Ports, workdir: Path, quotas: SoakQuotas, pacing: Pacing) -> dict[str, object]:
     cluster: Cluster | None = None
     proxy: Child | None = None
     clients: list[Client] = []
@@ -421,12 +458,7 @@ def run(seconds: float, ports: Ports, workdir: Path, quotas: SoakQuotas) -> dict
         )  # fmt: skip
         for topic in (FEED_TOPIC, ALICE_TOPIC, BOB_TOPIC):
             create_topic(cluster.bootstrap, topic, partitions=3)
-        backlog = int(quotas.byte_rate * seconds * BOB_BACKLOG / RECORD_SIZE) + 1
-        run_tool(
-            "producer-perf", "--topic", BOB_TOPIC, "--num-records", str(backlog), "--record-size", str(RECORD_SIZE),
-            "--throughput", "-1", "--command-property", f"bootstrap.servers={cluster.bootstrap}", "acks=1",
-            timeout=600,
-        )  # fmt: skip
+        write_backlog(cluster.bootstrap, BOB_TOPIC, int(quotas.byte_rate * seconds * BOB_BACKLOG / RECORD_SIZE) + 1)
         config = (
             quotas.toml() + f'[proxy]\nbootstrap_servers = ["{HOST}:{ports.sasl}"]\nlisten_host = "{HOST}"\n'
             f'advertised_host = "{HOST}"\nport = {ports.proxy}\nbroker_port_base = {ports.proxy}\n'
@@ -485,7 +517,7 @@ def run(seconds: float, ports: Ports, workdir: Path, quotas: SoakQuotas) -> dict
         samples = [take_sample(started, proxy, ports, clients)]
         print_row(samples[0], None)
         while time.monotonic() - started < seconds:
-            time.sleep(max(0.0, min(SAMPLE_SECONDS, seconds - (time.monotonic() - started))))
+            time.sleep(max(0.0, min(pacing.sample_seconds, seconds - (time.monotonic() - started))))
             proxy.check_alive()
             samples.append(take_sample(started, proxy, ports, clients))
             print_row(samples[-1], samples[-2])
@@ -517,8 +549,9 @@ def run(seconds: float, ports: Ports, workdir: Path, quotas: SoakQuotas) -> dict
             "consumed_by_bob": dict(clients[1].last.get("per_topic", {})),  # type: ignore[call-overload]
             "ok": all(consumed.get(t, 0) == n and n >= acked[t] for t, n in in_topics.items()),
         }
-        result = evaluate(samples, clients, consumed_check, exits, quotas)
+        result = evaluate(samples, clients, consumed_check, exits, quotas, pacing)
         result["seconds"] = seconds
+        result["pacing"] = pacing.__dict__
         result["quotas"] = quotas.__dict__
         result["port_base"] = ports.base
         result["samples"] = [sample.__dict__ for sample in samples]
@@ -536,6 +569,7 @@ def run(seconds: float, ports: Ports, workdir: Path, quotas: SoakQuotas) -> dict
 def print_summary(result: dict[str, object]) -> None:
     accuracy = result["accuracy"]
     assert isinstance(accuracy, dict)
+    sample_seconds = result["pacing"]["sample_seconds"]  # type: ignore[index]
     print("\nquota accuracy over the steady part (proxy's count / quota):")
     for user, figures in accuracy.items():
         client = figures.get("client_payload_rate_per_s")
@@ -543,7 +577,8 @@ def print_summary(result: dict[str, object]) -> None:
         windows = f"{figures['ratio_per_window_min']}..{figures['ratio_per_window_max']}"
         ratio = "never throttled" if figures["ratio"] is None else f"{figures['ratio']:.3f}x"
         print(
-            f"  {user:6} {figures['counter']:37} {ratio} from {figures['from_s']:.0f} s (10-s windows {windows}){extra}"
+            f"  {user:6} {figures['counter']:37} {ratio} from {figures['from_s']:.0f} s "
+            f"({sample_seconds:.0f}-s windows {windows}){extra}"
         )
     print(f"proxy RSS: {result['rss_mb']}; CPU {result['proxy_cpu_percent']} %; load average {result['load_average']}")
     print(f"consumed: {result['consumed']}")
@@ -555,12 +590,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port-base", type=int, default=25000)
     parser.add_argument("--byte-rate", type=int, default=SoakQuotas.byte_rate, help="alice's and bob's quota, B/s")
     parser.add_argument("--window-num", type=int, default=SoakQuotas.window_num, help="quota_window_num")
+    parser.add_argument(
+        "--request-percentage", type=float, default=SoakQuotas.request_percentage, help="carol's quota, %% of a thread"
+    )
+    parser.add_argument("--sample-seconds", type=float, default=Pacing.sample_seconds, help="between /metrics samples")
+    parser.add_argument(
+        "--warmup-seconds", type=float, default=Pacing.warmup_seconds, help="before a tenant's rate counts"
+    )
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "soak.json")
     args = parser.parse_args(argv)
     ports = Ports(args.port_base)
-    quotas = SoakQuotas(byte_rate=args.byte_rate, window_num=args.window_num)
+    quotas = SoakQuotas(
+        byte_rate=args.byte_rate, request_percentage=args.request_percentage, window_num=args.window_num
+    )
+    pacing = Pacing(sample_seconds=args.sample_seconds, warmup_seconds=args.warmup_seconds)
     return harness.run_in_workdir(
-        "soak", ports.all(), args.out, lambda workdir: run(args.seconds, ports, workdir, quotas), print_summary
+        "soak", ports.all(), args.out, lambda workdir: run(args.seconds, ports, workdir, quotas, pacing), print_summary
     )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from kafka_rig.jvm import (
     BROKER_MAIN,
     DEFAULT_HEAP_OPTS,
+    JVM_PERFORMANCE_OPTS,
     REPO_ROOT,
     SHORT_JVM_OPTS,
     STORAGE_MAIN,
@@ -417,8 +418,11 @@ class Cluster:
                 node.pid_file.unlink(missing_ok=True)
 
     def _spawn(self, node: Node) -> None:
+        # Both overridable from the environment, as kafka-run-class.sh allows (the tests give their brokers
+        # SHORT_JVM_OPTS there: tests/conftest.py).
         heap = os.environ.get("KAFKA_HEAP_OPTS", DEFAULT_HEAP_OPTS)
-        cmd = _jvm_cmd(BROKER_MAIN, [str(node.properties)], heap, node.dir)
+        jvm_opts = os.environ.get("KAFKA_JVM_PERFORMANCE_OPTS", JVM_PERFORMANCE_OPTS)
+        cmd = _jvm_cmd(BROKER_MAIN, [str(node.properties)], heap, node.dir, jvm_opts)
         with node.out_log.open("ab") as out:
             out.write(f"\n=== {time.strftime('%F %T')} starting: {' '.join(cmd)}\n".encode())
             out.flush()

@@ -26,7 +26,7 @@ def test_clients_only_see_proxy_addresses_in_metadata(proxy, kafka) -> None:
 
 
 @pytest.mark.java
-def test_every_connection_to_the_broker_port_belongs_to_the_proxy(proxy, kafka) -> None:
+def test_the_clients_reach_the_broker_port_only_through_the_proxy(proxy, kafka) -> None:
     """Run Python and Java clients at once and look at who holds sockets to the broker's port."""
     topic = unique_topic("iso")
     create_topic(proxy.bootstrap, topic, partitions=2)
@@ -56,7 +56,6 @@ def test_every_connection_to_the_broker_port_belongs_to_the_proxy(proxy, kafka) 
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    broker_pids = {node.pid for node in kafka.nodes}
     samples = []
     try:
         # Sample once both clients are producing through the proxy's broker port (the JVM takes
@@ -78,5 +77,8 @@ def test_every_connection_to_the_broker_port_belongs_to_the_proxy(proxy, kafka) 
         thread.join(15)
     owners = {pid for sample in samples for _, pid in sample}
     assert owners, "the proxy should hold connections to the broker while clients run"
-    assert owners <= {proxy.pid} | broker_pids, f"connections to the broker from pids {owners - {proxy.pid}}"
+    # This test's clients are the Java producer and this process (the Python clients' thread). Other
+    # processes may be connected too: the session broker is shared with the other xdist worker's tests.
+    clients = {java.pid, os.getpid()}
+    assert not owners & clients, f"connections to the broker from this test's clients, pids {owners & clients}"
     assert proxy.pid in owners

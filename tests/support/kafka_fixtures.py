@@ -14,13 +14,20 @@ Both clusters serve share groups (KIP-932): they are formatted with share.versio
 Each session starts from empty data dirs: leftovers of a crashed earlier run of the
 same cluster are killed (only JVMs whose command line names that cluster's dir) and
 wiped. A test that stops a node of ``kafka_cluster`` must start it again before it ends.
+
+Under pytest-xdist (`-n 2`) the workers of one run share each cluster: the first worker to ask
+starts it fresh, the others adopt it, and the last one done stops it (a count of users in a file
+beside the run's base temp dir, under an flock: xdist's documented pattern for session fixtures).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +38,7 @@ from kafka_rig import (
     fresh_cluster,
     run_tool,
     secure_listener_overrides,
+    start_cluster,
 )
 
 __all__ = [
@@ -69,7 +77,19 @@ SASL_USERS: dict[str, str] = dict(DEFAULT_SASL_USERS)
 RunTool = Callable[..., subprocess.CompletedProcess[str]]
 
 
+@contextlib.contextmanager
+def _run_wide_lock(path: Path) -> Iterator[None]:
+    """An exclusive flock on `path`, held by one xdist worker of the run at a time."""
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _session_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
     name: str,
     brokers: int,
     base_port: int,
@@ -77,22 +97,47 @@ def _session_cluster(
     sasl_users: dict[str, str] | None = None,
     sasl_base_port: int | None = None,
 ) -> Iterator[Cluster]:
-    cluster = fresh_cluster(
-        name,
-        brokers,
-        base_port,
-        controller_base_port=controller_base_port,
-        sasl_users=sasl_users,
-        sasl_base_port=sasl_base_port,
-    )
+    layout = {"controller_base_port": controller_base_port, "sasl_users": sasl_users, "sasl_base_port": sasl_base_port}
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        cluster = fresh_cluster(name, brokers, base_port, **layout)
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+        return
+    # The run's base temp dir (pytest-N/) is the workers' common parent: one lock and count per cluster.
+    run_dir = tmp_path_factory.getbasetemp().parent
+    lock, users = run_dir / f"{name}.lock", run_dir / f"{name}.users"
+    with _run_wide_lock(lock):
+        count = int(users.read_text()) if users.exists() else 0
+        # The first user starts it from empty dirs; the others adopt the running JVMs.
+        cluster = (fresh_cluster if count == 0 else start_cluster)(name, brokers, base_port, **layout)
+        users.write_text(str(count + 1))
     try:
         yield cluster
     finally:
-        cluster.stop()
+        with _run_wide_lock(lock):
+            count = int(users.read_text()) - 1
+            users.write_text(str(count))
+            if count == 0:
+                cluster.stop()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On xdist's controller, once every worker is done: stop a shared cluster that a crashed worker
+    still counted as a user of (no broker outlives the run)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None or session.config.getoption("dist", "no") == "no":
+        return
+    # The controller's base temp dir is the workers' common parent (see _session_cluster).
+    for users in session.config._tmp_path_factory.getbasetemp().glob("*.users"):  # type: ignore[attr-defined]
+        if int(users.read_text()) > 0:
+            cluster = Cluster.attach(users.stem)
+            if cluster is not None:
+                cluster.stop()
 
 
 @pytest.fixture(scope="session")
-def kafka() -> Iterator[Cluster]:
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A single combined broker+controller node, with a SASL_PLAINTEXT (PLAIN) listener
     for SASL_USERS at KAFKA_SASL_BOOTSTRAP besides the PLAINTEXT one."""
     # Controller port moved off the default base_port+100 = 29192, which is the 3-node
@@ -100,6 +145,7 @@ def kafka() -> Iterator[Cluster]:
     # SASL on 29492: clear of 29092 (client), 29192-29194 (test3 clients), 29292-29294
     # (test3 controllers) and 29392 (controller).
     yield from _session_cluster(
+        tmp_path_factory,
         "test1" + CLUSTER_SUFFIX,
         1,
         KAFKA_PORT,
@@ -110,10 +156,10 @@ def kafka() -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="session")
-def kafka_cluster() -> Iterator[Cluster]:
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Three combined broker+controller nodes; internal topics get RF 3."""
     yield from _session_cluster(
-        "test3" + CLUSTER_SUFFIX, 3, KAFKA_CLUSTER_PORT, controller_base_port=None
+        tmp_path_factory, "test3" + CLUSTER_SUFFIX, 3, KAFKA_CLUSTER_PORT, controller_base_port=None
     )  # controllers +100
 
 
