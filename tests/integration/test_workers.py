@@ -68,6 +68,7 @@ def test_workers_serve_their_metrics_on_the_ports_set_explicitly(proxy_factory, 
     proxy = proxy_factory(
         kafka.bootstrap, proxy_toml="workers = 2\n", metrics_toml=lambda port: f"worker_ports = [{port}, {port + 2}]\n"
     )
+    # Each worker starts its metrics server on its own: wait for both, not for worker 1 alone.
     wait_until(lambda: healthz(proxy.metrics_port + 2) == 200, 20, "worker 1 serving on its explicit port")
-    assert healthz(proxy.metrics_port) == 200
+    wait_until(lambda: healthz(proxy.metrics_port) == 200, 20, "worker 0 serving on its explicit port")
     assert healthz(proxy.metrics_port + 1) == 0, "something serves on metrics.port + 1"
