@@ -669,8 +669,8 @@ class SessionCore:
             self._whole_response(frame, now)
             pos += 4 + size
         written = 0
-        for piece in out[start:]:
-            written += len(piece)
+        for index in range(start, len(out)):  # no slice copy of the list per read
+            written += len(out[index])
         if pos < n:
             self._broker_data(data[pos:], now)  # counted after it, as the splitter counts: not if it raises
         elif not self.awaiting_authentication and (
@@ -700,8 +700,8 @@ class SessionCore:
                     if kind is LAST:  # what the proxy answered itself goes after it, in turn
                         self._local_responses(now)
         written = 0
-        for piece in out[start:]:
-            written += len(piece)
+        for index in range(start, len(out)):  # no slice copy of the list per read
+            written += len(out[index])
         self._metrics.bytes_out += written
         self.broker_partial = frames.streaming or frames.buffered > 0
         if not self.awaiting_authentication and (

@@ -119,9 +119,9 @@ cdef class SessionCore:
     cdef void _local_turn(self, double now) except *
     cdef void _local_responses(self, double now) except *
 
-    @cython.locals(buf="const unsigned char*", n=Py_ssize_t, pos=Py_ssize_t, size=Py_ssize_t, start=Py_ssize_t, written=Py_ssize_t, out=list)
+    @cython.locals(buf="const unsigned char*", n=Py_ssize_t, pos=Py_ssize_t, size=Py_ssize_t, start=Py_ssize_t, written=Py_ssize_t, out=list, index=Py_ssize_t)
     cdef bint _whole_responses(self, bytes data, double now) except -1
-    @cython.locals(out=list, start=Py_ssize_t, written=Py_ssize_t)
+    @cython.locals(out=list, start=Py_ssize_t, written=Py_ssize_t, index=Py_ssize_t)
     cdef void _broker_data(self, object data, double now) except *
     @cython.locals(request=InFlight)
     cpdef bint _streamable(self, object head) except -1
