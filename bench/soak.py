@@ -63,6 +63,7 @@ ALICE_TOPIC = "soak-alice"
 # demand never falls below it (the live feed, slowed by a loaded machine, might).
 BOB_TOPIC = "soak-bob"
 BOB_BACKLOG = 1.5  # seconds of the run × quota, in bytes
+BACKLOG_BATCH_BYTES = 16384  # a quarter of bob's fetch
 JAVA_FEED_RATE = 400  # records/s
 CONFLUENT_FEED_RATE = 200
 
@@ -260,10 +261,17 @@ def log_end_offsets(bootstrap: str, topics: list[str]) -> dict[str, int]:
 
 def write_backlog(bootstrap: str, topic: str, records: int) -> None:
     """`records` records of RECORD_SIZE bytes, acks=1, straight to the broker (in this process: a JVM
-    tool's start costs 5-20 s on a loaded machine, the records themselves well under one)."""
+    tool's start costs 5-20 s on a loaded machine, the records themselves well under one).
+
+    Batches of at most BACKLOG_BATCH_BYTES: a fetch returns whole batches, at least one even past its
+    max_bytes, so librdkafka's default 1 MB batches made bob's 64 KiB fetches 1 MB responses (16 s of
+    the quick soak's 64 KiB/s quota each), and his rate over a minute swung 0.79-1.21x with the count
+    of responses that fell in it."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 20})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 20, "batch.size": BACKLOG_BATCH_BYTES}
+    )
     failures: list[str] = []
 
     def delivered(error: object, _message: object) -> None:
