@@ -32,13 +32,29 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+# Ports the tests pick for themselves: above Linux's ephemeral range (32768-60999), where no client's
+# connection can take a port between the pick and the bind, and below the fixed ports of other runs
+# (Kafka 29092+, soak and chaos 21xxx-22xxx, bench 16xxx, demo 19xxx) there is nothing else of ours.
+# Each pytest-xdist worker picks in its own slice, so two workers never pick the same block.
+PICKED_PORTS = range(61000, 65500)
+
+
+def worker_port_slice() -> range:
+    """This process's slice of PICKED_PORTS: all of it alone, 1/n of it on each of n xdist workers."""
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % workers
+    width = len(PICKED_PORTS) // workers
+    return range(PICKED_PORTS.start + index * width, PICKED_PORTS.start + (index + 1) * width)
+
+
 def free_port_block(size: int) -> int:
-    """First port of `size` consecutive free ports, picked at random in 40000..59999."""
+    """First port of `size` consecutive free ports, picked at random in this worker's slice of PICKED_PORTS."""
+    ports = worker_port_slice()
     for _ in range(200):
-        first = random.randrange(40000, 60000 - size)
+        first = random.randrange(ports.start, ports.stop - size)
         if all(port_is_free(first + i) for i in range(size)):
             return first
-    raise RuntimeError(f"no {size} consecutive free ports found")
+    raise RuntimeError(f"no {size} consecutive free ports found in {ports.start}-{ports.stop - 1}")
 
 
 @dataclass

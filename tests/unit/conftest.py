@@ -17,6 +17,7 @@ import asyncio
 import os
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -32,8 +33,16 @@ class UnitTestLeftItsLane(AssertionError):
     """A unit test used a socket, a process or a sleep."""
 
 
-def _refuse(what: str) -> Callable[..., Any]:
+# Threads that were running before the guard started: in a whole-suite run, other folders' tests
+# leave some (py4j's for the session's SparkSession, which sleeps and connects), and they are not
+# the unit tests' doing, so they keep the real functions.
+_THREADS_BEFORE_GUARD: set[int] = set()
+
+
+def _refuse(what: str, real: Callable[..., Any] | None = None) -> Callable[..., Any]:
     def refused(*args: object, **kwargs: object) -> Any:
+        if real is not None and threading.get_ident() in _THREADS_BEFORE_GUARD:
+            return real(*args, **kwargs)
         raise UnitTestLeftItsLane(
             f"tests/unit must not use {what}: move this test to tests/loopback (loopback sockets, quotagate "
             "processes, real time), tests/tools (programs outside the venv) or tests/integration (Kafka, Redis)"
@@ -71,16 +80,19 @@ def _refused_fixture(request: pytest.FixtureRequest) -> None:
 def no_socket_process_or_sleep() -> Iterator[None]:
     """Package scoped, so that module-scoped fixtures of tests/unit run under it too."""
     patch = pytest.MonkeyPatch()
+    _THREADS_BEFORE_GUARD.clear()
+    current = threading.current_thread()
+    _THREADS_BEFORE_GUARD.update(t.ident for t in threading.enumerate() if t is not current and t.ident)
     for method in ("bind", "connect", "connect_ex", "listen"):
-        patch.setattr(socket.socket, method, _refuse(f"socket.{method}"))
-    patch.setattr(socket, "create_connection", _refuse("socket.create_connection"))
+        patch.setattr(socket.socket, method, _refuse(f"socket.{method}", getattr(socket.socket, method)))
+    patch.setattr(socket, "create_connection", _refuse("socket.create_connection", socket.create_connection))
     for method in ("create_server", "create_connection", "create_unix_server", "create_unix_connection"):
         patch.setattr(asyncio.BaseEventLoop, method, _refuse(f"loop.{method}"))
     patch.setattr(subprocess.Popen, "_execute_child", _refuse("a subprocess"))
     for function in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system"):
         if hasattr(os, function):
             patch.setattr(os, function, _refuse(f"os.{function}"))
-    patch.setattr(time, "sleep", _refuse("time.sleep"))
+    patch.setattr(time, "sleep", _refuse("time.sleep", time.sleep))
     patch.setattr(asyncio, "sleep", _sleep_without_waiting)
     try:
         yield
