@@ -17,7 +17,8 @@ import pytest
 from confluent_kafka import Producer
 
 from kafka_rig import java_program
-from tests.support.kafka_clients import WINDOWS, quota_config, run_threads
+from tests.support.admin_quotas import admin_proxy
+from tests.support.kafka_clients import WINDOWS, librdkafka_sasl_plain, quota_config, run_threads
 from tests.support.kafka_fixtures import SASL_USERS
 from tests.support.kafka_helpers import create_topic, unique_topic
 from tests.support.proxy_fixtures import metric
@@ -107,8 +108,6 @@ def test_a_producer_per_record_is_held_to_the_rate_and_a_steady_producer_is_unto
 def test_a_rate_set_through_the_java_admin_api_binds_on_the_running_proxy(proxy_factory, kafka, tmp_path) -> None:
     """kafka-configs.sh (4.2) refuses producer_ids_rate client-side ("Only quota and SCRAM credential
     configs can be added"), so the Java Admin API sets it, on the client-id-prefix entity."""
-    from tests.integration.test_quota_admin_tools import admin_proxy
-
     proxy = admin_proxy(proxy_factory, tmp_path)
     source = Path(__file__).resolve().parents[1] / "java" / "ClientIdPrefixQuota.java"
     result = subprocess.run(
@@ -121,12 +120,7 @@ def test_a_rate_set_through_the_java_admin_api_binds_on_the_running_proxy(proxy_
     assert "exact prefix: {{client-id-prefix=churner}={producer_ids_rate=1.0}}" in result.stdout, result.stdout
     topic = unique_topic("pids-api")
     create_topic(kafka.bootstrap, topic, partitions=1)
-    sasl = {
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "PLAIN",
-        "sasl.username": "alice",
-        "sasl.password": SASL_USERS["alice"],
-    }
+    sasl = librdkafka_sasl_plain("alice")
     outcomes: list[int] = []
     started = time.monotonic()
     while time.monotonic() - started < 8.0:

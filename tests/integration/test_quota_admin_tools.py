@@ -8,7 +8,6 @@ The proxy sits in front of the test Kafka's SASL/PLAIN listener, so each tool ru
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
 import subprocess
@@ -20,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from kafka_rig import java_program
-from tests.support.kafka_clients import Acked, confluent_producer_loop, rate_between
+from tests.support.admin_quotas import admin_proxy, quotas_view
+from tests.support.kafka_clients import Acked, confluent_producer_loop, librdkafka_sasl_plain, rate_between
 from tests.support.kafka_fixtures import KAFKA_SASL_BOOTSTRAP, SASL_USERS
 from tests.support.kafka_helpers import create_topic, unique_topic
 
@@ -37,23 +37,10 @@ def sasl_properties(tmp_path: Path, user: str) -> Path:
     return path
 
 
-def admin_proxy(proxy_factory, tmp_path: Path):  # type: ignore[no-untyped-def]
-    state = tmp_path / "admin-quotas.json"
-    return proxy_factory(
-        KAFKA_SASL_BOOTSTRAP,
-        f'quota_window_num = 1\n\n[admin]\nalter_principals = ["User:admin"]\nstate_file = "{state}"\n',
-    )
-
-
 def configs(kafka_tool, bootstrap: str, user_file: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:  # type: ignore[no-untyped-def]
     return kafka_tool(
         "configs", "--bootstrap-server", bootstrap, "--command-config", str(user_file), *args, check=check
     )
-
-
-def quotas_view(proxy) -> dict:  # type: ignore[no-untyped-def]
-    with urllib.request.urlopen(f"http://127.0.0.1:{proxy.metrics_port}/quotas", timeout=10) as response:
-        return json.loads(response.read())
 
 
 def test_kafka_configs_sets_the_proxys_quota_which_binds_on_traffic_and_leaves_the_broker_alone(
@@ -79,7 +66,7 @@ def test_kafka_configs_sets_the_proxys_quota_which_binds_on_traffic_and_leaves_t
     # The broker's own quotas are untouched.
     direct = configs(kafka_tool, KAFKA_SASL_BOOTSTRAP, admin, "--describe", "--entity-type", "users").stdout
     assert "producer_byte_rate" not in direct and "request_percentage" not in direct, direct
-    view = quotas_view(proxy)
+    view = quotas_view(proxy.metrics_port)
     alice_entry = next(e for e in view["configured"] if e["user"] == "alice" and e["client_id"] is None)
     assert alice_entry["producer_byte_rate"] == QUOTA and alice_entry["source"] == {"producer_byte_rate": "api"}
 
@@ -94,12 +81,7 @@ def test_kafka_configs_sets_the_proxys_quota_which_binds_on_traffic_and_leaves_t
     create_topic(kafka.bootstrap, topic, partitions=2)
     acked = Acked()
     started = time.monotonic()
-    sasl = {
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "PLAIN",
-        "sasl.username": "alice",
-        "sasl.password": SASL_USERS["alice"],
-    }
+    sasl = librdkafka_sasl_plain("alice")
     confluent_producer_loop(proxy.bootstrap, topic, "alice-producer", 14.0, acked, sasl)
     rate = rate_between(acked.events, started + 3, started + 14)
     print(f"alice under a quota set by kafka-configs.sh: {rate / QUOTA:.3f}x")
@@ -151,7 +133,7 @@ def test_non_finite_quotas_from_kafka_configs_get_invalid_request_and_nothing_is
         assert f"Configuration {key} must be" in output, output
     described = configs(kafka_tool, proxy.bootstrap, admin, "--describe", *bob).stdout
     assert "_rate" not in described and "request_percentage" not in described, described
-    view = quotas_view(proxy)  # answers, and holds no entry for bob
+    view = quotas_view(proxy.metrics_port)  # answers, and holds no entry for bob
     assert not any(entry["user"] == "bob" for entry in view["configured"]), view
     assert not (tmp_path / "admin-quotas.json").exists() or "bob" not in (tmp_path / "admin-quotas.json").read_text()
     # The proxy still takes a good quota on the same path.
@@ -209,12 +191,7 @@ def test_a_client_id_prefix_quota_set_with_the_java_admin_api_holds_two_producer
 
     topic = unique_topic("prefix-q")
     create_topic(kafka.bootstrap, topic, partitions=2)
-    sasl = {
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanism": "PLAIN",
-        "sasl.username": "alice",
-        "sasl.password": SASL_USERS["alice"],
-    }
+    sasl = librdkafka_sasl_plain("alice")
     fleet = [Acked(), Acked()]
     started = time.monotonic()
     producers = [
@@ -231,7 +208,7 @@ def test_a_client_id_prefix_quota_set_with_the_java_admin_api_holds_two_producer
     )
     assert sum(rates) == pytest.approx(QUOTA, rel=0.10), rates
     assert min(rates) > 0.2 * QUOTA, rates  # both got through, neither was starved
-    entities = {(e["user"], e["client_id"]): e["quotas"] for e in quotas_view(proxy)["entities"]}
+    entities = {(e["user"], e["client_id"]): e["quotas"] for e in quotas_view(proxy.metrics_port)["entities"]}
     assert entities[("alice", "fleet-0")]["producer_byte_rate"]["matched"] == "client-id-prefix=fleet-"
 
 
@@ -264,7 +241,7 @@ def test_kafka_configs_entity_type_ips_sets_a_connection_creation_rate_that_hold
     described = configs(kafka_tool, proxy.bootstrap, admin, "--describe", "--entity-type", "ips").stdout
     print(described)
     assert "connection_creation_rate=4" in described.replace(".0", ""), described
-    configured = quotas_view(proxy)["configured"]
+    configured = quotas_view(proxy.metrics_port)["configured"]
     assert {"user": None, "client_id": None, "ip": "127.0.0.1", "connection_creation_rate": 4.0,
             "source": {"connection_creation_rate": "api"}, "shadow": False} in configured, configured  # fmt: skip
     refused = configs(kafka_tool, proxy.bootstrap, admin, "--alter", "--add-config", "producer_byte_rate=10",

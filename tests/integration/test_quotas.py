@@ -24,6 +24,7 @@ from tests.support.kafka_clients import (
     Acked,
     confluent_producer_loop,
     kafka_python_producer_loop,
+    librdkafka_sasl_plain,
     quota_config,
     rate_between,
     run_threads,
@@ -118,7 +119,7 @@ def test_consumer_byte_rate_holds_a_librdkafka_consumer(proxy_factory, kafka) ->
 
 
 def test_a_user_quota_is_shared_by_all_its_client_ids_and_a_default_client_quota_is_not(proxy_factory, kafka) -> None:
-    from tests.support.kafka_fixtures import KAFKA_SASL_BOOTSTRAP, SASL_USERS
+    from tests.support.kafka_fixtures import KAFKA_SASL_BOOTSTRAP
 
     proxy = proxy_factory(
         KAFKA_SASL_BOOTSTRAP,
@@ -133,19 +134,11 @@ def test_a_user_quota_is_shared_by_all_its_client_ids_and_a_default_client_quota
     seconds = 16.0
     logs = {name: Acked() for name in ("alice-1", "alice-2", "bob-1", "bob-2")}
 
-    def sasl(user: str) -> dict:
-        return {
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
-            "sasl.username": user,
-            "sasl.password": SASL_USERS[user],
-        }
-
     started = time.monotonic()
     run_threads(
         *(
             (lambda name=name: confluent_producer_loop(
-                proxy.bootstrap, topic, name, seconds, logs[name], sasl(name.split("-")[0])
+                proxy.bootstrap, topic, name, seconds, logs[name], librdkafka_sasl_plain(name.split("-")[0])
             ))
             for name in logs
         )

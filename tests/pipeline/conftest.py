@@ -19,3 +19,14 @@ def spark() -> Iterator:
     session = create_session("local[2]", "quotagate-tests", conf, with_kafka=True)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def shared_session(spark, monkeypatch):  # type: ignore[no-untyped-def]
+    """For a job run through `quotagate pipeline` in this process: its create_session gives the test
+    session's SparkSession, and the stop a job ends with leaves it running for the other tests."""
+    import quotagate.pipeline.session as session
+
+    monkeypatch.setattr(session, "create_session", lambda *args, **kwargs: spark)
+    monkeypatch.setattr(spark, "stop", lambda: None)
+    return spark

@@ -8,18 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
 from quotagate.cli import main
-
-
-@pytest.fixture
-def shared_session(spark, monkeypatch):
-    import quotagate.pipeline.session as session
-
-    monkeypatch.setattr(session, "create_session", lambda *args, **kwargs: spark)
-    monkeypatch.setattr(spark, "stop", lambda: None)
-    return spark
 
 
 def test_generate_then_all_writes_the_proxy_toml_and_kafka_configs_commands(

@@ -10,19 +10,17 @@ Runs `quotagate pipeline` in this process on the test session's SparkSession (te
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pandas as pd
 from kafka import KafkaProducer
 
 from quotagate.cli import main
-from tests.integration.test_quotas import Acked, kafka_python_producer_loop
-from tests.pipeline.test_cli import shared_session  # noqa: F401  (fixture)
+from tests.support.admin_quotas import quotas_view
+from tests.support.kafka_clients import Acked, kafka_python_producer_loop
 from tests.support.kafka_helpers import create_topic, unique_topic, wait_until
 
 LIMITED_QUOTA = 500_000  # bytes/s, set with kafka-configs.sh as the demo does
@@ -45,11 +43,6 @@ def paced_producer(bootstrap: str, topic: str, client_id: str, rate: float, seco
     producer.close(timeout=30)
 
 
-def quotas_view(metrics_port: int) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/quotas", timeout=10) as response:
-        return json.loads(response.read())
-
-
 def configured(metrics_port: int, client_id: str) -> dict | None:
     return next((e for e in quotas_view(metrics_port)["configured"] if e["client_id"] == client_id), None)
 
@@ -67,7 +60,7 @@ def row_of(found: pd.DataFrame, client_id: str, key: str = "producer_byte_rate")
 
 
 def test_admin_api_quota_is_reported_and_a_shadowed_recommendation_is_checked_on_live_traffic(
-    shared_session,  # noqa: F811
+    shared_session,
     proxy_factory,
     kafka,
     kafka_tool,

@@ -11,7 +11,7 @@ import pytest
 
 from quotagate.pipeline.ingest import classify, ingest, problems_in, read_usage_topic
 from quotagate.pipeline.whatif import whatif
-from tests.integration.test_quotas import Acked, kafka_python_producer_loop
+from tests.support.kafka_clients import Acked, kafka_python_producer_loop
 from tests.support.kafka_fixtures import KAFKA_SASL_BOOTSTRAP, SASL_USERS
 from tests.support.kafka_helpers import create_topic, unique_topic
 

@@ -11,9 +11,21 @@ from collections.abc import Callable
 from confluent_kafka import Producer
 from kafka import KafkaProducer
 
+from tests.support.kafka_fixtures import SASL_USERS
+
 QUOTA = 200_000  # bytes/s
 RECORD = 1000  # bytes of value per record
 WINDOWS = "quota_window_num = 1\n"
+
+
+def librdkafka_sasl_plain(user: str) -> dict[str, str]:
+    """librdkafka's settings for the session broker's SASL/PLAIN user `user` (through a proxy too)."""
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": user,
+        "sasl.password": SASL_USERS[user],
+    }
 
 
 def quota_config(*entries: str) -> str:
