@@ -40,6 +40,7 @@ from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from quotagate.config.settings import ClusterConfig
 from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.proxy.supervisor import stop_if_cancel_was_swallowed
 from quotagate.quotas.engine import Bucket, BucketId
 from quotagate.quotas.lease import LeasedBucket, LeaseRequest
 
@@ -177,6 +178,7 @@ class SharedQuotas:
             return
         next_registry = 0.0
         while True:
+            stop_if_cancel_was_swallowed()  # redis-py's calls go through 3.11's asyncio.wait_for
             try:
                 now_wall = time.monotonic()
                 async with asyncio.timeout(self.config.redis_timeout_seconds * TICK_TIMEOUTS):
@@ -212,7 +214,10 @@ class SharedQuotas:
                         bucket.go_local(self.share, now)
                     await asyncio.wait_for(pipe.execute(), self.config.redis_timeout_seconds * 2)
                     self.metrics.cluster_redis_calls_total.inc(len(leased))
-                await self.redis.zrem(self.config.key_prefix + "processes", self.process_id)
+                await asyncio.wait_for(
+                    self.redis.zrem(self.config.key_prefix + "processes", self.process_id),
+                    self.config.redis_timeout_seconds * 2,
+                )
         except REDIS_FAILURES as exc:
             log.warning("could not give the leases back to Redis at shutdown: %s", exc)
         await self.redis.aclose()

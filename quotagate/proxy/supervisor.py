@@ -18,12 +18,27 @@ from typing import Any
 
 log = logging.getLogger("quotagate.supervisor")
 
+# A task that has not stopped this long after a cancel is cancelled again (see cancel_all), at most
+# CANCEL_ROUNDS times; then the shutdown goes on without it, logged.
+CANCEL_WAIT_SECONDS = 1.0
+CANCEL_ROUNDS = 10
 RESTART_MIN_SECONDS = 0.1
 RESTART_MAX_SECONDS = 30.0
 # A run that lasted this long was healthy: the next failure starts again after the shortest backoff.
 STABLE_SECONDS = 60.0
 
 TaskFactory = Callable[[], Coroutine[Any, Any, None]]
+
+
+def stop_if_cancel_was_swallowed() -> None:
+    """Raises CancelledError if this task was cancelled and the CancelledError got lost on the way.
+    Python 3.11's asyncio.wait_for (which redis-py and this package use) returns the inner result when
+    it completes at the moment the task awaiting it is cancelled, and drops the CancelledError
+    (gh-86296, fixed in 3.12); the task still counts the request (Task.cancelling). A loop that must
+    stop on a cancel calls this once per pass."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 class Supervisor:
@@ -64,9 +79,21 @@ class Supervisor:
 
     async def cancel_all(self) -> None:
         """Cancels every task and waits for them (a task's own cleanup, such as a flush, runs); the
-        one calling this (the shutdown) goes on."""
-        tasks = [task for task in self.tasks if task is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        one calling this (the shutdown) goes on. A task still running a second after its cancel lost
+        it (see stop_if_cancel_was_swallowed) and is cancelled again, for at most CANCEL_ROUNDS
+        seconds: a shutdown never hangs on one task."""
+        pending = {task for task in self.tasks if task is not asyncio.current_task()}
+        for round_ in range(CANCEL_ROUNDS):
+            if not pending:
+                return
+            if round_:
+                log.warning("background tasks still running after a cancel, cancelling again: %s", _names(pending))
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=CANCEL_WAIT_SECONDS)
+        if pending:
+            log.error("background tasks did not stop after %d cancels, going on: %s", CANCEL_ROUNDS, _names(pending))
+
+
+def _names(tasks: set[asyncio.Task[None]]) -> str:
+    return ", ".join(sorted(task.get_name() for task in tasks))

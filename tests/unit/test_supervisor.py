@@ -92,3 +92,56 @@ async def test_the_config_watcher_outlives_a_reload_that_raises_and_applies_the_
     await proxy.supervisor.cancel_all()
     assert len(applied) == 2
     assert applied[-1].quotas.resolve("a", "c", QuotaKey.PRODUCER_BYTE_RATE).value == 200  # type: ignore[union-attr]
+
+
+async def test_a_loop_stops_on_a_cancel_that_an_await_swallowed() -> None:
+    """Python 3.11's asyncio.wait_for drops a CancelledError that lands as its inner call completes
+    (gh-86296), leaving the cancel counted on the task: the loop's next pass stops it."""
+    swallowed = []
+
+    async def loop_losing_one_cancel() -> None:
+        while True:
+            supervisor.stop_if_cancel_was_swallowed()
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed.append(True)  # as wait_for does: no uncancel()
+
+    task = asyncio.get_running_loop().create_task(loop_losing_one_cancel())
+    await turns(2)
+    task.cancel()
+    await turns()
+    assert swallowed and task.cancelled()
+
+
+async def test_a_shutdown_cancels_again_a_task_that_lost_its_cancel_and_never_hangs_on_one(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(supervisor, "CANCEL_WAIT_SECONDS", 0.0)
+    lost = {"few": 0, "all": 0}
+    let_go = asyncio.Event()
+
+    async def losing(name: str, how_many: int) -> None:
+        while not let_go.is_set():
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                lost[name] += 1
+                if lost[name] > how_many:
+                    raise
+
+    tasks = supervisor.Supervisor(lambda _name: None, lambda _name: None)
+    few = tasks.start("loses-three-cancels", lambda: losing("few", 3))
+    endless = tasks.start("loses-every-cancel", lambda: losing("all", 10**6))
+    await turns(2)
+    with caplog.at_level(logging.WARNING, logger="quotagate.supervisor"):
+        await tasks.cancel_all()
+    assert few.cancelled() and lost["few"] == 4
+    assert not endless.done() and lost["all"] >= supervisor.CANCEL_ROUNDS - 1
+    assert "still running after a cancel, cancelling again: loses-every-cancel, loses-three-cancels" in caplog.text
+    assert "did not stop after 10 cancels, going on: loses-every-cancel" in caplog.text
+    let_go.set()
+    await turns()
+    assert endless.done()
