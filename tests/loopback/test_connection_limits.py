@@ -163,7 +163,8 @@ async def answer_times(count: int, rate: int) -> tuple[list[float], float, float
             writer.close()
             return answered_at
 
-        times = await asyncio.gather(*(one(i) for i in range(count)))
+        # Bounded: a stalled run fails here, naming itself, not at pytest's 300-s timeout.
+        times = await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(count))), 120)
         return list(times), max(connected), metric(proxy, "quotagate_connections_delayed_total")
 
 

@@ -29,7 +29,10 @@ class BrokerDouble:
         self.received: list[int] = []
 
     async def start(self, port: int) -> None:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", port)
+        # A backlog for a thousand connections at once (asyncio's default is 100): past it, a SYN is
+        # dropped and retried 1 s then 3 s later, beyond the rig's 2-s connect timeout, and the proxy
+        # takes the double for unreachable and stops accepting.
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", port, backlog=1024)
 
     async def before_read(self) -> None:
         """Subclasses may wait here (a frozen broker reads nothing)."""
