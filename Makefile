@@ -57,13 +57,11 @@ demo: venv kafka-jars
 # PYTEST_ARGS adds pytest options, e.g. PYTEST_ARGS="--durations=60" for the slowest phases or -m "not slow".
 PYTEST_ARGS ?=
 # The whole suite on PYTEST_WORKERS pytest-xdist workers (0: in one process). Its tests wait on quotas and
-# brokers more than they use CPU: 96 loopback and integration tests took 380 s in one process and 166-186 s
-# on two (loads 5-30). The workers share one Kafka (tests/support/kafka_fixtures.py); tests/conftest.py keeps
-# the Spark tests, the users of the 3-node cluster and the machine-wide runs each on one worker.
-# One process by default until the two workers' port picks stop racing (tests/support/proxy_fixtures.py
-# picks blocks in the ephemeral range, where the other worker's clients may take one: one failed setup in
-# four clean-clone runs); PYTEST_WORKERS=2 takes 11-12 minutes here instead of ~21.
-PYTEST_WORKERS ?= 0
+# brokers more than they use CPU: on this 2-core machine, in one process it took ~1 075 s of pytest, on two
+# workers 645 s, on three 598 s. The workers share one Kafka (tests/support/kafka_fixtures.py); tests/conftest.py
+# keeps the Spark tests, the users of the 3-node cluster and the machine-wide runs each on one worker and
+# starts them first; each worker picks its own ports above the ephemeral range (tests/support/proxy_fixtures.py).
+PYTEST_WORKERS ?= 3
 test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools helm-tool chromium redis-tools
 	$(VENV)/bin/ruff check .
 	QUOTAGATE_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit  # the same sources, interpreted
