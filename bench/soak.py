@@ -269,9 +269,7 @@ def write_backlog(bootstrap: str, topic: str, records: int) -> None:
     of responses that fell in it."""
     from confluent_kafka import Producer
 
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 20, "batch.size": BACKLOG_BATCH_BYTES}
-    )
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 20, "batch.size": BACKLOG_BATCH_BYTES})
     failures: list[str] = []
 
     def delivered(error: object, _message: object) -> None:

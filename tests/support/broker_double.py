@@ -85,15 +85,16 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 @contextlib.asynccontextmanager
 async def proxy_in_front_of(
-    broker: BrokerDouble, proxy_toml: str = "", top_toml: str = ""
+    broker: BrokerDouble, proxy_toml: str = "", top_toml: str = "", connect_timeout: float = 2.0
 ) -> AsyncIterator[tuple[Proxy, BrokerDouble, int]]:
     """A started proxy in front of `broker` (started here too): (proxy, broker, bootstrap port).
-    `proxy_toml` adds [proxy] keys, `top_toml` top-level ones."""
+    `proxy_toml` adds [proxy] keys, `top_toml` top-level ones; `connect_timeout` is the proxy's
+    connect_timeout_seconds, short so that tests of an unreachable broker finish quickly."""
     first = free_port_block(12)  # broker double, bootstrap, broker listeners
     await broker.start(first)
     config = parse_config(
         f'{top_toml}\n[proxy]\nbootstrap_servers = ["127.0.0.1:{first}"]\nport = {first + 1}\n'
-        f"connect_timeout_seconds = 2\nmetadata_refresh_seconds = 3600\n{proxy_toml}\n"
+        f"connect_timeout_seconds = {connect_timeout}\nmetadata_refresh_seconds = 3600\n{proxy_toml}\n"
     )
     proxy = Proxy(config)
     await proxy.start()
