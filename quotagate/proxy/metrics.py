@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
+from quotagate import compiled
 from quotagate.protocol.apis import api_key_label
 
 # Upstream service times on loopback are ~0.2-2 ms; long polls reach the fetch max wait (500 ms).
@@ -161,9 +162,10 @@ class ProxyMetrics:
         self.connections_refused_total.labels("connection_creation_rate")
         for reason in (SASL_RECEIVE_LIMIT, PARTIAL_FRAMES_LIMIT):
             self.frames_refused_total.labels(reason)
-        # The hot path's counters (see the module docstring); exported by collect().
-        self.bytes_in = 0  # client to broker
-        self.bytes_out = 0  # broker to client
+        # The hot path's counters (see the module docstring); exported by collect(). The forwarded
+        # bytes are the session core's own type (C fields compiled): imported here, as session_core
+        # imports this module.
+        self.forwarded = compiled.load("quotagate.proxy.session_core").ForwardedBytes()
         self.requests_by_key: dict[int, int] = {}
         # api key -> counts per LATENCY_BUCKETS bucket (not cumulative; the last is above them all), sum;
         # written by the session core (session_core.observe_latency)
@@ -188,8 +190,8 @@ class ProxyMetrics:
         forwarded = CounterMetricFamily(
             "quotagate_bytes", "Bytes forwarded: in = client to broker, out = broker to client", labels=["direction"]
         )
-        forwarded.add_metric(["in"], self.bytes_in)
-        forwarded.add_metric(["out"], self.bytes_out)
+        forwarded.add_metric(["in"], self.forwarded.bytes_in)
+        forwarded.add_metric(["out"], self.forwarded.bytes_out)
         yield forwarded
         latency = HistogramMetricFamily(
             "quotagate_upstream_latency_seconds",

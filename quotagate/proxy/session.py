@@ -178,7 +178,7 @@ class SessionPolicy:
         """Bytes from the client. What the broker would close the connection for (bytes that are not
         Kafka requests, a request it cannot parse, a frame over a limit) sets `refusal`; the requests
         before it are forwarded and answered first, as the broker answers them before it reads on."""
-        self.services.metrics.bytes_in += len(data)
+        self.services.metrics.forwarded.bytes_in += len(data)
         if self.refusal is not None or self.pending_refusal is not None:
             return  # the broker would never read past the offender
         splitter = self.client_frames

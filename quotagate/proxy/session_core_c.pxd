@@ -28,6 +28,11 @@ cdef Py_ssize_t N_BOUNDS
 cdef inline int _i16(const unsigned char* buf, Py_ssize_t pos) noexcept
 
 
+cdef class ForwardedBytes:
+    cdef public long long bytes_in
+    cdef public long long bytes_out
+
+
 cdef class InFlight:
     cdef readonly int correlation_id
     cdef readonly int api_key
@@ -79,6 +84,7 @@ cdef class SessionCore:
     cdef public bint whole_reads
     cdef public int hooked
     cdef int _step
+    cdef ForwardedBytes _forwarded
     cdef object _engine, _metrics, _entity_metrics, _rewriters, _cluster, _usage, _usage_collector
     cdef double _wall_offset
     cdef dict _topic_names

@@ -63,8 +63,8 @@ def test_hot_path_counters_are_exported_as_prometheus_counters_and_a_histogram()
         metrics.count_request(api_key)
     for seconds in (0.0004, 0.0005, 0.003, 20.0):  # 0.0005 is at a bound: counted in that bucket
         observe_latency(metrics.latency_by_key, 0, seconds)
-    metrics.bytes_in += 10
-    metrics.bytes_out += 7
+    metrics.forwarded.bytes_in += 10
+    metrics.forwarded.bytes_out += 7
     text = generate_latest(metrics.registry).decode()
     for line in (
         'quotagate_requests_total{api_key="0"} 2.0',
