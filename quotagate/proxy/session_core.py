@@ -224,6 +224,7 @@ class SessionCore:
         self._metrics = services.metrics
         self._forwarded = services.metrics.forwarded
         self._entity_metrics = services.entity_metrics
+        self._stats_by_entity = services.entity_metrics.stats  # its one dict, looked into per exchange
         self._rewriters = services.rewriters
         self._cluster = services.cluster
         self._usage = services.usage
@@ -634,7 +635,7 @@ class SessionCore:
         key = self._entity_key
         if key is None or key[0] is not self.user or key[1] is not client_id:
             key = self._entity_key = (self.user, client_id)
-        stats = self._entity_metrics.stats.get(key)
+        stats = self._stats_by_entity.get(key)
         if stats is None:
             return self._entity_metrics.entity(self.user, client_id, now)
         stats.last_seen = now

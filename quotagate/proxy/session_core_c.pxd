@@ -85,7 +85,8 @@ cdef class SessionCore:
     cdef public int hooked
     cdef int _step
     cdef ForwardedBytes _forwarded
-    cdef object _engine, _metrics, _entity_metrics, _rewriters, _cluster, _usage, _usage_collector
+    cdef object _engine, _metrics, _entity_metrics, _cluster, _usage, _usage_collector
+    cdef dict _rewriters, _stats_by_entity
     cdef double _wall_offset
     cdef dict _topic_names
     cdef list _last_sent
@@ -131,6 +132,7 @@ cdef class SessionCore:
     cdef void _broker_data(self, object data, double now) except *
     @cython.locals(request=InFlight)
     cpdef bint _streamable(self, object head) except -1
+    @cython.locals(expected=InFlight)
     cdef InFlight _expected(self, object frame)
     @cython.locals(request=InFlight, memo=RewriteMemo)
     cdef void _whole_response(self, object frame, double now) except *
