@@ -1,9 +1,9 @@
 """Prometheus metrics of the proxy itself (connections, requests, bytes).
 
-What is counted per request or per read (requests by API, bytes, upstream latency) is kept in plain
-ints and floats and turned into metric families only when scraped, like the per-entity metrics:
-the event loop is the only writer and the scrape runs on it too, so the hot path takes no lock and
-makes no prometheus_client call. The rarer events use prometheus_client's own counters.
+What is counted per request or per read (requests by API, bytes, upstream latency) is kept in the
+session core's `ExchangeCounters` (C fields and arrays, compiled) and turned into metric families
+only when scraped, like the per-entity metrics: the event loop is the only writer, so the hot path
+takes no lock and makes no prometheus_client call. The rarer events use prometheus_client's own counters.
 """
 
 from __future__ import annotations
