@@ -1,9 +1,9 @@
 """Prometheus metrics of the proxy itself (connections, requests, bytes).
 
-What is counted per request or per read (requests by API, bytes, upstream latency) is kept in plain
-ints and floats and turned into metric families only when scraped, like the per-entity metrics:
-the event loop is the only writer and the scrape runs on it too, so the hot path takes no lock and
-makes no prometheus_client call. The rarer events use prometheus_client's own counters.
+What is counted per request or per read (requests by API, bytes, upstream latency) is kept in the
+session core's `ExchangeCounters` (C fields and arrays, compiled) and turned into metric families
+only when scraped, like the per-entity metrics: the event loop is the only writer, so the hot path
+takes no lock and makes no prometheus_client call. The rarer events use prometheus_client's own counters.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
+from quotagate import compiled
 from quotagate.protocol.apis import api_key_label
 
 # Upstream service times on loopback are ~0.2-2 ms; long polls reach the fetch max wait (500 ms).
@@ -161,25 +162,17 @@ class ProxyMetrics:
         self.connections_refused_total.labels("connection_creation_rate")
         for reason in (SASL_RECEIVE_LIMIT, PARTIAL_FRAMES_LIMIT):
             self.frames_refused_total.labels(reason)
-        # The hot path's counters (see the module docstring); exported by collect().
-        self.bytes_in = 0  # client to broker
-        self.bytes_out = 0  # broker to client
-        self.requests_by_key: dict[int, int] = {}
-        # api key -> counts per LATENCY_BUCKETS bucket (not cumulative; the last is above them all), sum;
-        # written by the session core (session_core.observe_latency)
-        self.latency_by_key: dict[int, tuple[list[int], list[float]]] = {}
+        # The hot path's counters (see the module docstring), exported by collect(): the session
+        # core's own type (C fields compiled), imported here as session_core imports this module.
+        self.counters = compiled.load("quotagate.proxy.session_core").ExchangeCounters()
         self.registry.register(self)
 
-    def count_request(self, api_key: int) -> None:
-        counts = self.requests_by_key
-        counts[api_key] = counts.get(api_key, 0) + 1
-
     def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
-        # Read while the event loop may add keys (a scrape renders in a worker thread): list() of a
-        # dict's items is one C call, which the loop cannot interleave with.
+        # Read while the event loop counts (a scrape renders in a worker thread): each of the
+        # counters' dicts is made in one call, which the loop does not interleave with.
         requests = CounterMetricFamily("quotagate_requests", "Requests forwarded, by Kafka API key", labels=["api_key"])
         request_counts: dict[str, int] = {}
-        for api_key, count in list(self.requests_by_key.items()):
+        for api_key, count in self.counters.requests_by_key().items():
             label = api_key_label(api_key)
             request_counts[label] = request_counts.get(label, 0) + count
         for label, count in request_counts.items():
@@ -188,8 +181,8 @@ class ProxyMetrics:
         forwarded = CounterMetricFamily(
             "quotagate_bytes", "Bytes forwarded: in = client to broker, out = broker to client", labels=["direction"]
         )
-        forwarded.add_metric(["in"], self.bytes_in)
-        forwarded.add_metric(["out"], self.bytes_out)
+        forwarded.add_metric(["in"], self.counters.bytes_in)
+        forwarded.add_metric(["out"], self.counters.bytes_out)
         yield forwarded
         latency = HistogramMetricFamily(
             "quotagate_upstream_latency_seconds",
@@ -198,10 +191,10 @@ class ProxyMetrics:
         )
         bounds = [*(str(bound) for bound in LATENCY_BUCKETS), "+Inf"]
         folded: dict[str, tuple[list[int], float]] = {}
-        for api_key, (counts, total) in sorted(list(self.latency_by_key.items())):
+        for api_key, (counts, total) in sorted(self.counters.latency_by_key().items()):
             label = api_key_label(api_key)
             into = folded.setdefault(label, ([0] * len(counts), 0.0))
-            folded[label] = ([a + b for a, b in zip(into[0], counts, strict=True)], into[1] + total[0])
+            folded[label] = ([a + b for a, b in zip(into[0], counts, strict=True)], into[1] + total)
         for label, (counts, total_seconds) in folded.items():
             cumulative, buckets = 0, []
             for bound, count in zip(bounds, counts, strict=True):

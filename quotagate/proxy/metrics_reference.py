@@ -14,7 +14,6 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
-from quotagate.proxy.session import observe_latency
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.engine import local_bucket
 
@@ -56,8 +55,8 @@ def metric_docs() -> list[MetricDoc]:
     )
     entities = EntityMetrics(lambda: engine, lambda: 0.0, 10)
     metrics.registry.register(entities)
-    metrics.count_request(0)
-    observe_latency(metrics.latency_by_key, 0, 0.001)
+    metrics.counters.count_request(0)
+    metrics.counters.observe_latency(0, 0.001)
     entities.record_response("u", "c", 0, 100, 10, 1.0, 5, 0.0)
     for attribute in vars(metrics).values():
         if isinstance(attribute, MetricWrapperBase) and attribute._labelnames:  # one child shows the labels

@@ -92,7 +92,6 @@ _core = compiled.load("quotagate.proxy.session_core")
 SessionCore = _core.SessionCore
 InFlight = _core.InFlight
 Admission = _core.Admission
-observe_latency = _core.observe_latency
 # The policies whose hook is `Session._admit` (the rest are the core's own).
 THRESHOLDS, LOCAL_ANSWER, MUTATION = _core.THRESHOLDS, _core.LOCAL_ANSWER, _core.MUTATION
 PRODUCER_IDS = _core.PRODUCER_IDS
@@ -178,7 +177,7 @@ class SessionPolicy:
         """Bytes from the client. What the broker would close the connection for (bytes that are not
         Kafka requests, a request it cannot parse, a frame over a limit) sets `refusal`; the requests
         before it are forwarded and answered first, as the broker answers them before it reads on."""
-        self.services.metrics.bytes_in += len(data)
+        self.services.metrics.counters.bytes_in += len(data)
         if self.refusal is not None or self.pending_refusal is not None:
             return  # the broker would never read past the offender
         splitter = self.client_frames

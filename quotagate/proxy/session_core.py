@@ -138,11 +138,16 @@ STREAM_RESPONSES_FROM = 16 * 1024
 RESPONSE_HEAD_BYTES = 64
 WHOLE, HEAD, LAST = Piece.WHOLE, Piece.HEAD, Piece.LAST
 
-# LATENCY_BUCKETS as the C array observe_latency scans (compiled: double[16]).
+# LATENCY_BUCKETS as the C array ExchangeCounters.observe_latency scans (compiled: double[16]).
 N_BOUNDS = len(LATENCY_BUCKETS)
 if N_BOUNDS > 16:
     raise ValueError("LATENCY_BUCKETS has more bounds than observe_latency keeps")
 BOUNDS = [float(bound) for bound in LATENCY_BUCKETS] + [0.0] * (16 - N_BOUNDS)
+# ExchangeCounters' slots: one per API key the tables cover, and one (KEYS) for every key outside
+# them, reported as key -1 (an "unknown" label either way: apis.api_key_label). A slot's latency
+# buckets are LATENCY_STRIDE apart: N_BOUNDS + 1 of them used (the last is above every bound).
+SLOTS = KEYS + 1
+LATENCY_STRIDE = 17
 
 # The session's phases: what it can do with a read.
 CONNECTING = 0  # the broker connection is not up yet: frames are held
@@ -171,6 +176,60 @@ class _ShortPeek(Exception):
 def _i16(buf: bytes, pos: int) -> int:
     value = (buf[pos] << 8) | buf[pos + 1]
     return value - 0x10000 if value >= 0x8000 else value
+
+
+class ExchangeCounters:
+    """What every session's core counts per read and per exchange, for ProxyMetrics (which holds it
+    as `counters` and exports it when scraped): the bytes forwarded, requests and upstream latency by
+    API key. Compiled, these are C fields and arrays: as dicts and attributes of ProxyMetrics each
+    count cost look-ups, an int made and a store."""
+
+    def __init__(self):
+        self.bytes_in = 0  # client to broker
+        self.bytes_out = 0  # broker to client
+        if not cython.compiled:  # compiled, C arrays its allocation zeroed (session_core_c.pxd)
+            self.requests = [0] * SLOTS
+            self.latency_counts = [0] * (SLOTS * LATENCY_STRIDE)  # per slot: counts per LATENCY_BUCKETS bucket
+            self.latency_seconds = [0.0] * SLOTS
+
+    def count_request(self, api_key):
+        self.requests[_slot(api_key)] += 1
+
+    def observe_latency(self, api_key, seconds):
+        """Counts an upstream latency in its API's histogram."""
+        slot = _slot(api_key)
+        index = 0
+        while index < N_BOUNDS and BOUNDS[index] < seconds:  # bisect_left: the first bucket whose bound is >= seconds
+            index += 1
+        self.latency_counts[slot * LATENCY_STRIDE + index] += 1
+        self.latency_seconds[slot] += seconds
+
+    def requests_by_key(self):
+        """{api key: requests} of the keys counted (-1: every key outside the tables)."""
+        counted = {}
+        for slot in range(SLOTS):
+            if self.requests[slot]:
+                counted[_slot_key(slot)] = self.requests[slot]
+        return counted
+
+    def latency_by_key(self):
+        """{api key: (counts per LATENCY_BUCKETS bucket, not cumulative, the last above them all;
+        seconds in all)} of the keys observed (-1: every key outside the tables)."""
+        observed = {}
+        for slot in range(SLOTS):
+            start = slot * LATENCY_STRIDE
+            counts = [self.latency_counts[start + index] for index in range(N_BOUNDS + 1)]
+            if any(counts):
+                observed[_slot_key(slot)] = (counts, self.latency_seconds[slot])
+        return observed
+
+
+def _slot(api_key):
+    return api_key if 0 <= api_key < KEYS else KEYS
+
+
+def _slot_key(slot):
+    return slot if slot < KEYS else -1
 
 
 class InFlight:
@@ -212,7 +271,9 @@ class SessionCore:
         self.services = services
         self._engine = services.engine
         self._metrics = services.metrics
+        self._counters = services.metrics.counters
         self._entity_metrics = services.entity_metrics
+        self._stats_by_entity = services.entity_metrics.stats  # its one dict, looked into per exchange
         self._rewriters = services.rewriters
         self._cluster = services.cluster
         self._usage = services.usage
@@ -232,8 +293,6 @@ class SessionCore:
             hooked |= PRODUCER_IDS
         self.hooked = hooked
         self.whole_reads = services.whole_reads
-        self._requests_by_key = services.metrics.requests_by_key
-        self._latency_by_key = services.metrics.latency_by_key
         self.in_flight = deque()
         self._in_flight_append = self.in_flight.append  # bound once: these run per exchange
         self._in_flight_popleft = self.in_flight.popleft
@@ -380,7 +439,7 @@ class SessionCore:
             if size < 0 or size > self._max_frame_size or size > n - pos - 4:
                 return False
             pos += 4 + size
-        self._metrics.bytes_in += n
+        self._counters.bytes_in += n
         out = self.to_broker
         run = 0  # the frames from here on went to the broker as they are: one write for them all
         pos = 0
@@ -501,8 +560,7 @@ class SessionCore:
             max_wait = i32(buf, at)
             if max_wait < 0:
                 max_wait = 0
-        counts = self._requests_by_key
-        counts[api_key] = counts.get(api_key, 0) + 1
+        self._counters.count_request(api_key)
         forwarded = data  # as it is (the caller has the frame's own object)
         local = None
         refused = None
@@ -623,7 +681,7 @@ class SessionCore:
         key = self._entity_key
         if key is None or key[0] is not self.user or key[1] is not client_id:
             key = self._entity_key = (self.user, client_id)
-        stats = self._entity_metrics.stats.get(key)
+        stats = self._stats_by_entity.get(key)
         if stats is None:
             return self._entity_metrics.entity(self.user, client_id, now)
         stats.last_seen = now
@@ -677,7 +735,7 @@ class SessionCore:
             self.held or self.receive_limit is not None or self.pending_refusal is not None
         ):
             self._release_held(now)
-        self._metrics.bytes_out += written
+        self._counters.bytes_out += written
         return True
 
     def _broker_data(self, data, now):
@@ -702,7 +760,7 @@ class SessionCore:
         written = 0
         for index in range(start, len(out)):  # no slice copy of the list per read
             written += len(out[index])
-        self._metrics.bytes_out += written
+        self._counters.bytes_out += written
         self.broker_partial = frames.streaming or frames.buffered > 0
         if not self.awaiting_authentication and (
             self.held or self.receive_limit is not None or self.pending_refusal is not None
@@ -775,7 +833,7 @@ class SessionCore:
             frame, throttle = self._answered(request, frame, now)
         latency_ms = (now - request.sent_at) * 1000
         if request.local_response is None:
-            observe_latency(self._latency_by_key, api_key, latency_ms / 1000)
+            self._counters.observe_latency(api_key, latency_ms / 1000)
         if request.exempt:
             request_ms = None
             self._entity_metrics.record_exempt(latency_ms)
@@ -853,20 +911,6 @@ class SessionCore:
         if until > self.muted_until:
             self.muted_until = until
         self._metrics.mutes_total.inc()
-
-
-def observe_latency(latency_by_key, api_key, seconds):
-    """Counts an upstream latency in its API's histogram (ProxyMetrics exports them)."""
-    entry = latency_by_key.get(api_key)
-    if entry is None:
-        entry = latency_by_key[api_key] = ([0] * (len(LATENCY_BUCKETS) + 1), [0.0])
-    index = 0
-    while index < N_BOUNDS and BOUNDS[index] < seconds:  # bisect_left: the first bucket whose bound is >= seconds
-        index += 1
-    counts = entry[0]
-    counts[index] += 1
-    total = entry[1]
-    total[0] += seconds
 
 
 def _in_flight(correlation_id, api_key, api_version, client_id, request_size, sent_at, max_wait, exempt, over_quota):

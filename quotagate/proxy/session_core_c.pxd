@@ -28,6 +28,27 @@ cdef Py_ssize_t N_BOUNDS
 cdef inline int _i16(const unsigned char* buf, Py_ssize_t pos) noexcept
 
 
+cdef int SLOTS, LATENCY_STRIDE
+cdef inline int _slot(int api_key) noexcept
+cdef inline int _slot_key(int slot) noexcept
+
+
+cdef class ExchangeCounters:
+    cdef public long long bytes_in
+    cdef public long long bytes_out
+    cdef long long requests[129]  # SLOTS
+    cdef long long latency_counts[2193]  # SLOTS * LATENCY_STRIDE
+    cdef double latency_seconds[129]
+
+    cpdef void count_request(self, int api_key) noexcept
+    @cython.locals(slot=int, index=int)
+    cpdef void observe_latency(self, int api_key, double seconds) noexcept
+    @cython.locals(counted=dict, slot=int)
+    cpdef dict requests_by_key(self)
+    @cython.locals(observed=dict, slot=int, start=Py_ssize_t, counts=list, index=int)
+    cpdef dict latency_by_key(self)
+
+
 cdef class InFlight:
     cdef readonly int correlation_id
     cdef readonly int api_key
@@ -79,12 +100,13 @@ cdef class SessionCore:
     cdef public bint whole_reads
     cdef public int hooked
     cdef int _step
-    cdef object _engine, _metrics, _entity_metrics, _rewriters, _cluster, _usage, _usage_collector
+    cdef ExchangeCounters _counters
+    cdef object _engine, _metrics, _entity_metrics, _cluster, _usage, _usage_collector
+    cdef dict _rewriters, _stats_by_entity
     cdef double _wall_offset
     cdef dict _topic_names
     cdef list _last_sent
     cdef tuple _last_order
-    cdef dict _requests_by_key, _latency_by_key
     cdef Py_ssize_t _max_frame_size
     cdef bytes _client_id_raw
     cdef object _client_id
@@ -106,7 +128,7 @@ cdef class SessionCore:
         buf="const unsigned char*", peek_end=Py_ssize_t, api_key=int, version=int, correlation_id=int,
         client_id_len=int, body=Py_ssize_t, known=bint, flexible_from=int, cap=int, policy=int, acks=int,
         max_wait=int, at=Py_ssize_t, refusal_wait=int, stop=bint, throttle=long, over_quota=bint, exempt=bint,
-        counts=dict, entry=InFlight, admission=Admission,
+        entry=InFlight, admission=Admission,
     )
     cdef object _peeked_request(self, bytes data, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t size, object frame, double now)
     @cython.locals(raw=bytes, buf="const unsigned char*", kept="const unsigned char*")
@@ -125,6 +147,7 @@ cdef class SessionCore:
     cdef void _broker_data(self, object data, double now) except *
     @cython.locals(request=InFlight)
     cpdef bint _streamable(self, object head) except -1
+    @cython.locals(expected=InFlight)
     cdef InFlight _expected(self, object frame)
     @cython.locals(request=InFlight, memo=RewriteMemo)
     cdef void _whole_response(self, object frame, double now) except *
@@ -136,8 +159,6 @@ cdef class SessionCore:
     cdef void _mute(self, long throttle_ms, double now) except *
 
 
-@cython.locals(entry=tuple, counts=list, total=list, index=Py_ssize_t)
-cpdef void observe_latency(dict latency_by_key, int api_key, double seconds) except *
 @cython.locals(entry=InFlight)
 cdef InFlight _in_flight(int correlation_id, int api_key, int api_version, object client_id, Py_ssize_t request_size, double sent_at, int max_wait, bint exempt, bint over_quota)
 @cython.locals(head=InFlight)

@@ -10,7 +10,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from quotagate.protocol.apis import ApiKey
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
-from quotagate.proxy.session import observe_latency
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable
 from quotagate.quotas.entities import MAX_NAME_CHARS
 
@@ -18,8 +17,8 @@ from quotagate.quotas.entities import MAX_NAME_CHARS
 def test_random_api_keys_fold_into_one_unknown_series() -> None:
     metrics = ProxyMetrics()
     for api_key in (0, 3, 92, 93, 1000, 32767, -1, -32768):
-        metrics.count_request(api_key)
-        observe_latency(metrics.latency_by_key, api_key, 0.001)
+        metrics.counters.count_request(api_key)
+        metrics.counters.observe_latency(api_key, 0.001)
     text = generate_latest(metrics.registry).decode()
     assert sorted(re.findall(r'quotagate_requests_total\{api_key="([^"]+)"\} (\S+)', text)) == [
         ("0", "1.0"),

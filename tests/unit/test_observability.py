@@ -11,7 +11,6 @@ from quotagate.config.settings import UsageConfig, parse_config
 from quotagate.protocol.apis import ApiKey
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
-from quotagate.proxy.session import observe_latency
 from quotagate.proxy.usage import (
     QUOTA_FIELDS,
     AggregateCollector,
@@ -60,11 +59,11 @@ def test_throttle_time_is_counted_under_the_group_of_the_api() -> None:
 def test_hot_path_counters_are_exported_as_prometheus_counters_and_a_histogram() -> None:
     metrics = ProxyMetrics()
     for api_key in (0, 0, 3):
-        metrics.count_request(api_key)
+        metrics.counters.count_request(api_key)
     for seconds in (0.0004, 0.0005, 0.003, 20.0):  # 0.0005 is at a bound: counted in that bucket
-        observe_latency(metrics.latency_by_key, 0, seconds)
-    metrics.bytes_in += 10
-    metrics.bytes_out += 7
+        metrics.counters.observe_latency(0, seconds)
+    metrics.counters.bytes_in += 10
+    metrics.counters.bytes_out += 7
     text = generate_latest(metrics.registry).decode()
     for line in (
         'quotagate_requests_total{api_key="0"} 2.0',
