@@ -178,7 +178,7 @@ class SharedQuotas:
             return
         next_registry = 0.0
         while True:
-            stop_if_cancel_was_swallowed()  # redis-py's calls go through 3.11's asyncio.wait_for
+            stop_if_cancel_was_swallowed()  # a cancel lost inside a Redis call still stops it
             try:
                 now_wall = time.monotonic()
                 async with asyncio.timeout(self.config.redis_timeout_seconds * TICK_TIMEOUTS):

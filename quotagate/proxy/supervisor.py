@@ -32,10 +32,10 @@ TaskFactory = Callable[[], Coroutine[Any, Any, None]]
 
 def stop_if_cancel_was_swallowed() -> None:
     """Raises CancelledError if this task was cancelled and the CancelledError got lost on the way.
-    Python 3.11's asyncio.wait_for (which redis-py and this package use) returns the inner result when
-    it completes at the moment the task awaiting it is cancelled, and drops the CancelledError
-    (gh-86296, fixed in 3.12); the task still counts the request (Task.cancelling). A loop that must
-    stop on a cancel calls this once per pass."""
+    Python 3.11's asyncio.wait_for returns the inner result when it completes at the moment the task
+    awaiting it is cancelled, dropping the CancelledError (gh-86296, fixed in 3.12), and a library's
+    call may lose one the same way; the task still counts the request (Task.cancelling). A loop that
+    must stop on a cancel calls this once per pass."""
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
