@@ -25,6 +25,10 @@ class GroupMember(threading.Thread):
             auto_offset_reset="earliest",
             heartbeat_interval_ms=500,
             session_timeout_ms=10000,
+            # kafka-python may join before its metadata names the new topic ("No partition metadata
+            # for topic", so it is assigned nothing) and looks again only at metadata_max_age_ms,
+            # 5 min by default: at a load average of 34 the first member owned nothing for 30 s.
+            metadata_max_age_ms=1000,
         )
         self.values: list[bytes] = []
         self.assignment: set[int] = set()
