@@ -148,6 +148,10 @@ BOUNDS = [float(bound) for bound in LATENCY_BUCKETS] + [0.0] * (16 - N_BOUNDS)
 # buckets are LATENCY_STRIDE apart: N_BOUNDS + 1 of them used (the last is above every bound).
 SLOTS = KEYS + 1
 LATENCY_STRIDE = 17
+# session_core_c.pxd sizes the compiled arrays for these (129 slots, 129 * 17 buckets), and a C array
+# has no bounds check: the two change together, or the module refuses to load.
+if (SLOTS, LATENCY_STRIDE) != (129, 17):
+    raise ValueError("ExchangeCounters' arrays in session_core_c.pxd are sized for 129 slots of 17 buckets")
 
 # The session's phases: what it can do with a read.
 CONNECTING = 0  # the broker connection is not up yet: frames are held
