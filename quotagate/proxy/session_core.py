@@ -228,6 +228,14 @@ class ExchangeCounters:
         return observed
 
 
+def _bytes_from(out, start):
+    """Bytes in out[start:], without the slice copy of the list."""
+    written = 0
+    for index in range(start, len(out)):
+        written += len(out[index])
+    return written
+
+
 def _slot(api_key):
     return api_key if 0 <= api_key < KEYS else KEYS
 
@@ -730,15 +738,11 @@ class SessionCore:
                 frame = view[pos : pos + 4 + size]
             self._whole_response(frame, now)
             pos += 4 + size
-        written = 0
-        for index in range(start, len(out)):  # no slice copy of the list per read
-            written += len(out[index])
+        written = _bytes_from(out, start)
         if pos < n:
             self._broker_data(data[pos:], now)  # counted after it, as the splitter counts: not if it raises
-        elif not self.awaiting_authentication and (
-            self.held or self.receive_limit is not None or self.pending_refusal is not None
-        ):
-            self._release_held(now)
+        else:
+            self._release_held_if_answered(now)
         self._counters.bytes_out += written
         return True
 
@@ -761,15 +765,17 @@ class SessionCore:
                     out.append(piece)
                     if kind is LAST:  # what the proxy answered itself goes after it, in turn
                         self._local_responses(now)
-        written = 0
-        for index in range(start, len(out)):  # no slice copy of the list per read
-            written += len(out[index])
-        self._counters.bytes_out += written
+        self._counters.bytes_out += _bytes_from(out, start)
         self.broker_partial = frames.streaming or frames.buffered > 0
+        self._release_held_if_answered(now)
+
+    def _release_held_if_answered(self, now):
+        """After a read of responses: what waited for a SaslAuthenticate answer goes on, once none
+        is awaited."""
         if not self.awaiting_authentication and (
             self.held or self.receive_limit is not None or self.pending_refusal is not None
         ):
-            self._release_held(now)  # what waited for a SaslAuthenticate answer
+            self._release_held(now)
 
     def _streamable(self, head):
         """Whether the response that begins with `head` can be cut through: `_respond` needs no

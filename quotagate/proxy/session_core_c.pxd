@@ -29,6 +29,8 @@ cdef inline int _i16(const unsigned char* buf, Py_ssize_t pos) noexcept
 
 
 cdef int SLOTS, LATENCY_STRIDE
+@cython.locals(written=Py_ssize_t, index=Py_ssize_t)
+cdef Py_ssize_t _bytes_from(list out, Py_ssize_t start) except -1
 cdef inline int _slot(int api_key) noexcept
 cdef inline int _slot_key(int slot) noexcept
 
@@ -141,10 +143,11 @@ cdef class SessionCore:
     cdef void _local_turn(self, double now) except *
     cdef void _local_responses(self, double now) except *
 
-    @cython.locals(buf="const unsigned char*", n=Py_ssize_t, pos=Py_ssize_t, size=Py_ssize_t, start=Py_ssize_t, written=Py_ssize_t, out=list, index=Py_ssize_t)
+    @cython.locals(buf="const unsigned char*", n=Py_ssize_t, pos=Py_ssize_t, size=Py_ssize_t, start=Py_ssize_t, written=Py_ssize_t, out=list)
     cdef bint _whole_responses(self, bytes data, double now) except -1
-    @cython.locals(out=list, start=Py_ssize_t, written=Py_ssize_t, index=Py_ssize_t)
+    @cython.locals(out=list, start=Py_ssize_t)
     cdef void _broker_data(self, object data, double now) except *
+    cdef void _release_held_if_answered(self, double now) except *
     @cython.locals(request=InFlight)
     cpdef bint _streamable(self, object head) except -1
     @cython.locals(expected=InFlight)
