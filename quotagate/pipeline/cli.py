@@ -346,13 +346,13 @@ def _run_generate(spark, args) -> int:
 def _run_apply(_spark, args) -> int:
     from quotagate.pipeline.apply import apply_shadow, shadow_recommendations, write_config
     from quotagate.pipeline.recommend import by_entity
-    from quotagate.pipeline.storage import LOCAL_SCHEMES, scheme_of
+    from quotagate.pipeline.storage import LOCAL_SCHEMES, scheme_of, shown_path
     from quotagate.quotas import QuotaKey
 
-    if scheme_of(args.recommendations) in LOCAL_SCHEMES:
+    if scheme_of(args.recommendations) in LOCAL_SCHEMES:  # no JVM for a local file
         import pandas as pd
 
-        recommendations = pd.read_parquet(Path(args.recommendations) / RECOMMENDATIONS)
+        recommendations = pd.read_parquet(Path(shown_path(args.recommendations)) / RECOMMENDATIONS)
     else:  # on an object store or HDFS: read through Hadoop's filesystems, with the job's --conf
         spark = session_for(args)
         try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -40,7 +39,7 @@ def shared_session(spark, monkeypatch):  # type: ignore[no-untyped-def]
 def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     from tests.support.spark_storage import ObjectStore
 
-    store = ObjectStore(Path())
+    store = ObjectStore()
     try:
         yield store.start(tmp_path_factory.mktemp("s3proxy"))
     finally:
