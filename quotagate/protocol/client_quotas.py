@@ -21,6 +21,14 @@ from kafka.protocol.admin import (
 from quotagate.protocol.apis import ApiKey, is_flexible
 from quotagate.protocol.framing import FrameError
 
+# The highest versions whose requests the proxy reads and whose responses it writes (version_caps.py).
+_DESCRIBE = (DescribeClientQuotasRequest, DescribeClientQuotasResponse)
+_ALTER = (AlterClientQuotasRequest, AlterClientQuotasResponse)
+READABLE_UP_TO: dict[int, int] = {
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: min(cls.max_version for cls in _DESCRIBE),
+    ApiKey.ALTER_CLIENT_QUOTAS: min(cls.max_version for cls in _ALTER),
+}
+
 # An entity as Kafka sends it: (entity type, name or None for the default), in the order given.
 EntityParts = tuple[tuple[str, str | None], ...]
 

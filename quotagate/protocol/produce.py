@@ -10,9 +10,10 @@ from __future__ import annotations
 from struct import pack, unpack_from
 from typing import NamedTuple
 
-from kafka.protocol.producer import ProduceResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from quotagate import compiled
+from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
 from quotagate.protocol.headers import encode_count, read_count, read_uvarint, skip_string, skip_tagged_fields
 
@@ -21,6 +22,8 @@ usual_flexible_throttle_offset = _walk.usual_flexible_throttle_offset
 
 FLEXIBLE_FROM = 9
 TOPIC_ID_FROM = 13
+# The highest version whose request the walks here read and whose response the class decodes (version_caps.py).
+READABLE_UP_TO: dict[int, int] = {ApiKey.PRODUCE: min(ProduceRequest.max_version, ProduceResponse.max_version)}
 
 
 def produce_request_acks(frame: memoryview, body_offset: int, version: int) -> int:

@@ -30,13 +30,14 @@ except ImportError:  # interpreted without Cython installed: quotagate/_cython_s
 
 from collections import deque
 
-from quotagate.protocol.apis import MAX_VERSIONS, ApiKey, api_name, is_flexible
+from quotagate.protocol.apis import ApiKey, api_name, is_flexible
 from quotagate.protocol.fetch import max_wait_offset
 from quotagate.protocol.framing import FrameError, Piece, StreamingFrameSplitter, frame_body_size
 from quotagate.protocol.headers import RequestHeader, skip_tagged_fields
 from quotagate.protocol.mutations import MUTATION_APIS
 from quotagate.protocol.share import share_fetch_max_wait_ms
 from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time, throttle_time_offset
+from quotagate.protocol.version_caps import MAX_VERSIONS, unsupported_api_versions
 from quotagate.proxy.metrics import LATENCY_BUCKETS, SASL_RECEIVE_LIMIT
 from quotagate.proxy.quota_admin import CLIENT_QUOTA_APIS
 from quotagate.quotas.entities import QuotaKey
@@ -106,9 +107,9 @@ def _policies() -> dict:
 # POLICY[api_key]: the policies of each API (0: forwarded and charged request time, nothing else).
 POLICIES = _policies()
 POLICY = [POLICIES.get(key, 0) for key in range(KEYS)]
-# MAX_VERSION[api_key]: the version cap ApiVersions advertises (-1: none); ApiVersions itself is
-# never refused (the broker answers it, KIP-511).
-MAX_VERSION = [-1 if key == API_API_VERSIONS else MAX_VERSIONS.get(key, -1) for key in range(KEYS)]
+# MAX_VERSION[api_key]: the version cap ApiVersions advertises (-1: none); ApiVersions above its
+# cap is answered by the proxy, never refused (version_caps.unsupported_api_versions, KIP-511).
+MAX_VERSION = [MAX_VERSIONS.get(key, -1) for key in range(KEYS)]
 
 
 def _flexible_from() -> list:
@@ -552,9 +553,10 @@ class SessionCore:
             cap = MAX_VERSION[api_key]
             policy = POLICY[api_key]
         else:
-            cap = MAX_VERSIONS.get(api_key, -1) if api_key != API_API_VERSIONS else -1
+            cap = MAX_VERSIONS.get(api_key, -1)
             policy = 0
-        if cap >= 0 and version > cap:  # the broker closes on a version it lacks (apis.exceeds_advertised_cap)
+        unreadable = cap >= 0 and version > cap
+        if unreadable and api_key != API_API_VERSIONS:  # the broker closes on a version it lacks
             raise FrameError(f"{api_name(api_key)} v{version} is above what ApiVersions offered")
         # What lies further in, read before anything happens (a short peek starts over).
         acks = 1
@@ -575,6 +577,9 @@ class SessionCore:
         self._counters.count_request(api_key)
         forwarded = data  # as it is (the caller has the frame's own object)
         local = None
+        if unreadable:  # ApiVersions above what the proxy reads: answered as the broker answers one above its own
+            forwarded = None
+            local = unsupported_api_versions(correlation_id)
         refused = None
         order = ()
         refusal_wait = 0

@@ -128,7 +128,7 @@ cdef class SessionCore:
     cdef object _request(self, bytes data, Py_ssize_t pos, Py_ssize_t end, object frame, double now)
     @cython.locals(
         buf="const unsigned char*", peek_end=Py_ssize_t, api_key=int, version=int, correlation_id=int,
-        client_id_len=int, body=Py_ssize_t, known=bint, flexible_from=int, cap=int, policy=int, acks=int,
+        client_id_len=int, body=Py_ssize_t, known=bint, flexible_from=int, cap=int, unreadable=bint, policy=int, acks=int,
         max_wait=int, at=Py_ssize_t, refusal_wait=int, stop=bint, throttle=long, over_quota=bint, exempt=bint,
         entry=InFlight, admission=Admission,
     )
