@@ -1,4 +1,4 @@
-"""Start, check and stop a local KRaft Kafka from the jars: `python -m kafka_rig up | status | down | tool`
+"""Start, check and stop a local Kafka from the jars: `python -m kafka_rig up | status | down | tool`
 (`make kafka-up` / `make kafka-down`)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO
 
 from kafka_rig.cluster import DEFAULT_SASL_USERS, RUN_DIR, SASL_PORT_OFFSET, Cluster
-from kafka_rig.jvm import TOOL_ALIASES, KafkaRigError, run_tool
+from kafka_rig.jvm import TOOL_ALIASES, VARIANT_ENV, KafkaRigError, Variant, run_tool
 from kafka_rig.processes import HOST
 
 
@@ -58,12 +58,13 @@ def _cmd_up(args: argparse.Namespace) -> int:
         wait=args.wait,
         sasl_users=sasl_users,
         sasl_base_port=sasl_port,
+        variant=Variant.parse(args.kafka) if args.kafka else (saved.variant if saved else None),
     )
     if len(cluster.alive_nodes()) == cluster.size and cluster.is_ready():
         print(f"cluster {name!r} already running and ready")
     else:
         cluster.start()
-        print(f"cluster {name!r} ready in {time.monotonic() - started:.1f}s")
+        print(f"cluster {name!r} (Kafka {cluster.variant}) ready in {time.monotonic() - started:.1f}s")
     _print_nodes(cluster, sys.stdout)
     _print_bootstrap(cluster, sys.stdout)
     return 0
@@ -77,7 +78,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     status = cluster.probe()
     ready = len(cluster.alive_nodes()) == cluster.size and not any(status.values())
     sasl = f"; SASL bootstrap {cluster.sasl_bootstrap}" if cluster.has_sasl else ""
-    print(f"cluster {args.name!r}: {'ready' if ready else 'NOT ready'}; bootstrap {cluster.bootstrap}{sasl}")
+    state = "ready" if ready else "NOT ready"
+    print(f"cluster {args.name!r} (Kafka {cluster.variant}): {state}; bootstrap {cluster.bootstrap}{sasl}")
     _print_nodes(cluster, sys.stdout)
     for node_id, why in status.items():
         if why:
@@ -120,6 +122,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action=argparse.BooleanOptionalAction,
         help=f"add a SASL_PLAINTEXT (PLAIN) listener on base port + {SASL_PORT_OFFSET} with users "
         f"{', '.join(f'{u}/{p}' for u, p in DEFAULT_SASL_USERS.items())}; default: as saved (else off)",
+    )
+    up.add_argument(
+        "--kafka",
+        help=f'Kafka version, "-zk" for ZooKeeper mode (3.x), e.g. 4.4.0 or 3.9.1-zk; default: as saved, '
+        f"else ${VARIANT_ENV}, else kafka/pom.xml's",
     )
     status = sub.add_parser("status", help="is the cluster running and ready?")
     status.add_argument("--name", default="dev")
