@@ -20,6 +20,7 @@ from quotagate.protocol.headers import encode_count, read_count, read_uvarint, s
 _walk = compiled.load("quotagate.protocol.produce_walk")
 usual_flexible_throttle_offset = _walk.usual_flexible_throttle_offset
 
+TRANSACTIONAL_ID_FROM = 3
 FLEXIBLE_FROM = 9
 TOPIC_ID_FROM = 13
 # The highest version whose request the walks here read and whose response the class decodes (version_caps.py).
@@ -101,12 +102,18 @@ class ProduceRequestLayout(NamedTuple):
     topics: tuple[ProduceTopic, ...]
 
 
+def _topics_offset(frame: memoryview, body_offset: int, version: int) -> int:
+    """Where a produce request's topic array starts: after transactional_id (v3+), acks and timeout_ms."""
+    pos = skip_string(frame, body_offset, version >= FLEXIBLE_FROM) if version >= TRANSACTIONAL_ID_FROM else body_offset
+    return pos + 2 + 4
+
+
 def produce_request_layout(frame: memoryview, body_offset: int, version: int) -> ProduceRequestLayout:
-    """Where each topic of a produce request (v3..v12) sits, without touching the record batches."""
+    """Where each topic of a produce request sits, without touching the record batches (or message sets)."""
     topics = _walk.produce_topics_of(frame, body_offset, len(frame), version, False)
     if topics is None:
         raise FrameError("truncated produce request")
-    pos = skip_string(frame, body_offset, version >= FLEXIBLE_FROM) + 2 + 4  # transactional_id, acks, timeout_ms
+    pos = _topics_offset(frame, body_offset, version)
     return ProduceRequestLayout(
         pos,
         topics[-1][2] if topics else read_count(frame, pos, version >= FLEXIBLE_FROM)[1],
@@ -134,11 +141,13 @@ def _length(frame: memoryview, pos: int, flexible: bool) -> tuple[int, int]:
 
 @frame_errors("Produce request")
 def produce_producer_id(frame: memoryview, body_offset: int, version: int) -> int:
-    """The producer ID of a produce request's first record batch (v3..v12), or -1 when it has none
-    or is not idempotent. One producer sends one request, so its first batch speaks for all; only
-    the lengths on the way are read, never the records."""
+    """The producer ID of a produce request's first record batch, or -1 when it has none or is not
+    idempotent. One producer sends one request, so its first batch speaks for all; only the lengths
+    on the way are read, never the records. Message sets (magic 0 and 1, all Produce v0-v2 carries)
+    have no producer ID: -1, as the broker's ProducerIdQuotaManager sees them (it counts only
+    batches with one)."""
     flexible = version >= FLEXIBLE_FROM
-    pos = skip_string(frame, body_offset, flexible) + 2 + 4  # transactional_id, acks, timeout_ms
+    pos = _topics_offset(frame, body_offset, version)
     topic_count, pos = _length(frame, pos, flexible)
     for _topic in range(topic_count):
         if flexible:

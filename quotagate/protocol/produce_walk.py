@@ -79,18 +79,19 @@ def produce_topics_of(frame: bytes | memoryview, pos: int, end: int, version: in
 
 
 def produce_topics(buf: bytes, pos: int, end: int, version: int, names_only: bool) -> list | None:
-    """The topics of a produce request (v3+) whose body starts at buf[pos] and which ends at end:
+    """The topics of a produce request whose body starts at buf[pos] and which ends at end:
     (name as bytes, start, end, partition indexes, record bytes) each, or the names alone, in order,
-    the record batches never read; None when the request is truncated or malformed."""
+    the record batches (or v0-v2's message sets) never read; None when the request is truncated or
+    malformed."""
     flexible = version >= 9
-    # transactional_id, acks, timeout_ms
+    # transactional_id (v3+), acks, timeout_ms
     if flexible:
         length, pos = _uvarint(buf, pos, end)
         if length < 0:
             return None
         if length > 1:
             pos += length - 1
-    else:
+    elif version >= 3:
         if pos + 2 > end:
             return None
         length = (buf[pos] << 8) | buf[pos + 1]
