@@ -46,10 +46,8 @@ RUN_DIR = (REPO_ROOT / ".cache" / "kafka" / "run").resolve()
 # group.coordinator.rebalance.protocols plays no part. Kafka 4.2's format already picks share.version 1
 # (its latest production level, which needs metadata version 4.2-IV0); it is named here so that the
 # share-group tests do not rest on a default.
+# Only for versions whose storage tool knows share.version (Variant.share_groups: 4.1 and later).
 FORMAT_FEATURES = ("share.version=1",)
-# The first release whose storage tool knows share.version (4.0 had share groups as early access only,
-# behind the internal group.share.enable).
-SHARE_VERSION_FROM = (4, 1, 0)
 ZOOKEEPER_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 ZOOKEEPER_HEAP_OPTS = "-Xmx128m"
 STOP_TIMEOUT = 30.0
@@ -383,7 +381,7 @@ class Cluster:
                 "--initial-controllers",
                 ",".join(f"{n.node_id}@{HOST}:{n.controller_port}:{self.directory_ids[n.node_id]}" for n in self.nodes),
             ]
-        features = FORMAT_FEATURES if self.variant.release >= SHARE_VERSION_FROM else ()
+        features = FORMAT_FEATURES if self.variant.share_groups else ()
         procs: list[tuple[Node, subprocess.Popen[str]]] = []
         for node in nodes:
             args = ["format", "--cluster-id", self.cluster_id, "--config", str(node.properties), *quorum]

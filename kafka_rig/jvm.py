@@ -13,8 +13,10 @@ import os
 import re
 import shutil
 import subprocess
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +45,10 @@ SHORT_LIVED_TOOLS = frozenset(
     {
         "org.apache.kafka.tools.TopicCommand",
         "kafka.admin.ConfigCommand",
+        "org.apache.kafka.tools.ConfigCommand",
+        "kafka.tools.ConsoleProducer",
+        "org.apache.kafka.tools.BrokerApiVersionsCommand",
+        "kafka.admin.BrokerApiVersionsCommand",
         STORAGE_MAIN,
         "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
         "org.apache.kafka.tools.MetadataQuorumCommand",
@@ -61,7 +67,16 @@ TOOL_ALIASES: dict[str, str] = {
     "console-producer": "org.apache.kafka.tools.ConsoleProducer",
     "console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
     "metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
+    "broker-api-versions": "org.apache.kafka.tools.BrokerApiVersionsCommand",
 }
+# Tool classes that moved between the versions the rig runs, by each of their names: whichever the
+# version's jars hold runs, so a test or script names a tool once for every version (3.9 still has
+# the Scala ConsoleProducer and BrokerApiVersionsCommand; 4.4 moved ConfigCommand to the tools jar).
+MOVED_TOOLS: tuple[frozenset[str], ...] = (
+    frozenset({"kafka.admin.ConfigCommand", "org.apache.kafka.tools.ConfigCommand"}),
+    frozenset({"org.apache.kafka.tools.ConsoleProducer", "kafka.tools.ConsoleProducer"}),
+    frozenset({"org.apache.kafka.tools.BrokerApiVersionsCommand", "kafka.admin.BrokerApiVersionsCommand"}),
+)
 
 
 class KafkaRigError(RuntimeError):
@@ -112,6 +127,12 @@ class Variant:
         return self.release[0]
 
     @property
+    def share_groups(self) -> bool:
+        """Whether its brokers serve share groups (KIP-932): KRaft from 4.1, where share.version exists
+        (4.0 had them as early access, behind an internal switch)."""
+        return not self.zookeeper and self.release >= (4, 1, 0)
+
+    @property
     def is_default(self) -> bool:
         return self.version == DEFAULT_VERSION
 
@@ -130,6 +151,26 @@ def default_variant() -> Variant:
 def java_classpath(variant: Variant | None = None) -> str:
     """Classpath for every Kafka class; java expands the `dir/*` wildcard itself."""
     return str((variant or default_variant()).libs_dir / "*")
+
+
+@lru_cache(maxsize=16)
+def _classes(libs: Path) -> frozenset[str]:
+    """Every class name in the jars of `libs` (for the tools that moved: read once per version)."""
+    names: set[str] = set()
+    for jar in sorted(libs.glob("*.jar")):
+        with zipfile.ZipFile(jar) as archive:
+            names.update(n[:-6].replace("/", ".") for n in archive.namelist() if n.endswith(".class"))
+    return frozenset(names)
+
+
+def resolve_tool(name: str, variant: Variant | None = None) -> str:
+    """The class to run for a tool class name or TOOL_ALIASES name, in this version's jars."""
+    wanted = TOOL_ALIASES.get(name, name)
+    names = next((moved for moved in MOVED_TOOLS if wanted in moved), None)
+    if names is None:
+        return wanted
+    present = _classes((variant or default_variant()).libs_dir)
+    return wanted if wanted in present else next((other for other in sorted(names) if other in present), wanted)
 
 
 def _java() -> str:
@@ -200,7 +241,7 @@ def _jvm_cmd(
         *os.environ.get("KAFKA_OPTS", "").split(),
         "-cp",
         java_classpath(variant),
-        TOOL_ALIASES.get(main_class, main_class),
+        main_class,
         *args,
     ]
 
@@ -209,9 +250,9 @@ def tool_command(main_class: str, *args: str, variant: Variant | None = None) ->
     """The command line of a Kafka tool class (or a TOOL_ALIASES name), for callers that run it in
     the background themselves (run_tool waits for it)."""
     ensure_jars(variant)
-    short_lived = TOOL_ALIASES.get(main_class, main_class) in SHORT_LIVED_TOOLS
-    jvm_opts = SHORT_JVM_OPTS if short_lived else JVM_PERFORMANCE_OPTS
-    return _jvm_cmd(main_class, args, TOOL_HEAP_OPTS, None, jvm_opts, variant)
+    tool = resolve_tool(main_class, variant)
+    jvm_opts = SHORT_JVM_OPTS if tool in SHORT_LIVED_TOOLS else JVM_PERFORMANCE_OPTS
+    return _jvm_cmd(tool, args, TOOL_HEAP_OPTS, None, jvm_opts, variant)
 
 
 def java_program(source: Path, *args: str, variant: Variant | None = None) -> list[str]:

@@ -24,6 +24,8 @@ from kafka_rig import java_program
 from tests.support.kafka_helpers import unique_topic
 from tests.support.mutation_client import THROTTLED, assert_throttle, call, cleanup, create
 
+pytestmark = pytest.mark.matrix
+
 
 def mutation_proxy(proxy_factory, kafka, rate: float, window_num: int, window_seconds: float = 1):
     return proxy_factory(

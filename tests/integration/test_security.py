@@ -44,6 +44,8 @@ from tests.support.kafka_fixtures import (
 )
 from tests.support.kafka_helpers import create_topic, produce_usage_records, unique_topic, wait_until
 
+pytestmark = pytest.mark.matrix
+
 # Clear of the other test clusters' ports (29092-29492), below 40000 with any offset up to 10000.
 SASL_SSL_PORT = 29592 + PORT_OFFSET
 SSL_PORT = 29593 + PORT_OFFSET

@@ -285,8 +285,8 @@ def test_requests_pipelined_before_a_refused_one_are_answered_before_the_close(b
 
 def api_versions_v5(correlation_id: int) -> bytes:
     """ApiVersions v5 as Kafka 4.4's clients send it: header v2 (tags), then the client software name
-    and version as compact strings, and the body's tags."""
-    body = b"\x00" + b"\x0aquotagate" + b"\x041.0" + b"\x00"
+    and version as compact strings, cluster_id (null), node_id (-1) and the body's tags."""
+    body = b"\x00" + b"\x0aquotagate" + b"\x041.0" + b"\x00" + pack(">i", -1) + b"\x00"
     return header_only_request(ApiKey.API_VERSIONS, 5, correlation_id, body)
 
 
