@@ -63,6 +63,7 @@ __all__ = [
     "kafka_cluster",
     "kafka_tool",
     "needs_kraft",
+    "needs_old_protocol",
     "needs_share_groups",
     "run_tool",
     "secure_listener_overrides",
@@ -84,6 +85,9 @@ needs_share_groups = pytest.mark.skipif(
     not KAFKA_VARIANT.share_groups, reason=f"Kafka {KAFKA_VARIANT} serves no share groups (KIP-932, 4.1+)"
 )
 needs_kraft = pytest.mark.skipif(KAFKA_VARIANT.zookeeper, reason=f"Kafka {KAFKA_VARIANT} runs with ZooKeeper")
+needs_old_protocol = pytest.mark.skipif(
+    KAFKA_VARIANT.major >= 4, reason=f"Kafka {KAFKA_VARIANT} refuses Produce v0-v2 and Fetch v0-v3 (KIP-896, 4.0)"
+)
 KAFKA_PORT = 29092 + PORT_OFFSET
 KAFKA_CONTROLLER_PORT = 29392 + PORT_OFFSET
 KAFKA_SASL_PORT = 29492 + PORT_OFFSET
