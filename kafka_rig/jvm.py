@@ -153,6 +153,34 @@ def java_classpath(variant: Variant | None = None) -> str:
     return str((variant or default_variant()).libs_dir / "*")
 
 
+# Options KIP-1147 (Kafka 4.1) renamed, as the versions before spell them, by tool: a test writes the
+# new spelling once and runs on every version (4.2 and 4.4 still take the old ones, deprecated).
+OPTIONS_RENAMED_IN = (4, 1, 0)
+_PRODUCER_OPTIONS = {"--command-property": "--producer-property", "--command-config": "--producer.config"}
+_CONSUMER_OPTIONS = {"--command-property": "--consumer-property", "--command-config": "--consumer.config"}
+OLD_OPTION_NAMES: dict[str, dict[str, str]] = {
+    "org.apache.kafka.tools.ConsoleProducer": _PRODUCER_OPTIONS,
+    "kafka.tools.ConsoleProducer": _PRODUCER_OPTIONS,
+    "org.apache.kafka.tools.consumer.ConsoleConsumer": _CONSUMER_OPTIONS,
+    "org.apache.kafka.tools.ProducerPerformance": {
+        "--command-property": "--producer-props",
+        "--command-config": "--producer.config",
+    },
+    "org.apache.kafka.tools.ConsumerPerformance": {
+        "--command-config": "--consumer.config",
+        "--num-records": "--messages",
+    },
+}
+
+
+def tool_arguments(tool: str, args: Sequence[str], variant: Variant | None = None) -> list[str]:
+    """`args` as `tool` of this version spells its options (OLD_OPTION_NAMES before 4.1)."""
+    if (variant or default_variant()).release >= OPTIONS_RENAMED_IN:
+        return list(args)
+    renamed = OLD_OPTION_NAMES.get(tool, {})
+    return [renamed.get(arg, arg) for arg in args]
+
+
 @lru_cache(maxsize=16)
 def _classes(libs: Path) -> frozenset[str]:
     """Every class name in the jars of `libs` (for the tools that moved: read once per version)."""
@@ -252,7 +280,7 @@ def tool_command(main_class: str, *args: str, variant: Variant | None = None) ->
     ensure_jars(variant)
     tool = resolve_tool(main_class, variant)
     jvm_opts = SHORT_JVM_OPTS if tool in SHORT_LIVED_TOOLS else JVM_PERFORMANCE_OPTS
-    return _jvm_cmd(tool, args, TOOL_HEAP_OPTS, None, jvm_opts, variant)
+    return _jvm_cmd(tool, tool_arguments(tool, args, variant), TOOL_HEAP_OPTS, None, jvm_opts, variant)
 
 
 def java_program(source: Path, *args: str, variant: Variant | None = None) -> list[str]:

@@ -10,7 +10,7 @@ import pytest
 
 from kafka_rig import DEFAULT_VERSION, LIBS_DIR, VARIANT_ENV, Cluster, KafkaRigError, Variant, default_variant
 from kafka_rig.cluster import _drop_controller_listener
-from kafka_rig.jvm import VERSIONS_DIR, java_classpath
+from kafka_rig.jvm import VERSIONS_DIR, java_classpath, tool_arguments
 
 
 def properties(cluster: Cluster, node_id: int = 1) -> dict[str, str]:
@@ -86,3 +86,14 @@ def test_a_saved_cluster_keeps_its_kafka(tmp_path: Path) -> None:
     assert Cluster.attach("kept", tmp_path).variant == Variant.parse("4.4.0")
     with pytest.raises(KafkaRigError, match="was created as"):
         Cluster.create("kept", 1, 41000, workdir=tmp_path, variant=Variant.parse("3.9.1-zk"))
+
+
+def test_a_tool_option_kip_1147_renamed_is_spelled_as_the_older_versions_spell_it() -> None:
+    args = ["--topic", "t", "--command-property", "acks=all", "--command-config", "c.properties"]
+    perf = "org.apache.kafka.tools.ProducerPerformance"
+    assert tool_arguments(perf, args, Variant.parse("4.2.0")) == args
+    assert tool_arguments(perf, args, Variant.parse("4.0.2")) == [
+        "--topic", "t", "--producer-props", "acks=all", "--producer.config", "c.properties"
+    ]  # fmt: skip
+    assert tool_arguments("kafka.tools.ConsoleProducer", args, Variant.parse("3.9.1-zk"))[2] == "--producer-property"
+    assert tool_arguments("kafka.admin.ConfigCommand", args, Variant.parse("3.9.1")) == args  # it always had them
