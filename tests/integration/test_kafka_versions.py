@@ -11,7 +11,6 @@ against the default, 3.9 (ZooKeeper mode) and 4.4.
 from __future__ import annotations
 
 import re
-import socket
 from struct import pack, unpack_from
 
 import pytest
@@ -21,22 +20,9 @@ from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.version_caps import MAX_VERSIONS, UNSUPPORTED_VERSION
 from tests.support.franz_go import SMOKE, SUITE, run_suite
 from tests.support.kafka_fixtures import KAFKA_VARIANT
-from tests.support.proxy_fixtures import PROXY_HOST
+from tests.support.kafka_helpers import round_trip
 
 pytestmark = pytest.mark.matrix
-
-
-def round_trip(port: int, frame: bytes) -> bytes:
-    """One request on a fresh connection: its response, without the size prefix."""
-    with socket.create_connection((PROXY_HOST, port), timeout=30) as sock:
-        sock.sendall(frame)
-        received = b""
-        while len(received) < 4 or len(received) < 4 + unpack_from(">i", received)[0]:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise ConnectionError(f"closed after {len(received)} bytes")
-            received += chunk
-    return received[4:]
 
 
 def api_versions_request(version: int, correlation_id: int = 7) -> bytes:

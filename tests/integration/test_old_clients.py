@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from pathlib import Path
-from struct import pack, unpack_from
+from struct import pack
 
 import pytest
 from confluent_kafka import Consumer
@@ -37,7 +36,7 @@ from tests.support.kafka_clients import (
     rate_between,
 )
 from tests.support.kafka_fixtures import KAFKA_VARIANT, needs_old_protocol
-from tests.support.kafka_helpers import create_topic, unique_topic, wait_until
+from tests.support.kafka_helpers import create_topic, round_trip, unique_topic, wait_until
 from tests.support.proxy_fixtures import PROXY_HOST
 
 pytestmark = [pytest.mark.matrix, needs_old_protocol]
@@ -145,18 +144,6 @@ def test_an_old_client_gets_out_through_the_proxy_what_it_put_in_in_its_own_vers
     assert max(fetched[ApiKey.FETCH]) <= 4 and max(produced.get(ApiKey.METADATA, {0})) <= 4
 
 
-def raw_round_trip(port: int, frame: bytes) -> bytes:
-    with socket.create_connection((PROXY_HOST, port), timeout=30) as sock:
-        sock.sendall(frame)
-        received = b""
-        while len(received) < 4 or len(received) < 4 + unpack_from(">i", received)[0]:
-            chunk = sock.recv(65536)
-            if not chunk:
-                raise ConnectionError(f"closed after {len(received)} bytes")
-            received += chunk
-    return received[4:]
-
-
 def framed(request, correlation_id: int) -> bytes:
     request.with_header(correlation_id=correlation_id, client_id="raw-old")
     return bytes(request.encode(header=True, framed=True))
@@ -188,7 +175,7 @@ def test_raw_old_frames_are_answered_through_the_proxy_as_direct_and_name_no_bro
                 version=version, acks=1, timeout_ms=10_000,
                 topic_data=[(topic, [(0, message_set(magic, [f"v{version}-{port}-{i}".encode() for i in range(3)]))])],
             )  # fmt: skip
-            answer = ProduceResponse.decode(memoryview(raw_round_trip(port, framed(request, 11)))[4:], version=version)
+            answer = ProduceResponse.decode(memoryview(round_trip(port, framed(request, 11)))[4:], version=version)
             (partition,) = answer.responses[0].partition_responses
             assert partition.error_code == 0, (version, port)
     expected = [f"v{v}-{port}-{i}".encode() for v in (0, 1, 2) for port in (direct_port, proxy.port) for i in range(3)]
@@ -202,7 +189,7 @@ def test_raw_old_frames_are_answered_through_the_proxy_as_direct_and_name_no_bro
                 version=version, replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20,
                 topics=[FetchRequest.FetchTopic(version=version, topic=topic, partitions=[partition])],
             )  # fmt: skip
-            answers.append(raw_round_trip(port, framed(request, 12))[4:])
+            answers.append(round_trip(port, framed(request, 12))[4:])
         assert answers[0] == answers[1], f"Fetch v{version}: the proxy forwards the broker's bytes as they are"
         decoded = FetchResponse.decode(memoryview(answers[1]), version=version)
         values = message_values(bytes(decoded.responses[0].partitions[0].records))
@@ -211,8 +198,8 @@ def test_raw_old_frames_are_answered_through_the_proxy_as_direct_and_name_no_bro
         assert values and values == expected[: len(values)], f"Fetch v{version}: {values}"
     for version in (0, 1, 2, 3):
         request = MetadataRequest(version=version, topics=[topic])
-        direct = MetadataResponse.decode(memoryview(raw_round_trip(direct_port, framed(request, 13)))[4:], version)
-        through = MetadataResponse.decode(memoryview(raw_round_trip(proxy.port, framed(request, 13)))[4:], version)
+        direct = MetadataResponse.decode(memoryview(round_trip(direct_port, framed(request, 13)))[4:], version)
+        through = MetadataResponse.decode(memoryview(round_trip(proxy.port, framed(request, 13)))[4:], version)
         assert [(b.node_id, b.host, b.port) for b in through.brokers] == [(1, PROXY_HOST, proxy.broker_port(1))]
         assert [(t.name, len(t.partitions)) for t in through.topics] == [
             (t.name, len(t.partitions)) for t in direct.topics
@@ -223,6 +210,15 @@ def set_broker_quota(kafka_tool, bootstrap: str, client_id: str, key: str, value
     change = ["--add-config", f"{key}={value}"] if value is not None else ["--delete-config", key]
     kafka_tool("configs", "--bootstrap-server", bootstrap, "--alter", "--entity-type", "clients",
                "--entity-name", client_id, *change)  # fmt: skip
+
+
+def limited(proxy_factory, kafka, kafka_tool, enforcer: str, client_id: str, key: str) -> str:
+    """Where the client connects to be held to QUOTA: a proxy with that quota, or the broker with it set."""
+    if enforcer == "proxy":
+        quota = quota_config(f'client_id = "{client_id}"\n{key} = {QUOTA}')
+        return proxy_factory(kafka.bootstrap, WINDOWS + quota).bootstrap
+    set_broker_quota(kafka_tool, kafka.bootstrap, client_id, key, QUOTA)
+    return kafka.bootstrap
 
 
 def assert_held(rate: float, enforcer: str, client: str) -> None:
@@ -259,14 +255,7 @@ def test_an_old_producer_is_held_to_its_producer_byte_rate(proxy_factory, kafka,
     """Produce v2 with magic 1 (kafka-python) and v1 with magic 0 (librdkafka): the proxy's mute holds
     them within 10 % of the quota, as the broker's own quota does direct (the figure beside it)."""
     client_id = unique_topic("old-limited")
-    if enforcer == "proxy":
-        proxy = proxy_factory(
-            kafka.bootstrap, WINDOWS + quota_config(f'client_id = "{client_id}"\nproducer_byte_rate = {QUOTA}')
-        )
-        bootstrap = proxy.bootstrap
-    else:
-        set_broker_quota(kafka_tool, kafka.bootstrap, client_id, "producer_byte_rate", QUOTA)
-        bootstrap = kafka.bootstrap
+    bootstrap = limited(proxy_factory, kafka, kafka_tool, enforcer, client_id, "producer_byte_rate")
     topic = unique_topic("old-rate")
     create_topic(kafka.bootstrap, topic, partitions=2)
     seconds, acked = 24.0, Acked()
@@ -289,14 +278,7 @@ def test_an_old_consumer_is_held_to_its_consumer_byte_rate(proxy_factory, kafka,
     create_topic(kafka.bootstrap, topic, partitions=1)
     filler = Acked()
     kafka_python_producer_loop(kafka.bootstrap, topic, "old-filler", 8.0, filler, {"api_version": (0, 10, 0)})
-    if enforcer == "proxy":
-        proxy = proxy_factory(
-            kafka.bootstrap, WINDOWS + quota_config(f'client_id = "{client_id}"\nconsumer_byte_rate = {QUOTA}')
-        )
-        bootstrap = proxy.bootstrap
-    else:
-        set_broker_quota(kafka_tool, kafka.bootstrap, client_id, "consumer_byte_rate", QUOTA)
-        bootstrap = kafka.bootstrap
+    bootstrap = limited(proxy_factory, kafka, kafka_tool, enforcer, client_id, "consumer_byte_rate")
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap, client_id=client_id, api_version=(0, 10, 0), auto_offset_reset="earliest",
         max_partition_fetch_bytes=32768, fetch_max_bytes=65536,

@@ -28,7 +28,7 @@ from quotagate.protocol.produce import (
 from quotagate.protocol.produce_walk import produce_topics
 from quotagate.protocol.throttle import patch_throttle_time, throttle_time_offset
 from tests.support.builds import Build
-from tests.support.session_double import correlation_ids, frames, taken
+from tests.support.session_double import correlation_ids, frames, produce_answer, taken
 
 OLD_PRODUCE = [(0, 0), (1, 0), (2, 1)]  # (version, magic) as clients send them: magic 1 from v2 (0.10)
 
@@ -49,29 +49,6 @@ def old_produce(version: int, magic: int, topics: dict[str, list[bytes]], acks: 
     )
     request.with_header(correlation_id=correlation_id, client_id="old")
     return bytes(request.encode(header=True, framed=True))
-
-
-def old_produce_answer(version: int, topics: list[str], correlation_id: int = 3, throttle: int = 0) -> bytes:
-    topic, partition = (
-        ProduceResponse.TopicProduceResponse,
-        ProduceResponse.TopicProduceResponse.PartitionProduceResponse,
-    )
-    response = ProduceResponse(
-        version=version,
-        responses=[
-            topic(
-                version=version,
-                name=name,
-                partition_responses=[
-                    partition(version=version, index=0, error_code=0, base_offset=7, log_append_time_ms=-1)
-                ],
-            )
-            for name in topics
-        ],
-        throttle_time_ms=throttle,
-    )
-    payload = pack(">i", correlation_id) + bytes(response.encode())
-    return pack(">i", len(payload)) + payload
 
 
 @pytest.mark.parametrize(("version", "magic"), OLD_PRODUCE)
@@ -112,7 +89,7 @@ def test_the_proxys_own_refusal_of_an_old_produce_is_in_that_versions_shape(vers
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_old_produce_responses_carry_the_throttle_behind_their_partitions(version: int) -> None:
-    frame = memoryview(old_produce_answer(version, ["orders", "clicks"], throttle=5))
+    frame = memoryview(produce_answer(3, ["orders", "clicks"], version, throttle=5))
     offset = produce_response_throttle_offset(frame, response_body_offset(frame, ApiKey.PRODUCE, version), version)
     assert offset == len(frame) - 4 and unpack_from(">i", frame, offset)[0] == 5
     patched, upstream = patch_throttle_time(frame, ApiKey.PRODUCE, version, 900)
@@ -120,7 +97,7 @@ def test_old_produce_responses_carry_the_throttle_behind_their_partitions(versio
 
 
 def test_a_v0_produce_response_has_no_throttle_time_and_goes_on_untouched() -> None:
-    frame = memoryview(old_produce_answer(0, ["orders"]))
+    frame = memoryview(produce_answer(3, ["orders"], 0))
     assert throttle_time_offset(frame, ApiKey.PRODUCE, 0) is None
     assert patch_throttle_time(frame, ApiKey.PRODUCE, 0, 900)[0] is frame
 
@@ -193,10 +170,10 @@ def test_an_old_producer_in_debt_is_held_by_the_mute_whatever_its_response_says(
     session.client_data(request + old_produce(version, magic, {"orders": [b"s"]}, correlation_id=2), now=10.0)
     assert correlation_ids(taken(session.to_broker), 8) == [1], "the second waits for the mute"
     assert 18.5 < session.muted_until < 19.5, session.muted_until
-    session.broker_data(old_produce_answer(version, ["orders"], correlation_id=1), now=10.1)
+    session.broker_data(produce_answer(1, ["orders"], version), now=10.1)
     (answer,) = frames(taken(session.to_client))
     if version == 0:
-        assert answer == old_produce_answer(0, ["orders"], correlation_id=1), "no field to patch: as the broker sent it"
+        assert answer == produce_answer(1, ["orders"], 0), "no field to patch: as the broker sent it"
     else:
         assert 8000 < unpack_from(">i", answer, len(answer) - 4)[0] < 9500
     session.unmute(session.muted_until)
