@@ -270,7 +270,7 @@ def test_an_old_producer_is_held_to_its_producer_byte_rate(proxy_factory, kafka,
     assert_held(rate, enforcer, client)
 
 
-@pytest.mark.parametrize("enforcer", [pytest.param("proxy", marks=pytest.mark.version_slice), "broker"])
+@pytest.mark.parametrize("enforcer", ["proxy", "broker"])
 def test_an_old_consumer_is_held_to_its_consumer_byte_rate(proxy_factory, kafka, kafka_tool, enforcer) -> None:
     """kafka-python speaking 0.10 (Fetch v2, message sets of magic 1)."""
     client_id = unique_topic("old-reader")
