@@ -174,7 +174,7 @@ def test_java_admin_client_gets_the_quota_error_not_a_timeout_after_an_all_admit
 ) -> None:
     # The seed example: burst 500; 7 x 80 = 560 partitions all admitted (tokens -60, ~12 s of debt).
     # Had that response carried the throttle, the client would hold every request to the node for
-    # ~12 s and the next create (default.api.timeout.ms 5000) would time out instead.
+    # ~12 s and the next create (5 s for the call) would time out instead.
     proxy = mutation_proxy(proxy_factory, kafka, rate=5, window_num=100)
     prefix = unique_topic("java-strict")
     source = Path(__file__).resolve().parents[1] / "java" / "CreateTopicsUnderQuota.java"
