@@ -36,6 +36,7 @@ from tests.support.kafka_clients import (
     run_threads,
 )
 from tests.support.kafka_fixtures import (
+    CLUSTER_SUFFIX,
     PORT_OFFSET,
     SASL_USERS,
     Cluster,
@@ -53,7 +54,7 @@ PLAINTEXT_PORT = 29594 + PORT_OFFSET
 CONTROLLER_PORT = 29595 + PORT_OFFSET
 OAUTHBEARER_REAUTH_MS = 8000
 # Checkouts share .cache/kafka/run: a cluster per port offset, so two runs never take each other's.
-TLS_CLUSTER = f"tls1-offset{PORT_OFFSET}" if PORT_OFFSET else "tls1"
+TLS_CLUSTER = "tls1" + CLUSTER_SUFFIX  # another checkout's or Kafka version's is another cluster
 ALICE_RULES = "RULE:^CN=(.*?),OU=ServiceUsers,.*$/$1/L, DEFAULT"
 
 
