@@ -106,8 +106,12 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 
 @pytest.fixture(scope="module")
-def secure_kafka(pki: Pki) -> Iterator[Cluster]:
-    probe = Cluster.create(TLS_CLUSTER, 1, PLAINTEXT_PORT, controller_base_port=CONTROLLER_PORT)
+def secure_kafka(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    # The layout the cluster will have (its node's ports), in a folder of its own: the saved cluster of
+    # that name may be another run's, of another Kafka, until fresh_cluster wipes it.
+    probe = Cluster.create(
+        TLS_CLUSTER, 1, PLAINTEXT_PORT, controller_base_port=CONTROLLER_PORT, workdir=tmp_path_factory.mktemp("layout")
+    )
     overrides = secure_listener_overrides(
         probe.nodes[0], SASL_SSL_PORT, SSL_PORT, pki.broker, pki.ca, SASL_USERS, OAUTHBEARER_REAUTH_MS
     )
