@@ -66,11 +66,23 @@ test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools helm-tool 
 	$(VENV)/bin/ruff check .
 	QUOTAGATE_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit  # the same sources, interpreted
 	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m "not matrix_only" $(PYTEST_ARGS)
-	for kafka in $(KAFKA_SLICE); do KAFKA_RIG_KAFKA=$$kafka $(PY) -m pytest -q -rs -m version_slice tests/integration || exit 1; done
+	$(MAKE) --no-print-directory test-slice
+
+# The version_slice tests against each Kafka of KAFKA_SLICE, all at once: each run's ports SLICE_PORT_STEP above
+# the one before (QUOTAGATE_TEST_PORT_OFFSET), its output in build/slice/VARIANT.log, printed when all are done.
+SLICE_PORT_STEP ?= 50
+.PHONY: test-slice
+test-slice: venv franz-go-suite
+	mkdir -p build/slice
+	offset=$${QUOTAGATE_TEST_PORT_OFFSET:-0}; pids=""; for kafka in $(KAFKA_SLICE); do \
+		QUOTAGATE_TEST_PORT_OFFSET=$$offset KAFKA_RIG_KAFKA=$$kafka $(PY) -m pytest -q -rs -p no:cacheprovider \
+			-m version_slice tests/integration > build/slice/$$kafka.log 2>&1 & pids="$$pids $$!"; offset=$$((offset + $(SLICE_PORT_STEP))); \
+	done; status=0; for pid in $$pids; do wait $$pid || status=1; done; \
+	for kafka in $(KAFKA_SLICE); do echo "--- Kafka $$kafka"; cat build/slice/$$kafka.log; done; exit $$status
 
 # The Kafka versions the matrix runs, as kafka_rig names them ("-zk": ZooKeeper mode): 3.9 in ZooKeeper and
 # KRaft mode, 4.0, 4.2 (kafka/pom.xml's, the default) and 4.4. `make test` runs the version_slice tests
-# against KAFKA_SLICE besides its whole run against the default.
+# against KAFKA_SLICE besides its whole run against the default (~100 s more: the 3.9 run is the longer).
 KAFKA_MATRIX ?= 3.9.1-zk 3.9.1 4.0.2 4.2.0 4.4.0
 KAFKA_SLICE ?= 3.9.1-zk 4.4.0
 MATRIX_RESULTS := build/matrix

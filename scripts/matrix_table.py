@@ -1,7 +1,8 @@
 """The results table of `make test-matrix` (docs/compatibility.md): one row per test, one column per Kafka.
 
-Reads the JUnit XML files pytest wrote per Kafka variant (build/matrix/VARIANT.xml) and prints a
-Markdown table: "pass", "FAIL", or "skip" (with the reason in a note below, once per reason).
+Reads the JUnit XML files pytest wrote per Kafka variant (build/matrix/VARIANT.xml, then any
+VARIANT.*.xml of tests run again, whose results replace the first ones) and prints a Markdown table:
+"pass", "FAIL", or "skip" (with the reason in a note below, once per reason).
 
     python -m scripts.matrix_table build/matrix [3.9.1-zk 3.9.1 4.0.2 4.2.0 4.4.0]
 """
@@ -40,6 +41,7 @@ def table(results: dict[str, dict[str, tuple[str, str]]]) -> str:
         for variant in variants:
             outcome, detail = results[variant].get(test, ("-", ""))
             if outcome == "skip":
+                detail = detail.replace(f"Kafka {variant} ", "")  # one note for every version it names
                 if detail not in reasons:
                     reasons.append(detail)
                 outcome = f"skip ({reasons.index(detail) + 1})"
@@ -57,8 +59,11 @@ def table(results: dict[str, dict[str, tuple[str, str]]]) -> str:
 def main(argv: list[str]) -> int:
     folder = Path(argv[0])
     variants = argv[1:] or sorted(path.stem for path in folder.glob("*.xml"))
-    found = [variant for variant in variants if (folder / f"{variant}.xml").exists()]
-    results = {variant: outcomes(folder / f"{variant}.xml") for variant in found}
+    results: dict[str, dict[str, tuple[str, str]]] = {}
+    for variant in variants:
+        for junit in [folder / f"{variant}.xml", *sorted(folder.glob(f"{variant}.*.xml"))]:
+            if junit.exists():
+                results.setdefault(variant, {}).update(outcomes(junit))
     sys.stdout.write(table(results))
     return 0
 
