@@ -180,11 +180,10 @@ def test_a_flush_of_request_records_hands_the_sink_columns_with_their_sequence_n
     )
     for r in varied_records(1, 4):
         recorder.add(r)
-    requests, row_count, make = recorder.take_records()
-    first = make()
+    requests, row_count, first = recorder.take_records()
     assert (requests, row_count, len(first), first.first_seq) == (3, 3, 3, 0)  # the 4th was dropped
     recorder.add(varied_records(2, 1)[0])
-    assert recorder.take_records()[2]().first_seq == 3
+    assert recorder.take_records()[2].first_seq == 3
     assert not len(recorder.collector)
 
 
