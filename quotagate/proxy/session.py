@@ -46,6 +46,8 @@ cut through: their head is charged and patched and the rest is passed on as it a
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from quotagate import compiled
@@ -171,6 +173,10 @@ class SessionPolicy:
         # put in lives that long): a producer sends its one ID request after request.
         self._producer_seen: tuple[int, str, str, int] | None = None
         self._producer_seen_until = 0.0
+        # An answer the proxy is making (an alter being persisted), and what the glue has called
+        # when it is ready (it then calls `local_answered` and writes what that queued).
+        self.pending_answer: asyncio.Future[bytes] | None = None
+        self.answer_ready: Callable[[], None] | None = None
 
     # hooks: reads the core does not take whole (SessionCore.feed_client, feed_broker) ------------
     def _client_data(self, data: bytes, now: float) -> None:
@@ -190,7 +196,7 @@ class SessionPolicy:
         if self.partial_counted or splitter.buffered:
             self._count_partial()
         self.client_partial = splitter.buffered > 0
-        if self.held or not self.connected or self.muted_until > now or self.awaiting_authentication:
+        if self.held or not self.connected or self.muted_until > now or self.awaiting_answer:
             # A read may land after a mute (or before the broker is connected): hold it, in order.
             self.held.extend(frames)
         else:
@@ -234,7 +240,7 @@ class SessionPolicy:
     def _check_partial(self) -> None:
         """Refuses what follows the whole frames once none of them waits any more: a refusal held
         back behind them, or a partial frame over the limit before authentication."""
-        if self.refusal is not None or self.held or self.awaiting_authentication:
+        if self.refusal is not None or self.held or self.awaiting_answer:
             return  # checked again when they have gone (the partial grows by one read at most meanwhile)
         if self.pending_refusal is None:
             size = self.client_frames.partial_size
@@ -263,7 +269,7 @@ class SessionPolicy:
 
     # requests ------------------------------------------------------------------------------------
     def _release_held(self, now: float) -> None:
-        if self.held and self.connected and self.muted_until <= now and not self.awaiting_authentication:
+        if self.held and self.connected and self.muted_until <= now and not self.awaiting_answer:
             frames = list(self.held)
             self.held.clear()
             self._requests(frames, now)
@@ -292,7 +298,14 @@ class SessionPolicy:
             return Admission(forwarded, local, refused, order, services.topic_guard.retry_after_ms(refused, now))
         if policies & LOCAL_ANSWER:  # the proxy's quotas, not the brokers', are described and altered
             assert services.quota_admin is not None
-            return Admission(None, services.quota_admin.answer(frame, header, self.user, now))
+            answer = services.quota_admin.answer(frame, header, self.user, now)
+            if isinstance(answer, bytes):
+                return Admission(None, answer)
+            # Answered once the state file holds it (QuotaAdmin's StateWriter): what follows waits.
+            self.awaiting_local_answer = True
+            self.pending_answer = answer
+            answer.add_done_callback(self._pending_answer_done)
+            return Admission(None, stop=True)
         if policies & MUTATION:
             engine = services.engine
             if not engine.enforces(QuotaKey.CONTROLLER_MUTATION_RATE):
@@ -323,6 +336,24 @@ class SessionPolicy:
             self.awaiting_authentication = True
             return Admission(frame, stop=True)  # what follows waits for the broker's answer
         return Admission(frame)
+
+    @property
+    def awaiting_answer(self) -> bool:
+        """Reading stops until an answer: the broker's to a SaslAuthenticate, or one the proxy is making."""
+        return self.awaiting_authentication or self.awaiting_local_answer
+
+    def _pending_answer_done(self, _answer: asyncio.Future[bytes]) -> None:
+        if self.answer_ready is not None:
+            self.answer_ready()
+
+    def local_answered(self, now: float) -> None:
+        """The answer the proxy was making is ready (`answer_ready` said so): it goes in its turn,
+        then what the client sent after it."""
+        answer = self.pending_answer
+        if answer is None or not answer.done():
+            return
+        self.pending_answer = None
+        self._answer_ready(answer.result(), now)
 
     def quotas_changed(self) -> None:
         """The quotas changed live (a reload, AlterClientQuotas): Produce is given to the

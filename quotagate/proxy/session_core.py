@@ -159,6 +159,7 @@ OPEN = 1  # requests flow; a mute or a hold may still stop them for a while
 AUTHENTICATING = 2  # SASL: frames before authentication completes are limited in size (receive_limit)
 AWAITING_AUTHENTICATION = 3  # a SaslAuthenticate is at the broker: what follows waits for its answer
 REFUSING = 4  # the client sent what the broker closes a connection for: nothing more is read
+AWAITING_LOCAL_ANSWER = 5  # the proxy is making an answer (an alter being persisted): what follows waits for it
 
 # The reason of a refusal for a request the broker cannot parse (counted as a protocol error).
 PROTOCOL_ERROR = "protocol_error"
@@ -319,6 +320,11 @@ class SessionCore:
         # A SaslAuthenticate is in flight: what the client sent after it waits for the broker's
         # answer, to be charged to the user that answer establishes (never to the one before).
         self.awaiting_authentication = False
+        # The proxy is making the answer to a request (an AlterClientQuotas whose quotas are being
+        # written to the state file): what the client sent after it waits, as the broker reads
+        # nothing more from a connection until it has answered. `_answer_later` is its in-flight entry.
+        self.awaiting_local_answer = False
+        self._answer_later = None
         # Until the first request that is not ApiVersions or SASL, the client is authenticating:
         # Kafka does not charge that exchange to request-time quotas.
         self.authenticating = True
@@ -354,6 +360,8 @@ class SessionCore:
             self.phase = CONNECTING
         elif self.awaiting_authentication:
             self.phase = AWAITING_AUTHENTICATION
+        elif self.awaiting_local_answer:
+            self.phase = AWAITING_LOCAL_ANSWER
         elif self.receive_limit is not None:
             self.phase = AUTHENTICATING
         else:
@@ -366,7 +374,7 @@ class SessionCore:
         return self.is_holding()
 
     def is_holding(self):
-        return bool(self.held) or (self.awaiting_authentication and self.client_partial)
+        return bool(self.held) or ((self.awaiting_authentication or self.awaiting_local_answer) and self.client_partial)
 
     # the interface -----------------------------------------------------------------------------
     def client_data(self, data, now):
@@ -407,6 +415,17 @@ class SessionCore:
 
     def unmute(self, now):
         """The mute is over (`now` >= muted_until): forwards what was held while it lasted."""
+        self._release_held(now)
+        self._set_phase()
+
+    def _answer_ready(self, response, now):
+        """The answer the proxy was making is `response`: it goes in its turn, then what waited for it."""
+        entry = self._answer_later
+        self._answer_later = None
+        entry.local_response = response
+        self.awaiting_local_answer = False
+        self._local_turn(now)
+        self._set_phase()
         self._release_held(now)
         self._set_phase()
 
@@ -624,7 +643,7 @@ class SessionCore:
             self.authenticating = False
             self.receive_limit = None
         exempt = bool(policy & EXEMPT) or (api_key == API_API_VERSIONS and self.authenticating)
-        if local is None and forwarded is None:
+        if local is None and forwarded is None and not self.awaiting_local_answer:
             raise AssertionError("a hook refused everything and made no answer")
         entry = _in_flight(correlation_id, api_key, version, client_id, size, now, max_wait, exempt, over_quota)
         if local is not None or refused is not None or order or refusal_wait or mutation is not None:
@@ -634,6 +653,8 @@ class SessionCore:
             entry.min_throttle_ms = refusal_wait
             entry.mutation = mutation
         self._in_flight_append(entry)
+        if local is None and forwarded is None:  # answered when ready (`_answer_ready`), in its turn
+            self._answer_later = entry
         self._step = STOP if stop else GO_ON
         return forwarded
 
