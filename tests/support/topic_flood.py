@@ -158,11 +158,19 @@ def main() -> int:
     parser.add_argument("--topics", type=int, default=25_000, help="made-up topic names per connection")
     parser.add_argument("--per-request", type=int, default=50, help="topics named per produce request")
     parser.add_argument("--bytes-per-second", type=float, default=2.9e6, help="all connections together")
+    parser.add_argument("--other-tenant", metavar="TOPIC", help="also measure produce_rate to this (real) topic")
     args = parser.parse_args()
     host, port = args.address.rsplit(":", 1)
-    result = flood(
-        (host, int(port)), args.seconds, args.connections, args.topics, args.per_request, args.bytes_per_second
-    )
+    address = (host, int(port))
+    rates: list[float] = []
+    if args.other_tenant:  # from a second after the flood starts to a second before it ends
+        seconds = max(1.0, args.seconds - 2)
+        tenant = threading.Timer(1.0, lambda: rates.append(produce_rate(address, args.other_tenant, seconds)))
+        tenant.start()
+    result = flood(address, args.seconds, args.connections, args.topics, args.per_request, args.bytes_per_second)
+    if args.other_tenant:
+        tenant.join()
+        result["other_tenant_per_second"] = round(rates[0], 1) if rates else None
     print(json.dumps(result), flush=True)
     return 0
 
