@@ -510,7 +510,7 @@ class UsageConfig:
     topics_per_entity: int = field(
         default=1000,
         metadata={
-            "doc": "Produce topics given a row of their own per (user, client_id) and interval (v2 aggregates); "
+            "doc": "Produce topics given a row of their own per (user, client_id), interval and flush (v2 aggregates); "
             'the others (and names over 249 characters) are summed in one row whose topic is "<other topics>" '
             "and counted in quotagate_usage_topics_folded_total. Bounds what a client inventing topic names costs.",
             "min": 1,

@@ -2,17 +2,22 @@
 
 Two kinds of record (schema: docs/usage-records.md):
 - v2, the default: one aggregate per interval (1 s by default) per (user, client_id, api_key) and,
-  for produce, per topic. The hot path updates one list in a dict per request (per topic for a
-  multi-topic produce): no encoding, no I/O, no allocation once the key exists.
+  for produce, per topic: at most `topics_per_entity` topics per entity, interval and flush, the
+  others summed under OTHER_TOPICS, whatever names a client invents. The hot path updates one
+  aggregate in a dict per request (per topic for a multi-topic produce): no encoding, no I/O, no
+  allocation once the key exists.
 - v1: one record per request, for debugging (`records = "request"`). The hot path appends its
   fields to one list per field; the flush writes them from those columns straight into the sink's
   format (JSON text, or an Arrow table), with no dict per record.
 
 A background task takes what was collected every `flush_interval_seconds` and hands it to the sink:
-turning it into rows, encoding (JSON or Arrow) and file writes run in a worker thread, Kafka sends
-through aiokafka. A slow or failing sink never slows forwarding: while a flush is under way
-collection goes on, and what does not fit (`buffer_records` records, or distinct aggregate keys) is
-dropped and counted in quotagate_usage_records_dropped_total.
+encoded (columns, JSON or Arrow) SLICE_ROWS rows at a time on the loop, which serves other
+connections between two slices; file writes run in a worker thread, Kafka sends through aiokafka.
+Python run in a worker thread would hold the GIL as long and stall every connection's reads. A slow
+or failing sink never slows forwarding: while a flush is under way collection goes on, and what does
+not fit (`buffer_records` records, or distinct aggregate keys) is dropped and counted in
+quotagate_usage_records_dropped_total. Files are whole or absent (ParquetSink, JsonlSink), and what
+they lose is counted exactly.
 
 Every row also says which quota was in force for each key its API is charged to, and whether that
 entry was shadow (`quota_<key>`, `quota_<key>_shadow`): resolved when the rows are made, off the
@@ -89,8 +94,8 @@ QUOTA_HISTORY_MS = 60_000  # how long a replaced quota table is kept for rows st
 
 class QuotasInForce:
     """The quota tables (and windows) in force over time (wall-clock epoch ms), so that rows made
-    after a change still name the quota of their own interval. Read in the worker thread that makes
-    rows; the tables and windows themselves are immutable."""
+    after a change still name the quota of their own interval. Read as rows are encoded; the
+    tables and windows themselves are immutable."""
 
     def __init__(self, table: QuotaTable, windows: QuotaWindows | None = None, since_ms: int = 0) -> None:
         self._history: list[tuple[int, QuotaTable, QuotaWindows]] = [(since_ms, table, windows or QuotaWindows())]
