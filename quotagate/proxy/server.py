@@ -123,12 +123,7 @@ class Proxy:
         self.levels_path = levels_path(state_path) if state_path is not None and not config.shares_quotas else None
         self._levels_saved = self.levels_path is not None and self.levels_path.exists()
         if self.levels_path is not None:
-            levels, saved_at = load_levels(self.levels_path)
-            if levels:
-                restored = self.engine.restore(levels, time.time() - saved_at, self.loop.time())
-                log.info(
-                    "restored %d of %d bucket levels saved %.0f s ago", restored, len(levels), time.time() - saved_at
-                )
+            self._restore_levels(self.levels_path)
         self.delay_queue = DelayQueue(self.loop)
         self.entity_metrics = EntityMetrics(lambda: self.engine, self.loop.time, config.metrics.max_entities)
         self.metrics.registry.register(self.entity_metrics)
@@ -605,6 +600,20 @@ class Proxy:
                 raise FrameError("the probe's answer does not match its request")
         finally:
             writer.close()
+
+    def _restore_levels(self, path: Path) -> None:
+        """Puts back the buckets' levels saved by the last process. A file that cannot be read is
+        forgiven as a lost one (every bucket starts full), logged and counted: never a failed start."""
+        try:
+            levels, saved_at = load_levels(path)
+        except (OSError, ValueError) as exc:
+            self.metrics.bucket_levels_resets_total.inc()
+            log.warning("bucket levels not restored from %s, every bucket starts full: %s", path, exc)
+            return
+        if levels:
+            elapsed = time.time() - saved_at
+            restored = self.engine.restore(levels, elapsed, self.loop.time())
+            log.info("restored %d of %d bucket levels saved %.0f s ago", restored, len(levels), elapsed)
 
     def save_levels(self) -> None:
         """Writes the local buckets' levels (QuotaEngine.levels) for the next start; a failure is logged."""
