@@ -13,6 +13,7 @@ import re
 import socket
 import ssl
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -332,6 +333,32 @@ def test_usage_records_reach_a_kafka_topic_over_the_upstream_tls_settings(
     kafka_python_producer_loop(proxy.bootstrap, topic, "usage-over-tls", 1.0, Acked())
     records = produce_usage_records(secure_kafka.bootstrap, usage_topic, "usage-over-tls")
     assert any(r["client_id"] == "usage-over-tls" and r["api_key"] == 0 for r in records), f"{len(records)} records"
+
+
+def test_readyz_stays_200_for_30_s_behind_the_brokers_ssl_listener(
+    secure_kafka: Cluster, pki: Pki, proxy_factory
+) -> None:
+    """Issue 34, item 9: the readiness probe connected in plaintext while discovery used [upstream.tls],
+    so behind an SSL listener /readyz answered 200 once and 503 from the first probe on. Now the probe,
+    discovery and sessions connect through one helper: with a probe every 0.5 s, 60 of them in 30 s,
+    /readyz never leaves 200 (the listener also requires the proxy's client certificate)."""
+    upstream = f'[upstream.tls]\nca = "{pki.ca}"\ncert = "{pki.proxy_client_cert}"\nkey = "{pki.proxy_client_key}"\n'
+    probes = "readiness_probe_seconds = 0.5\nreadiness_timeout_seconds = 5\n"
+    proxy = proxy_factory(f"127.0.0.1:{SSL_PORT}", upstream, proxy_toml=probes)
+    url = f"http://127.0.0.1:{proxy.metrics_port}/readyz"
+    answers: list[int] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                answers.append(response.status)
+        except urllib.error.HTTPError as exc:
+            answers.append(exc.code)
+        time.sleep(0.25)
+    print(f"/readyz: {len(answers)} answers, {answers.count(200)} of them 200")
+    assert len(answers) >= 60 and set(answers) == {200}, answers
+    assert "no broker answered ApiVersions" not in proxy.log_text()
+    assert proxy.log_text().count("readiness probe of") == 0, "no probe failed"
 
 
 def tls_verdict(port: int, ca: Path, cert: tuple[Path, Path] | None) -> str:
