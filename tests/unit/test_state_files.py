@@ -217,17 +217,19 @@ def hostile_documents(seed: Any) -> st.SearchStrategy[bytes]:
     )
 
 
+def damaged(data: st.DataObject, seed: bytes, path: Path) -> Path:
+    """`path`, holding the seed file mutated, or with a hostile JSON value somewhere in it."""
+    path.write_bytes(data.draw(st.one_of(mutated(seed), hostile_documents(json.loads(seed)))))
+    return path
+
+
 @FILE_FUZZ
 @given(data=st.data())
 def test_any_bytes_in_the_state_file_load_as_alter_client_quotas_would_or_are_refused_naming_it(
     tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
 ) -> None:
     directory = tmp_path_factory.mktemp("state")
-    seed = seed_state(directory)
-    content = data.draw(st.one_of(mutated(seed), hostile_documents(json.loads(seed))))
-    path = directory / "quotas.json"
-    path.write_bytes(content)
-    assert_state_is_clean(path)
+    assert_state_is_clean(damaged(data, seed_state(directory), directory / "quotas.json"))
 
 
 # The bucket levels beside the state file ----------------------------------------------------
@@ -301,12 +303,8 @@ def test_any_bytes_in_the_levels_file_load_as_finite_levels_or_say_why(
     tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
 ) -> None:
     directory = tmp_path_factory.mktemp("levels")
-    seed = seed_levels(directory)
-    content = data.draw(st.one_of(mutated(seed), hostile_documents(json.loads(seed))))
-    path = directory / "quotas.buckets.json"
-    path.write_bytes(content)
     try:
-        levels, saved_at = load_levels(path)
+        levels, saved_at = load_levels(damaged(data, seed_levels(directory), directory / "quotas.buckets.json"))
     except ValueError:
         return
     assert math.isfinite(saved_at)
