@@ -121,19 +121,13 @@ def _state_entry(entry: object, where: str) -> tuple[QuotaEntity, dict[QuotaKey,
         raise ValueError(f"{where}: {_shown(problem, quoted=False, chars=_PROBLEM_CHARS)}")
     if entity.ip is not None and fields["ip"] != entity.ip:
         raise ValueError(f"{where}.ip {_shown(fields['ip'])} must be an address in its short form ({entity.ip})")
-    try:  # a removal (null) is not checked as a value: its key must still be one the proxy knows
-        return entity, {quota_key(key): None if value is None else float(value) for key, value in values.items()}
-    except ValueError:
-        unknown = next(key for key in values if not _is_quota_key(key))
-        raise ValueError(f"{where}.values: unknown quota key {_shown(unknown)}") from None
-
-
-def _is_quota_key(name: str) -> bool:
-    try:
-        quota_key(name)
-    except ValueError:
-        return False
-    return True
+    quotas: dict[QuotaKey, float | None] = {}
+    for key, value in values.items():
+        try:  # a removal (null) is not checked as a value is: its key must still be one the proxy knows
+            quotas[quota_key(key)] = None if value is None else float(value)  # type: ignore[index]
+        except ValueError:
+            raise ValueError(f"{where}.values: unknown quota key {_shown(key)}") from None
+    return entity, quotas
 
 
 def _fields(value: object, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any]:

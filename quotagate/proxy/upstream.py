@@ -42,8 +42,6 @@ class Upstream:
     """Connections to brokers with one set of settings. `tls` is [upstream.tls]'s context (None:
     plaintext); TlsContexts reloads certificates into that same object, so it is kept, not copied."""
 
-    max_answer_bytes = MAX_ANSWER_BYTES
-
     def __init__(self, tls: ssl.SSLContext | None, connect_timeout: float) -> None:
         self.tls = tls
         self.connect_timeout = connect_timeout
@@ -68,9 +66,9 @@ class Upstream:
     async def ask(self, host: str, port: int, request: bytes, timeout: float) -> bytes:
         """The broker's response frame (size prefix included) to one framed request, all within
         `timeout` (the connect within connect_timeout too). Raises OSError, TimeoutError, FrameError
-        (an answer larger than max_answer_bytes) or Unanswered."""
+        (an answer larger than MAX_ANSWER_BYTES) or Unanswered."""
         async with asyncio.timeout(timeout):
-            _, exchange = await self.connect(host, port, lambda: _OneAnswer(request, self.max_answer_bytes))
+            _, exchange = await self.connect(host, port, lambda: _OneAnswer(request, MAX_ANSWER_BYTES))
             try:
                 return await exchange.answer
             finally:
