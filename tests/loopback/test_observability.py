@@ -9,7 +9,7 @@ import json
 from quotagate.config.settings import UsageConfig
 from quotagate.protocol.apis import ApiKey
 from quotagate.proxy.metrics import ProxyMetrics
-from quotagate.proxy.usage import UsageRecorder
+from quotagate.proxy.usage import Piece, SinkResult, UsageRecorder
 from tests.support.http import http_get
 from tests.support.usage import record
 
@@ -18,11 +18,21 @@ class StuckSink:
     def __init__(self) -> None:
         self.release = asyncio.Event()
 
-    async def write(self, records: list[dict]) -> None:
-        await self.release.wait()
+    def encode(self, records: object) -> list[Piece]:
+        return [Piece("", None, len(records), len(records))]  # type: ignore[arg-type]
 
-    async def close(self) -> None:
+    async def write_encoded(self, pieces: list[list[Piece]]) -> SinkResult:
+        await self.release.wait()
+        return SinkResult()
+
+    def pending(self) -> bool:
+        return False
+
+    async def prepare(self) -> None:
         return None
+
+    async def close(self) -> SinkResult:
+        return SinkResult()
 
 
 async def test_a_stuck_sink_bounds_memory_and_counts_what_it_drops() -> None:
