@@ -213,7 +213,32 @@ def by_partition(times_ms: list[int], items: list) -> dict[str, list]:
     return grouped
 
 
-class RequestBatch:
+class RowsOf:
+    """What a flush's rows add to what was collected: the proxy, the writer and its first sequence
+    number, the quotas in force."""
+
+    def __init__(self, proxy_id: str, writer: str, first_seq: int, quotas: QuotasInForce | None) -> None:
+        self.proxy_id = proxy_id
+        self.writer = writer
+        self.first_seq = first_seq
+        self.quotas = quotas
+
+    def identity_columns(self, version: int, ts: list, user: list, client_id: list, api_key: list) -> dict[str, Any]:
+        """The columns both versions start with (the schema puts them in its own order)."""
+        count = len(ts)
+        return {
+            "v": [version] * count,
+            "ts": ts,
+            "proxy": [self.proxy_id] * count,
+            "writer": [self.writer] * count,
+            "seq": range(self.first_seq, self.first_seq + count),
+            "user": user,
+            "client_id": client_id,
+            "api_key": api_key,
+        }
+
+
+class RequestBatch(RowsOf):
     """One flush's v1 records: RequestCollector's columns, and what their rows add (the proxy, the
     writer and its first sequence number, the quotas in force). The sinks write them from the
     columns (`json_lines`, `arrow_table`) exactly as they would write the collector's rows
@@ -222,11 +247,8 @@ class RequestBatch:
     def __init__(
         self, columns: tuple[list, ...], proxy_id: str, writer: str, first_seq: int, quotas: QuotasInForce | None
     ) -> None:
+        super().__init__(proxy_id, writer, first_seq, quotas)
         self.columns = columns
-        self.proxy_id = proxy_id
-        self.writer = writer
-        self.first_seq = first_seq
-        self.quotas = quotas
 
     def __len__(self) -> int:
         return len(self.columns[0])
@@ -268,16 +290,8 @@ class RequestBatch:
         per (quota state, user, client_id, api_key) and taken from there per row."""
         (ts, user, client_id, api_key, api_version, topics, bytes_in, bytes_out, partitions_mutated, latency,
          throttle, decision, _shadow, over_quota) = self.columns  # fmt: skip
-        count = len(ts)
         values = {
-            "v": [REQUEST_SCHEMA_VERSION] * count,
-            "ts": ts,
-            "proxy": [self.proxy_id] * count,
-            "writer": [self.writer] * count,
-            "seq": range(self.first_seq, self.first_seq + count),
-            "user": user,
-            "client_id": client_id,
-            "api_key": api_key,
+            **self.identity_columns(REQUEST_SCHEMA_VERSION, ts, user, client_id, api_key),
             "api_version": api_version,
             "topics": topics,
             "bytes_in": bytes_in,
@@ -291,19 +305,16 @@ class RequestBatch:
         return _arrow_table(REQUEST_SCHEMA_VERSION, values, self.quotas, ts, user, client_id, api_key)
 
 
-class AggregateBatch:
+class AggregateBatch(RowsOf):
     """One flush's v2 records: AggregateCollector.take_aggregates' items, and what their rows add
     (as RequestBatch). Written as Arrow from columns (`arrow_table`, no dict per row), or as rows."""
 
     def __init__(
         self, items: list, interval_ms: int, proxy_id: str, writer: str, first_seq: int, quotas: QuotasInForce | None
     ) -> None:
+        super().__init__(proxy_id, writer, first_seq, quotas)
         self.items = items
         self.interval_ms = interval_ms
-        self.proxy_id = proxy_id
-        self.writer = writer
-        self.first_seq = first_seq
-        self.quotas = quotas
 
     def __len__(self) -> int:
         return len(self.items)
@@ -335,15 +346,8 @@ class AggregateBatch:
         ts, user, client_id, api_key, topic, counters = aggregate_columns(self.items, self.interval_ms)
         count = len(ts)
         values: dict[str, Any] = {
-            "v": [AGGREGATE_SCHEMA_VERSION] * count,
-            "ts": ts,
+            **self.identity_columns(AGGREGATE_SCHEMA_VERSION, ts, user, client_id, api_key),
             "interval_ms": [self.interval_ms] * count,
-            "proxy": [self.proxy_id] * count,
-            "writer": [self.writer] * count,
-            "seq": range(self.first_seq, self.first_seq + count),
-            "user": user,
-            "client_id": client_id,
-            "api_key": api_key,
             "topic": topic,
             **dict(zip(AGGREGATE_COUNTERS, counters, strict=True)),
         }
@@ -469,31 +473,39 @@ def _pieces(batch: UsageBatch, encode: Callable[[list[int] | None], Any]) -> lis
     return pieces
 
 
-class FileSink:
-    """What the file sinks share: `write` encodes and writes at once (tests, tools); the recorder
-    encodes slice by slice on the loop and writes the pieces in a worker thread."""
+class Sink:
+    """What every sink does unless it says otherwise (UsageSink). The recorder encodes a flush slice
+    by slice on the loop (`encode`), then hands the pieces to `write_encoded`; `write` does both at
+    once (tests, tools)."""
 
     async def write(self, records: list[Row] | UsageBatch) -> SinkResult:
         return await self.write_encoded([self.encode(records)])
 
-    async def write_encoded(self, pieces: list[list[Piece]]) -> SinkResult:
-        return await asyncio.get_running_loop().run_in_executor(None, self.write_blocking, pieces)
-
     def encode(self, records: list[Row] | UsageBatch) -> list[Piece]:
         raise NotImplementedError
 
-    def write_blocking(self, pieces: list[list[Piece]]) -> SinkResult:
+    async def write_encoded(self, pieces: list[list[Piece]]) -> SinkResult:
         raise NotImplementedError
 
     def pending(self) -> bool:
-        """Files are open that a write with no rows would close."""
+        """Something is held that a write with no rows would finish (open files to close)."""
         return False
 
     async def prepare(self) -> None:
-        return None
+        """Before the first flush (leftovers of earlier runs)."""
 
     async def close(self) -> SinkResult:
         return SinkResult()
+
+
+class FileSink(Sink):
+    """The file sinks: the pieces are written in a worker thread (`write_blocking`)."""
+
+    async def write_encoded(self, pieces: list[list[Piece]]) -> SinkResult:
+        return await asyncio.get_running_loop().run_in_executor(None, self.write_blocking, pieces)
+
+    def write_blocking(self, pieces: list[list[Piece]]) -> SinkResult:
+        raise NotImplementedError
 
 
 class RotatingFiles:
@@ -786,7 +798,7 @@ def _arrow_schema(version: int) -> Any:
     return pa.schema([*fields, *quotas])
 
 
-class KafkaSink:
+class KafkaSink(Sink):
     """Sends rows as JSON to a Kafka topic (directly to the cluster, not through the proxy), over the
     cluster's own security: TLS ([upstream.tls], else the system's CAs) and SASL PLAIN or SCRAM."""
 
@@ -827,9 +839,6 @@ class KafkaSink:
         requests = batch.requests()
         return [Piece("", _encode_for_kafka(batch), len(batch), len(batch) if requests is None else sum(requests))]
 
-    async def write(self, records: list[Row] | UsageBatch) -> SinkResult:
-        return await self.write_encoded([self.encode(records)])
-
     async def write_encoded(self, pieces: list[list[Piece]]) -> SinkResult:
         """Sends every piece's messages; raises (all of them lost) if the cluster cannot be reached."""
         if not self._started:
@@ -847,12 +856,6 @@ class KafkaSink:
             await asyncio.gather(*sends)
             result.written += piece.rows
         return result
-
-    def pending(self) -> bool:
-        return False
-
-    async def prepare(self) -> None:
-        return None
 
     async def close(self) -> SinkResult:
         if self._started:

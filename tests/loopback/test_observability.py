@@ -9,12 +9,12 @@ import json
 from quotagate.config.settings import UsageConfig
 from quotagate.protocol.apis import ApiKey
 from quotagate.proxy.metrics import ProxyMetrics
-from quotagate.proxy.usage import Piece, SinkResult, UsageRecorder
+from quotagate.proxy.usage import Piece, Sink, SinkResult, UsageRecorder
 from tests.support.http import http_get
 from tests.support.usage import record
 
 
-class StuckSink:
+class StuckSink(Sink):
     def __init__(self) -> None:
         self.release = asyncio.Event()
 
@@ -23,15 +23,6 @@ class StuckSink:
 
     async def write_encoded(self, pieces: list[list[Piece]]) -> SinkResult:
         await self.release.wait()
-        return SinkResult()
-
-    def pending(self) -> bool:
-        return False
-
-    async def prepare(self) -> None:
-        return None
-
-    async def close(self) -> SinkResult:
         return SinkResult()
 
 

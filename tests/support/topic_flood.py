@@ -21,6 +21,8 @@ import time
 
 from kafka.protocol.producer import ProduceRequest
 
+from tests.support.canary import _read_frame as read_frame  # one whole frame (the canary's reader)
+
 # A RecordBatch v2 header and 39 bytes standing for its records: 100 bytes (as bench/hot_path.py).
 RECORD_BATCH = struct.pack(">qiibIhiqqqhii", 0, 88, 0, 2, 0, 0, 0, 0, 0, -1, -1, -1, 1) + b"r" * 39
 IN_FLIGHT = 8  # requests a flood connection keeps unanswered at most
@@ -44,20 +46,6 @@ def flood_frames(connection: int, topics: int, per_request: int, client_id: str)
     request (correlation ids are rewritten as they are sent)."""
     names = [f"made-up-{connection}-{i:06d}" for i in range(topics)]
     return [produce_frame(names[i : i + per_request], 0, client_id) for i in range(0, len(names), per_request)]
-
-
-def _read_exactly(sock: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("closed by the peer")
-        data += chunk
-    return bytes(data)
-
-
-def read_frame(sock: socket.socket) -> bytes:
-    return _read_exactly(sock, struct.unpack(">i", _read_exactly(sock, 4))[0])
 
 
 class FloodConnection:
