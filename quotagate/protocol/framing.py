@@ -22,7 +22,12 @@ FRAME_SIZE_BYTES = 4
 
 
 class FrameError(ValueError):
-    """The peer sent bytes that cannot be a Kafka frame; its connection should be closed."""
+    """The peer sent bytes that cannot be a Kafka frame; its connection should be closed.
+
+    `reason` says why in the proxy's metrics: a protocol error, unless a subclass names the limit
+    (quotagate_frames_refused_total's reasons)."""
+
+    reason = "protocol_error"
 
 
 class FrameSizeError(FrameError):
@@ -88,6 +93,22 @@ class FrameSplitter:
     def partial_size(self) -> int:
         """The size the partial frame announces (prefix excluded); 0 while it is not known."""
         return self._needed - FRAME_SIZE_BYTES if self._needed else 0
+
+    def partial_head(self, size: int) -> bytes | None:
+        """The first `size` bytes of the partial frame (its size prefix included), once that many
+        have arrived; else None."""
+        if self._chunks:
+            if self._chunk_bytes < size:
+                return None
+            head = b""
+            for chunk in self._chunks:  # the first chunk nearly always holds it all
+                head += chunk[: size - len(head)]
+                if len(head) == size:
+                    break
+            return head
+        if len(self._partial) < size:
+            return None
+        return bytes(self._partial[:size])
 
     def clear(self) -> None:
         """Drops the partial frame (its connection is being closed)."""

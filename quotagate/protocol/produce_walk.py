@@ -15,9 +15,15 @@ try:
 except ImportError:  # interpreted without Cython installed: quotagate/_cython_shadow.py
     from quotagate import _cython_shadow as cython
 
+from quotagate.protocol.limits import MAX_ARRAY_ELEMENTS, MAX_STRING_BYTES, MAX_TAGGED_FIELDS
+
 # index, error_code, base_offset, log_append_time_ms, log_start_offset
 PARTITION_BYTES = 30
 TOPIC_ID_FROM = 13
+# Kafka's readers' limits (protocol/limits.py): a request past one is malformed.
+MAX_TAGS = MAX_TAGGED_FIELDS
+MAX_ARRAY = MAX_ARRAY_ELEMENTS
+MAX_STRING = MAX_STRING_BYTES
 
 
 def _uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -106,7 +112,7 @@ def produce_topics(buf: bytes, pos: int, end: int, version: int, names_only: boo
             return None
         count = i32(buf, pos)
         pos += 4
-    if pos > end:
+    if pos > end or count > MAX_ARRAY or count > end - pos:
         return None
     topics = []
     for _t in range(count if count > 0 else 0):
@@ -121,7 +127,7 @@ def produce_topics(buf: bytes, pos: int, end: int, version: int, names_only: boo
             if length >= 0x8000:
                 length -= 0x10000
             pos += 2
-        if length < 0 or pos + length > end:
+        if length < 0 or length > MAX_STRING or pos + length > end:
             return None
         # Compiled, a slice of the char* is a new bytes already; bytes() of it made the name twice.
         name = buf[pos : pos + length] if cython.compiled else bytes(buf[pos : pos + length])
@@ -134,7 +140,7 @@ def produce_topics(buf: bytes, pos: int, end: int, version: int, names_only: boo
                 return None
             partition_count = i32(buf, pos)
             pos += 4
-        if pos > end:
+        if pos > end or partition_count > MAX_ARRAY or partition_count > end - pos:
             return None
         partitions = None if names_only else []
         record_bytes = 0
@@ -170,11 +176,102 @@ def produce_topics(buf: bytes, pos: int, end: int, version: int, names_only: boo
     return topics
 
 
+def first_batch_of(frame: bytes | memoryview, pos: int, end: int, version: int, least: int) -> int:
+    """first_batch of a frame that may be a memoryview."""
+    if cython.compiled and type(frame) is not bytes:
+        view = frame
+        if len(frame) == 0:
+            return -2
+        return first_batch(cython.address(view[0]), pos, end, version, least)
+    return first_batch(frame, pos, end, version, least)
+
+
+def first_batch(buf: bytes, pos: int, end: int, version: int, least: int) -> int:
+    """Where the records of the first partition of a produce request (v3+, body at buf[pos], ending
+    at `end`) that carries at least `least` bytes of them start; -1 when none does, -2 when the
+    request is malformed. The walk stops there: a producer's first batch speaks for all of them."""
+    flexible = version >= 9
+    if flexible:  # transactional_id, then acks and timeout_ms
+        length, pos = _uvarint(buf, pos, end)
+        if length < 0:
+            return -2
+        if length > 1:
+            pos += length - 1
+    else:
+        if pos + 2 > end:
+            return -2
+        length = (buf[pos] << 8) | buf[pos + 1]
+        pos += 2
+        if length < 0x8000:
+            pos += length
+    pos += 6
+    count, pos = _count(buf, pos, end, flexible)
+    if count < 0:
+        return -2
+    for _t in range(count):
+        if flexible:
+            length, pos = _uvarint(buf, pos, end)
+            length -= 1
+        else:
+            if pos + 2 > end:
+                return -2
+            length = (buf[pos] << 8) | buf[pos + 1]
+            pos += 2
+        if length < 0 or length > MAX_STRING:
+            return -2
+        pos += length
+        partitions, pos = _count(buf, pos, end, flexible)
+        if partitions < 0:
+            return -2
+        for _p in range(partitions):
+            pos += 4  # the partition's index
+            if flexible:
+                size, pos = _uvarint(buf, pos, end)
+                size -= 1
+            else:
+                if pos + 4 > end:
+                    return -2
+                size = i32(buf, pos)
+                pos += 4
+            if size >= least and pos + size <= end:
+                return pos
+            if size > 0:
+                pos += size
+            if flexible:
+                pos = _skip_tags(buf, pos, end)
+            if pos > end:
+                return -2
+        if flexible:
+            pos = _skip_tags(buf, pos, end)
+        if pos > end:
+            return -2
+    return -1
+
+
+def _count(buf: bytes, pos: int, end: int, flexible: bool) -> tuple[int, int]:
+    """An array's count within Kafka's limits (no more than MAX_ARRAY, nor than the bytes left), and
+    the position after it; (-1, pos) when it breaks them or runs past `end` (0 for a null array)."""
+    if flexible:
+        count, pos = _uvarint(buf, pos, end)
+        count -= 1
+    else:
+        if pos + 4 > end:
+            return -1, pos
+        count = i32(buf, pos)
+        pos += 4
+    if pos > end or count > MAX_ARRAY or count > end - pos:
+        return -1, pos
+    return (count if count > 0 else 0), pos
+
+
 def _skip_tags(buf: bytes, pos: int, end: int) -> int:
-    """The position after tagged fields at buf[pos] (past `end` when they run past it)."""
+    """The position after tagged fields at buf[pos], each skipped by its length (past `end` when
+    they run past it, or number more than MAX_TAGS: refused before they are walked)."""
     if pos < end and buf[pos] == 0:
         return pos + 1
     count, pos = _uvarint(buf, pos, end)
+    if count > MAX_TAGS:
+        return end + 1
     for _i in range(count if count > 0 else 0):
         _tag, pos = _uvarint(buf, pos, end)
         size, pos = _uvarint(buf, pos, end)
