@@ -39,7 +39,6 @@ from quotagate.quotas.entities import (
 )
 
 NONE = 0
-CLUSTER_AUTHORIZATION_FAILED = 31
 INVALID_REQUEST = 42
 UNSUPPORTED_VERSION = 35
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
@@ -236,8 +235,3 @@ def prune(api: ApiQuotas, file: QuotaTable) -> None:
             del values[key]
         if not values:
             del api[entity]
-
-
-def refused(alterations: Iterable[Alteration], message: str) -> list[AlterResult]:
-    """Every alteration answered CLUSTER_AUTHORIZATION_FAILED (the principal may not alter quotas)."""
-    return [AlterResult(a.entity, CLUSTER_AUTHORIZATION_FAILED, message) for a in alterations]

@@ -2,6 +2,7 @@
 
 from struct import pack
 
+from kafka.protocol.admin import AlterClientQuotasRequest, CreateTopicsRequest, DescribeClientQuotasRequest
 from kafka.protocol.producer import ProduceResponse
 
 
@@ -105,4 +106,59 @@ def share_response_body(
     lock_timeout = pack(">i", 30000) if (fetch and version >= 1) or version >= 2 else b""
     return (
         pack(">ih", 7, 0) + compact(None) + lock_timeout + compact_array([topic] * topics) + compact_array(nodes) + tags
+    )
+
+
+# Requests of the quota admin and mutation APIs, framed with a header (client id "app").
+def framed_request(message, correlation_id: int = 7) -> bytes:  # type: ignore[no-untyped-def]
+    message.with_header(correlation_id=correlation_id, client_id="app")
+    return bytes(message.encode(header=True, framed=True))
+
+
+def alteration_request(names: list[str | None], version: int = 1, validate_only: bool = False) -> bytes:
+    cls = AlterClientQuotasRequest
+    return framed_request(
+        cls(
+            version=version,
+            entries=[
+                cls.EntryData(
+                    version=version,
+                    entity=[cls.EntryData.EntityData(version=version, entity_type="user", entity_name=name)]
+                    + (
+                        [cls.EntryData.EntityData(version=version, entity_type="client-id", entity_name="c")]
+                        if i % 2
+                        else []
+                    ),
+                    ops=[cls.EntryData.OpData(version=version, key="producer_byte_rate", value=10.0 * i, remove=False)],
+                )
+                for i, name in enumerate(names)
+            ],
+            validate_only=validate_only,
+        )
+    )
+
+
+def create_topics_request(count: int, version: int = 6) -> bytes:
+    topic = CreateTopicsRequest.CreatableTopic
+    return framed_request(
+        CreateTopicsRequest(
+            version=version,
+            topics=[
+                topic(version=version, name=f"t{i}", num_partitions=3, replication_factor=1, assignments=[], configs=[])
+                for i in range(count)
+            ],
+            timeout_ms=1000,
+            validate_only=False,
+        )
+    )
+
+
+def describe_request(components: list[tuple[str, int, str | None]]) -> bytes:
+    cls = DescribeClientQuotasRequest
+    return framed_request(
+        cls(
+            version=1,
+            components=[cls.ComponentData(version=1, entity_type=t, match_type=m, match=n) for t, m, n in components],
+            strict=False,
+        )
     )
