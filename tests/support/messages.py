@@ -153,12 +153,14 @@ def create_topics_request(count: int, version: int = 6) -> bytes:
     )
 
 
-def describe_request(components: list[tuple[str, int, str | None]]) -> bytes:
+def describe_request(components: list[tuple[str, int, str | None]], version: int = 1) -> bytes:
     cls = DescribeClientQuotasRequest
     return framed_request(
         cls(
-            version=1,
-            components=[cls.ComponentData(version=1, entity_type=t, match_type=m, match=n) for t, m, n in components],
+            version=version,
+            components=[
+                cls.ComponentData(version=version, entity_type=t, match_type=m, match=n) for t, m, n in components
+            ],
             strict=False,
         )
     )
