@@ -16,6 +16,7 @@ only what ACLs grant them).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -38,6 +39,7 @@ from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasR
 
 from quotagate.protocol.client_quotas import CLUSTER_AUTHORIZATION_FAILED
 from tests.support import attack_frames
+from tests.support.attack_frames import answered_then_closed, closed_without_answer
 from tests.support.canary import sasl_plain_login, side_by_side
 from tests.support.kafka_fixtures import PORT_OFFSET, SASL_USERS, Cluster, fresh_cluster
 from tests.support.proxy_fixtures import PROXY_HOST, ProxyProcess
@@ -143,19 +145,6 @@ def describe_everything(correlation_id: int = 5) -> bytes:
     return frame_of(DescribeClientQuotasRequest(version=1, components=[], strict=False), correlation_id)
 
 
-def closed_without_answer(port: int, data: bytes, sasl: tuple[str, str] | None = None) -> bool:
-    """Sends `data` (after a SASL/PLAIN login, if given) on a new connection: True if the peer
-    closes it without a byte more."""
-    with socket.create_connection((PROXY_HOST, port), timeout=20) as sock:
-        if sasl is not None:
-            sasl_plain_login(sock, *sasl)
-        sock.sendall(data)
-        try:
-            return sock.recv(65536) == b""
-        except ConnectionResetError:
-            return True
-
-
 @pytest.fixture
 def sasl_proxy(isolation_kafka: Cluster, proxy_factory, tmp_path: Path) -> ProxyProcess:
     """A proxy before the SASL listener, answering quota admin requests from its own quotas."""
@@ -172,8 +161,10 @@ def test_a_quota_request_before_sasl_authentication_is_closed_unanswered_as_the_
     sasl_proxy: ProxyProcess,
 ) -> None:
     for data in (describe_everything(), attack_frames.alter_client_quotas(3)):
-        assert closed_without_answer(SASL_PORT, data), "the broker closes it before authentication"
-        assert closed_without_answer(sasl_proxy.port, data), "the proxy must not answer it (nor forward it)"
+        assert closed_without_answer((PROXY_HOST, SASL_PORT), data), "the broker closes it before authentication"
+        assert closed_without_answer((PROXY_HOST, sasl_proxy.port), data), (
+            "the proxy must not answer it (nor forward it)"
+        )
     assert refusals(sasl_proxy, "before_sasl_authentication") == 2
 
 
@@ -182,16 +173,8 @@ def test_no_request_lifts_the_pre_authentication_frame_limit(sasl_proxy: ProxyPr
     limit: a 60 MiB frame was then held), then a 2 MiB frame: ApiVersions is answered, nothing else."""
     api_versions = attack_frames.framed(attack_frames.header_v1(API_VERSIONS, 0, 1))
     big = struct.pack(">i", 2 * 1024 * 1024) + attack_frames.header_v1(0, 9, 3)
-    with socket.create_connection((PROXY_HOST, sasl_proxy.port), timeout=20) as sock:
-        sock.sendall(api_versions + describe_everything(2) + big)
-        received = b""
-        try:
-            while chunk := sock.recv(65536):
-                received += chunk
-        except ConnectionResetError:
-            pass
-    assert struct.unpack_from(">i", received, 4)[0] == 1, "ApiVersions is answered"
-    assert len(received) == 4 + struct.unpack_from(">i", received)[0], "and nothing after it"
+    answered = answered_then_closed((PROXY_HOST, sasl_proxy.port), api_versions + describe_everything(2) + big)
+    assert answered == [1], "ApiVersions is answered, nothing after it, and the connection closed"
 
 
 def test_one_connections_partial_frame_cannot_take_the_memory_another_clients_request_needs(
@@ -266,12 +249,12 @@ def test_a_name_over_32767_bytes_closes_the_connection_as_the_broker_does_and_is
         ),
         7,
     )
-    admin = ("admin", SASL_USERS["admin"])
-    assert closed_without_answer(SASL_PORT, alter, admin), "the broker closes on a string it cannot parse"
-    assert closed_without_answer(sasl_proxy.port, alter, admin)
+    admin = functools.partial(sasl_plain_login, user="admin", password=SASL_USERS["admin"])
+    assert closed_without_answer((PROXY_HOST, SASL_PORT), alter, admin), "the broker closes on what it cannot parse"
+    assert closed_without_answer((PROXY_HOST, sasl_proxy.port), alter, admin)
     state = Path(sasl_proxy.config_path.read_text().split('state_file = "')[1].split('"')[0])
     assert not state.exists() or long_name not in json.dumps(json.loads(state.read_text()))
     component = DescribeClientQuotasRequest.ComponentData(version=1, entity_type="user", match_type=0, match=long_name)
     describe = frame_of(DescribeClientQuotasRequest(version=1, components=[component], strict=False), 8)
-    assert closed_without_answer(SASL_PORT, describe, admin)
-    assert closed_without_answer(sasl_proxy.port, describe, admin)
+    assert closed_without_answer((PROXY_HOST, SASL_PORT), describe, admin)
+    assert closed_without_answer((PROXY_HOST, sasl_proxy.port), describe, admin)

@@ -11,28 +11,15 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from collections.abc import Callable
+
+from tests.support.messages import compact, uvarint
 
 PRODUCE = 0
 METADATA = 3
 ALTER_CLIENT_QUOTAS = 49
 DESCRIBE_CLIENT_QUOTAS = 48
 CLIENT_ID = b"attacker"
-
-
-def uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def compact_string(text: str | bytes | None) -> bytes:
-    if text is None:
-        return b"\x00"
-    data = text.encode() if isinstance(text, str) else text
-    return uvarint(len(data) + 1) + data
 
 
 def framed(payload: bytes) -> bytes:
@@ -56,10 +43,10 @@ def alter_client_quotas(entries: int, validate_only: bool = True, correlation_id
     """AlterClientQuotas v1 (flexible) setting producer_byte_rate for `entries` made-up users
     (~45 bytes each: 200 000 entries are ~9 MB). validate_only by default: a broker that lets the
     sender alter checks them and changes nothing."""
-    key = compact_string("producer_byte_rate")
+    key = compact("producer_byte_rate")
     op = b"\x02" + key + struct.pack(">d", 1_000_000.0) + b"\x00" + b"\x00"  # one op; remove false; tags
-    user = compact_string("user")
-    body = b"".join(b"\x02" + user + compact_string(f"tenant-{i:08d}") + b"\x00" + op + b"\x00" for i in range(entries))
+    user = compact("user")
+    body = b"".join(b"\x02" + user + compact(f"tenant-{i:08d}") + b"\x00" + op + b"\x00" for i in range(entries))
     payload = (
         header_v1(ALTER_CLIENT_QUOTAS, 1, correlation_id)
         + b"\x00"  # header tagged fields
@@ -102,3 +89,37 @@ def send_and_wait(address: tuple[str, int], frame: bytes, timeout: float = 30.0)
             if len(received) >= 4 and len(received) >= 4 + struct.unpack_from(">i", received)[0]:
                 return "answered"
     return "timeout"
+
+
+def closed_without_answer(
+    address: tuple[str, int], data: bytes, login: Callable[[socket.socket], None] | None = None
+) -> bool:
+    """Sends `data` on a new connection (after `login`, if given): True if the peer closes it without
+    sending a byte."""
+    with socket.create_connection(address, timeout=20) as sock:
+        if login is not None:
+            login(sock)
+        sock.sendall(data)
+        try:
+            return sock.recv(65536) == b""
+        except ConnectionResetError:
+            return True
+
+
+def answered_then_closed(address: tuple[str, int], data: bytes, timeout: float = 10.0) -> list[int]:
+    """Writes `data` on a new connection and reads until the peer closes it: the correlation ids it
+    answered, in order. A peer that never closes fails the test (socket timeout)."""
+    with socket.create_connection(address, timeout=timeout) as sock:
+        sock.sendall(data)
+        received = bytearray()
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except ConnectionResetError:
+            pass
+    ids, pos = [], 0
+    while pos + 8 <= len(received):
+        size = int.from_bytes(received[pos : pos + 4], "big")
+        ids.append(int.from_bytes(received[pos + 4 : pos + 8], "big", signed=True))
+        pos += 4 + size
+    return ids

@@ -48,7 +48,7 @@ def produce_response(
 SHARE_TOPIC_ID = bytes(range(1, 17))
 
 
-def _uvarint(value: int) -> bytes:
+def uvarint(value: int) -> bytes:
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -62,11 +62,11 @@ def compact(data: bytes | str | None) -> bytes:
     if data is None:
         return b"\x00"
     raw = data.encode() if isinstance(data, str) else data
-    return _uvarint(len(raw) + 1) + raw
+    return uvarint(len(raw) + 1) + raw
 
 
 def compact_array(entries: list[bytes]) -> bytes:
-    return _uvarint(len(entries) + 1) + b"".join(entries)
+    return uvarint(len(entries) + 1) + b"".join(entries)
 
 
 def share_response_body(
