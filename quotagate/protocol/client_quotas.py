@@ -14,7 +14,7 @@ None is the default entity (`--entity-default`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from struct import pack
+from struct import pack, unpack_from
 
 from kafka.protocol.admin import (
     AlterClientQuotasRequest,
@@ -137,16 +137,18 @@ def alter_refusal(frame: memoryview | bytes, header: RequestHeader, error_code: 
     return b"".join((pack(">i", size), head, entries, suffix))
 
 
-def describe_refused(frame: memoryview | bytes, version: int) -> bool:
-    """Whether a broker's DescribeClientQuotas response refuses the principal (CLUSTER_AUTHORIZATION_FAILED)."""
+def describe_verdict(frame: memoryview | bytes, version: int) -> tuple[bool, int]:
+    """What a broker's DescribeClientQuotas response says of the principal: whether it refused it
+    (CLUSTER_AUTHORIZATION_FAILED), and the throttle it asked for (throttle_time_ms)."""
     view = memoryview(frame)
-    at = response_body_offset(view, ApiKey.DESCRIBE_CLIENT_QUOTAS, version) + 4  # after throttle_time_ms
-    if len(view) < at + 2:
+    at = response_body_offset(view, ApiKey.DESCRIBE_CLIENT_QUOTAS, version)
+    if len(view) < at + 6:
         raise FrameError("truncated DescribeClientQuotas response")
-    return int.from_bytes(view[at : at + 2], "big", signed=True) == CLUSTER_AUTHORIZATION_FAILED
+    throttle_ms, error_code = unpack_from(">ih", view, at)
+    return error_code == CLUSTER_AUTHORIZATION_FAILED, max(throttle_ms, 0)
 
 
-def describe_response(correlation_id: int, version: int, result: DescribeResult) -> bytes:
+def describe_response(correlation_id: int, version: int, result: DescribeResult, throttle_ms: int = 0) -> bytes:
     cls = DescribeClientQuotasResponse
     entries = None
     if result.error_code == 0:
@@ -162,7 +164,7 @@ def describe_response(correlation_id: int, version: int, result: DescribeResult)
         ]
     response = cls(
         version=version,
-        throttle_time_ms=0,
+        throttle_time_ms=throttle_ms,
         error_code=result.error_code,
         error_message=result.error_message,
         entries=entries,
