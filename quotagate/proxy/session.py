@@ -276,7 +276,7 @@ class SessionPolicy:
                 f"a frame of {size} bytes is over one connection's share of partial_frames_max_bytes "
                 f"({share} bytes: proxy.partial_frames_max_bytes_per_connection)",
             )
-        head = splitter.partial_head(PARTIAL_HEAD_BYTES)
+        head = splitter.new_partial_head(PARTIAL_HEAD_BYTES)
         if head is None:
             return None
         try:
