@@ -105,6 +105,12 @@ class ProxyMetrics:
         self.config_reloads_total = Counter(
             "quotagate_config_reloads", "Configuration reloads, by result", ["result"], registry=self.registry
         )
+        self.bucket_levels_resets_total = Counter(
+            "quotagate_bucket_levels_resets",
+            "Starts at which the saved bucket levels (beside the state file) could not be read: every bucket "
+            "started full, as after a lost file (the log says what was wrong)",
+            registry=self.registry,
+        )
         self.config_restart_pending_keys = Gauge(
             "quotagate_config_restart_pending_keys",
             "Keys changed in the configuration file since the start that take effect only at a restart",

@@ -565,7 +565,9 @@ class SessionPolicy:
         self.receive_limit = None  # authenticated: the broker reads with socket.request.max.bytes
         claimed, self.claimed_user = self.claimed_user, None
         if outcome and claimed is not None and claimed != self.user:
-            # A (re-)authentication as someone else moves the connection to their buckets.
+            # The first authentication moves the connection from ANONYMOUS (or its certificate's
+            # user) to the user's buckets; a re-authentication as another principal never gets here,
+            # the broker refuses it (error 58) and closes the connection.
             self.user = claimed
             self.entity_buckets = None
 
