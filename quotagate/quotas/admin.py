@@ -25,6 +25,7 @@ from quotagate.protocol.client_quotas import (
     DescribeResult,
     EntityParts,
 )
+from quotagate.protocol.limits import string_problem
 from quotagate.quotas.entities import (
     DEFAULT,
     IpQuotaKey,
@@ -153,6 +154,10 @@ def check_alteration(alteration: Alteration) -> tuple[QuotaEntity | None, str | 
             return None, f"Unhandled client quota entity type: {kind}"
         if name is not None and not name:
             return None, f"Empty {kind} not supported"
+        # Kafka's readers refuse a longer string (the wire refuses it first: this holds for a state file)
+        too_long = string_problem(f"{kind} name", len(name.encode())) if name is not None else None
+        if too_long is not None:
+            return None, too_long
         names[kind] = name
     ip = None
     if IP in names:
