@@ -12,10 +12,12 @@ reading from the client until `session.muted_until` (a time on the caller's cloc
 `to_client`, it has a listener opened for each node id in `session.brokers_seen` (brokers a rewritten
 response names for the first time), then clears it: the session reports them, it binds nothing. Once
 `session.refusal` is set (the client sent what the broker closes a connection for: a request it
-cannot parse, a frame over max_frame_size or, before SASL authentication, over
-sasl_server_max_receive_size, or bytes over the partial_frames_max_bytes shared by all clients), the
-caller stops reading and closes the pair when `awaiting_answers` turns false: the requests the
-client pipelined before the offender are answered first, as the broker answers them.
+cannot parse, a version above the advertised cap, a frame over max_frame_size or, before SASL
+authentication, over sasl_server_max_receive_size or of an API other than ApiVersions and SASL; or
+bytes over the partial_frames_max_bytes shared by all clients or over one connection's share of it),
+the caller stops reading and closes the pair when `awaiting_answers` turns false: the requests the
+client pipelined before the offender are answered first, as the broker answers them. What a frame's
+size, API and version decide is decided at its first read, before the rest of it is held.
 
 A produce request, start to end:
 - admitted in `SessionCore._request` (-> `_admit` when thresholds apply: topics over theirs are

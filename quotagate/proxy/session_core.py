@@ -584,8 +584,8 @@ class SessionCore:
             else:
                 body = _header_tags_end(buf, body, peek_end, end)
         if ends_authentication:
-            # The first request past an exchange whose end the proxy cannot read (GSSAPI): the broker
-            # would have closed the connection before it, had the exchange not succeeded.
+            # The first request past an exchange whose end the proxy cannot read (GSSAPI, or SASL not
+            # known to be required yet): the broker would have closed the connection before it.
             self.receive_limit = None
         # What lies further in, read before anything happens (a short peek starts over).
         acks = 1
