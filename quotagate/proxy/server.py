@@ -114,6 +114,8 @@ class Proxy:
             config.admin.alter_principals,
             state_path,
             self._quotas_altered,
+            config.admin.describe_access,
+            config.proxy.max_decoded_elements,
             # Written in a worker thread, alters arriving together in one write; each answered once durable.
             StateWriter(state_path, self.loop) if state_path is not None else None,
         )
@@ -356,7 +358,10 @@ class Proxy:
             self.quota_admin if self.config.admin.quota_api == "proxy" else None,
             self.config.proxy.oauthbearer_principal_claim,
             self.config.proxy.sasl_server_max_receive_size if self.brokers_require_sasl is not False else None,
-            self.partial_frames,
+            sasl_required=self.brokers_require_sasl,
+            partial_frames=self.partial_frames,
+            partial_frame_share=self.config.proxy.partial_frames_max_bytes_per_connection,
+            max_decoded_elements=self.config.proxy.max_decoded_elements,
         )
 
     async def stop(self) -> None:
@@ -413,7 +418,7 @@ class Proxy:
         self._usage_quotas_changed(now)
         self._sessions_follow_quotas()
         self.topic_guard.update(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE), now)
-        self.quota_admin.set_alter_principals(config.admin.alter_principals)
+        self.quota_admin.set_access(config.admin.alter_principals, config.admin.describe_access)
         self.config = replace(
             self.config,
             quotas=config.quotas,

@@ -15,6 +15,7 @@ import pytest
 from kafka.protocol.admin import AlterClientQuotasResponse, DescribeClientQuotasResponse
 
 from quotagate.config.quota_state import load_state, save_state
+from quotagate.config.settings import DESCRIBE_ACCESS_ANYONE
 from quotagate.protocol.headers import response_body_offset
 from quotagate.proxy.quota_admin import QuotaAdmin, StateWriter
 from quotagate.proxy.session import Session
@@ -66,7 +67,8 @@ def alter_admin_sessions(tmp_path: Path, build: Build, count: int) -> tuple[list
         ("admin",),
         state,
         lambda quotas, now: engine.update(quotas, engine.windows, now),
-        StateWriter(state, asyncio.get_running_loop()),
+        DESCRIBE_ACCESS_ANYONE,  # answered by the proxy alone: the describe after an alter sees it
+        writer=StateWriter(state, asyncio.get_running_loop()),
     )
     sessions = []
     for _ in range(count):

@@ -76,6 +76,7 @@ BAD_STATE = [
     (entry(user=["a"], values={}), "quotas[0].user must be a string or null, got a JSON array"),
     (entry(user=None, values={"producer_byte_rate": 1}), "quotas[0]: Invalid empty client quota entity"),
     (entry(user="", values={"producer_byte_rate": 1}), "quotas[0]: Empty user not supported"),
+    (entry(user="n" * 32_768, values={}), "string field user name had invalid length 32768"),
     ('{"version": 1, "quotas": [{"user": "\\ud800", "values": {}}]}', "quotas[0].user is not valid Unicode"),
     (entry(values={"producer_byte_rate": "1"}), "quotas[0].values['producer_byte_rate'] must be a number or null"),
     (entry(values={"producer_byte_rate": True}), "must be a number or null, got True"),
