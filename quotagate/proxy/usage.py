@@ -603,7 +603,7 @@ class ParquetSink(FileSink):
     A file is written under a hidden name (`.usage-...parquet.open`, which Spark and pyarrow skip)
     and renamed into place only when whole: closed (footer written), fsync'd and its footer read back
     with the rows it should hold; then its folder is fsync'd. It is closed at the hour, at
-    max_file_bytes, after max_file_seconds, when a flush has nothing for it and on shutdown. A file
+    max_file_bytes, after max_file_seconds (traffic or not) and on shutdown. A file
     that fails on the way (ENOSPC...) is removed and the requests of all its rows counted lost; a
     crash loses the file being written, and the next start removes it (`prepare`)."""
 
@@ -643,10 +643,11 @@ class ParquetSink(FileSink):
         for piece in (piece for encoded in pieces for piece in encoded):
             tables.setdefault(piece.partition, []).append(piece)
         now = time.monotonic()
-        # Close what is old or from another hour before writing (an hour's last flush lands first).
+        # Close what is old, or of an hour no longer written, before writing (an hour's last flush
+        # lands first). A flush with no rows closes only what is old: sparse traffic, few files.
         for partition, open_file in list(self._open.items()):
             if (
-                partition not in tables
+                (tables and partition not in tables)
                 or now - open_file.opened >= self.max_file_seconds
                 or self._size(open_file.path) >= self.max_file_bytes
             ):

@@ -115,7 +115,7 @@ def test_usage_files_stay_whole_through_a_full_disk_and_every_request_is_counted
     wait_until(lambda: usage_counts(proxy)[1] > 0, 20, "records counted lost while the disk is full")
     filler.unlink()
     producer.run(2.0)
-    # Nothing more comes: the next flushes close every file (a flush with nothing for a file closes it).
+    # Nothing more comes: within max_file_seconds every file is closed, traffic or not.
     time.sleep(1.0)
     wait_until(lambda: not unfinished(small_tmpfs), 20, "every usage file closed")
     time.sleep(0.5)

@@ -181,3 +181,14 @@ def test_hidden_files_no_live_writer_will_finish_are_removed_at_start(tmp_path: 
     assert sink.remove_leftovers() == 3
     assert {p.name for p in folder.iterdir()} == {p.name for p in (ours, sibling, other_host)}
     assert not earlier_run_same_pid.exists() and not dead.exists() and not other_host_stale.exists()
+
+
+def test_a_flush_with_no_rows_closes_only_files_past_max_file_seconds(tmp_path: Path) -> None:
+    sink = ParquetSink(tmp_path, "p-1-1", 1 << 26, 60.0)
+    assert sink.write_blocking([sink.encode(rows_of(2))]).written == 0
+    assert sink.write_blocking([]).written == 0 and sink.pending(), "sparse traffic: a file per flush"
+    ((partition, open_file),) = sink._open.items()
+    sink._open[partition] = open_file._replace(opened=open_file.opened - 61.0)
+    assert sink.write_blocking([]).written == 2 and not sink.pending()
+    (path,) = tmp_path.rglob("*.parquet")
+    assert pq.read_table(path).num_rows == 2
