@@ -67,11 +67,13 @@ test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools helm-tool 
 	QUOTAGATE_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit  # the same sources, interpreted
 	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
-# Every canary attack of tests/integration/test_tenant_isolation.py (make test runs the heaviest): what
-# each adds, through the proxy, to the p99 of a client on another connection (printed with -s).
+# Every canary attack of tests/integration/test_tenant_isolation.py (make test runs the heaviest) and the
+# topic flood with usage records on: what each adds, through the proxy, to the p99 of a client on
+# another connection (printed with -s).
 .PHONY: test-canary
 test-canary: venv kafka-jars
-	QUOTAGATE_CANARY_ATTACKS=all $(PY) -m pytest -q -s -p no:randomly tests/integration/test_tenant_isolation.py $(PYTEST_ARGS)
+	QUOTAGATE_CANARY_ATTACKS=all $(PY) -m pytest -q -s -p no:randomly tests/integration/test_tenant_isolation.py \
+		tests/integration/test_usage_topic_flood.py $(PYTEST_ARGS)
 
 # The inner loop: tests/unit alone, no Kafka, JVM, socket, process, tool or sleep (tests/unit/conftest.py
 # fails a test that uses one), well under a minute. The rest: tests/loopback (sockets on 127.0.0.1,
