@@ -99,6 +99,14 @@ test-matrix: venv kafka-jars redis-tools franz-go-suite
 	done; \
 	$(PY) -m scripts.matrix_table $(MATRIX_RESULTS) $(KAFKA_MATRIX) | tee $(MATRIX_RESULTS)/table.md; exit $$status
 
+# Every canary attack of tests/integration/test_tenant_isolation.py (make test runs the heaviest) and the
+# topic flood with usage records on: what each adds, through the proxy, to the p99 of a client on
+# another connection (printed with -s).
+.PHONY: test-canary
+test-canary: venv kafka-jars
+	QUOTAGATE_CANARY_ATTACKS=all $(PY) -m pytest -q -s -p no:randomly tests/integration/test_tenant_isolation.py \
+		tests/integration/test_usage_topic_flood.py $(PYTEST_ARGS)
+
 # The inner loop: tests/unit alone, no Kafka, JVM, socket, process, tool or sleep (tests/unit/conftest.py
 # fails a test that uses one), well under a minute. The rest: tests/loopback (sockets on 127.0.0.1,
 # quotagate as a process), tests/tools (promtool, compose tools, java), tests/integration (Kafka, Redis).

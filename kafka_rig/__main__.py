@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import IO
 
 from kafka_rig.cluster import DEFAULT_SASL_USERS, RUN_DIR, SASL_PORT_OFFSET, Cluster
-from kafka_rig.jvm import TOOL_ALIASES, VARIANT_ENV, KafkaRigError, Variant, run_tool
+from kafka_rig.jvm import TOOL_ALIASES, VARIANT_ENV, KafkaRigError, Variant, tool_command
 from kafka_rig.processes import HOST
 
 
@@ -102,9 +103,16 @@ def _cmd_down(args: argparse.Namespace) -> int:
 
 
 def _cmd_tool(args: argparse.Namespace) -> int:
-    # Streamed, not captured, and no timeout: console consumers etc. run until Ctrl-C.
-    done = run_tool(args.main_class, *args.args, timeout=10**9, check=False, capture=False)
-    return done.returncode
+    """Runs the tool as if typed in this shell: the terminal's stdin (a console producer reads the
+    records typed or piped in), stdout and stderr, this folder, no timeout. Ctrl-C reaches the tool
+    too (the same process group): it stops as it does on its own, and its exit code is returned."""
+    with subprocess.Popen(tool_command(args.main_class, *args.args)) as tool:
+        while True:
+            try:
+                code = tool.wait()
+            except KeyboardInterrupt:
+                continue
+            return code if code >= 0 else 128 - code  # killed by signal N: the shell's 128 + N
 
 
 def main(argv: Sequence[str] | None = None) -> int:

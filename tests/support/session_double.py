@@ -3,6 +3,7 @@ response bytes the session tests feed it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from struct import pack, unpack_from
 
 from kafka.protocol.admin import CreateTopicsRequest
@@ -23,12 +24,22 @@ from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 PROXY = '[proxy]\nbootstrap_servers = ["127.0.0.1:1"]\nport = 1\n'
 
 
+def frozen_clock() -> float:
+    """The clock a session reads its own handling time from, stopped: a test's charges do not
+    depend on how fast the machine ran it (tests of that time pass a clock of their own)."""
+    return 0.0
+
+
 def services_for(
-    config_text: str = "", top_level: str = "", partial_frames: ByteBudget | None = None, whole_reads: bool = True
+    config_text: str = "",
+    top_level: str = "",
+    partial_frames: ByteBudget | None = None,
+    whole_reads: bool = True,
+    clock: Callable[[], float] = frozen_clock,
 ) -> SessionServices:
     """The services a proxy hands its sessions, built from a config alone: no proxy, no loop.
     `partial_frames`: a budget shared with other sessions (else one of their own); `whole_reads`:
-    False sends every read through the splitters."""
+    False sends every read through the splitters; `clock`: what the session's own time is read from."""
     config = parse_config(top_level + PROXY + config_text)
     engine = QuotaEngine(config.quotas, config.windows)
     proxy = config.proxy
@@ -45,8 +56,12 @@ def services_for(
         0.0,  # wall_offset: usage records read the test clock as epoch seconds
         proxy.max_frame_size,
         sasl_max_receive_size=proxy.sasl_server_max_receive_size if proxy.client_sasl != "none" else None,
+        sasl_required={"required": True, "none": False}.get(proxy.client_sasl),
         partial_frames=partial_frames or ByteBudget(proxy.partial_frames_max_bytes),
+        partial_frame_share=proxy.partial_frames_max_bytes_per_connection,
+        max_decoded_elements=proxy.max_decoded_elements,
         whole_reads=whole_reads,
+        clock=clock,
     )
 
 
