@@ -73,6 +73,7 @@ test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools helm-tool 
 SLICE_PORT_STEP ?= 50
 .PHONY: test-slice
 test-slice: venv franz-go-suite
+	$(RIG) fetch $(KAFKA_SLICE)
 	mkdir -p build/slice
 	offset=$${QUOTAGATE_TEST_PORT_OFFSET:-0}; pids=""; for kafka in $(KAFKA_SLICE); do \
 		QUOTAGATE_TEST_PORT_OFFSET=$$offset KAFKA_RIG_KAFKA=$$kafka $(PY) -m pytest -q -rs -p no:cacheprovider \
@@ -92,6 +93,7 @@ MATRIX_RESULTS := build/matrix
 # lands in build/matrix/table.md for docs/compatibility.md. ~10-15 min per version on this machine.
 .PHONY: test-matrix
 test-matrix: venv kafka-jars redis-tools franz-go-suite
+	$(RIG) fetch $(KAFKA_MATRIX)
 	mkdir -p $(MATRIX_RESULTS)
 	status=0; for kafka in $(KAFKA_MATRIX); do \
 		KAFKA_RIG_KAFKA=$$kafka $(PY) -m pytest -q -rs -m matrix -n $(PYTEST_WORKERS) \

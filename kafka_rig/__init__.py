@@ -23,6 +23,7 @@ CLI (kafka_rig/__main__.py)::
 
     python -m kafka_rig up [--brokers N] [--base-port P] [--name NAME] [--fresh] [--sasl] [--kafka 3.9.1-zk]
     python -m kafka_rig status [--name NAME]
+    python -m kafka_rig fetch [4.4.0 3.9.1-zk ...]
     python -m kafka_rig down [--name NAME] [--wipe]
     python -m kafka_rig tool MAIN_CLASS_OR_ALIAS ARGS...
 

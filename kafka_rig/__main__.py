@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO
 
 from kafka_rig.cluster import DEFAULT_SASL_USERS, RUN_DIR, SASL_PORT_OFFSET, Cluster
-from kafka_rig.jvm import TOOL_ALIASES, VARIANT_ENV, KafkaRigError, Variant, tool_command
+from kafka_rig.jvm import TOOL_ALIASES, VARIANT_ENV, KafkaRigError, Variant, default_variant, ensure_jars, tool_command
 from kafka_rig.processes import HOST
 
 
@@ -88,6 +88,14 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0 if ready else 1
 
 
+def _cmd_fetch(args: argparse.Namespace) -> int:
+    for text in args.kafka or [str(default_variant())]:
+        variant = Variant.parse(text)
+        ensure_jars(variant)
+        print(f"Kafka {variant.version}: {variant.libs_dir}")
+    return 0
+
+
 def _cmd_down(args: argparse.Namespace) -> int:
     cluster = Cluster.attach(args.name)
     if cluster is None:
@@ -138,6 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     status = sub.add_parser("status", help="is the cluster running and ready?")
     status.add_argument("--name", default="dev")
+    fetch = sub.add_parser("fetch", help="fetch Kafka versions' jars from Maven Central (once; cached)")
+    fetch.add_argument(
+        "kafka", nargs="*", help=f"versions, e.g. 4.4.0 3.9.1-zk; default: ${VARIANT_ENV}, else kafka/pom.xml's"
+    )
     down = sub.add_parser("down", help="stop the processes of a cluster started by `up`")
     down.add_argument("--name", default="dev")
     down.add_argument("--wipe", action="store_true", help="also delete its data")
@@ -145,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tool.add_argument("main_class", help=f"class name or alias: {', '.join(TOOL_ALIASES)}")
     tool.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
-    handlers = {"up": _cmd_up, "status": _cmd_status, "down": _cmd_down, "tool": _cmd_tool}
+    handlers = {"up": _cmd_up, "status": _cmd_status, "fetch": _cmd_fetch, "down": _cmd_down, "tool": _cmd_tool}
     try:
         return handlers[args.command](args)
     except KafkaRigError as exc:
