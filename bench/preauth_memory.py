@@ -5,8 +5,11 @@ towards the proxy's own Metadata request (it closes the connection unanswered), 
 client connections, and has each send a frame announcing FRAME_BYTES slowly (SEND_BYTES of it, in
 1 MiB steps), as a client that never authenticates would. Prints the proxy's RSS before, at its
 peak, and what became of each connection. Loopback only, bounded in time (~15 s). Figures only.
+`--first-describe` sends a DescribeClientQuotas first and the big frame as a Produce (issue 34: the
+proxy answered it itself, which lifted the limit; now it closes the connection, as the broker does).
 
     .venv/bin/python -m bench.preauth_memory [--connections 2] [--proxy-toml 'client_sasl = "none"']
+        [--first-describe]
 """
 
 from __future__ import annotations
@@ -40,12 +43,23 @@ async def sasl_like_broker(reader: asyncio.StreamReader, writer: asyncio.StreamW
         pass
 
 
-async def slow_frame(port: int) -> str:
-    """Sends one big SaslHandshake-keyed frame slowly; returns how far it got."""
+# DescribeClientQuotas v1 (flexible header), no filter component, strict false.
+DESCRIBE_EVERYTHING = struct.pack(">ihhih", 15, 48, 1, 2, 3) + b"app" + b"\x00" + b"\x01\x00\x00"
+
+
+async def slow_frame(port: int, first_describe: bool) -> str:
+    """Sends one big frame slowly (a SaslHandshake's, or after a DescribeClientQuotas a Produce's);
+    returns how far it got."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    header = struct.pack(">ihhih", FRAME_BYTES, 17, 1, 1, 3) + b"app"
+    header = struct.pack(">ihhih", FRAME_BYTES, 0 if first_describe else 17, 9 if first_describe else 1, 1, 3) + b"app"
     sent = 0
     try:
+        if first_describe:
+            writer.write(DESCRIBE_EVERYTHING)
+            await writer.drain()
+            await asyncio.sleep(0.5)
+            if reader.at_eof():
+                return "closed by the proxy at the DescribeClientQuotas, before the big frame"
         writer.write(header)
         while sent < SEND_BYTES:
             writer.write(b"\0" * STEP)
@@ -65,6 +79,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--connections", type=int, default=2)
     parser.add_argument("--proxy-toml", default="", help="more [proxy] keys")
+    parser.add_argument("--first-describe", action="store_true", help="a DescribeClientQuotas first")
     args = parser.parse_args()
     broker_port = free_port_block(1)
     server = await asyncio.start_server(sasl_like_broker, "127.0.0.1", broker_port)
@@ -76,10 +91,13 @@ async def main() -> None:
             await asyncio.sleep(1.0)
             before = rss_mb(proxy.pid)
             started = time.monotonic()
-            outcomes = await asyncio.gather(*(slow_frame(proxy.port) for _ in range(args.connections)))
+            outcomes = await asyncio.gather(
+                *(slow_frame(proxy.port, args.first_describe) for _ in range(args.connections))
+            )
             result = {
                 "connections": args.connections,
                 "proxy_toml": args.proxy_toml,
+                "first_describe": args.first_describe,
                 "rss_before_mb": round(before, 1),
                 "rss_peak_mb": round(peak_rss_mb(proxy.pid), 1),
                 "seconds": round(time.monotonic() - started, 1),

@@ -131,11 +131,13 @@ def _run_workers(config_path: str, log_level: str, worker: int | None) -> int:
 
     if worker is not None:
         return uvloop.run(_run(config_path, worker, None))
+    from quotagate.config.quota_state import load_state
     from quotagate.config.written_paths import check_written_folders
 
     config = load_config(config_path)
     for key, folder in check_written_folders(config):  # before any worker or listener starts
         logging.getLogger("quotagate").info("%s: writing under %s", key, folder)
+    load_state(Path(config.admin.state_file))  # a file no worker could start with: exit 2 before any forks
     workers = Workers(config_path, log_level)
     workers.fork(config.proxy.workers)
     try:
@@ -203,9 +205,11 @@ def _loop_error(proxy: Proxy, context: dict[str, Any]) -> None:
 
 
 def _check_config(config_path: str) -> int:
+    from quotagate.config.quota_state import load_state
     from quotagate.config.reference import effective_toml
 
     config = load_config(config_path)
+    load_state(Path(config.admin.state_file))  # what `run` would refuse to start with
     given = tomllib.loads(Path(config_path).read_text(encoding="utf-8"))  # valid: load_config read it
     print(f"# {config_path}: OK. The effective configuration; keys marked default are not in the file.")
     print(effective_toml(config, given), end="")

@@ -40,6 +40,7 @@ RELOAD_RULES: tuple[ReloadRule, ...] = (
     ReloadRule("windows", "", True, "At once: the bursts are sized again; balances are kept."),
     ReloadRule("topic_thresholds", "", True, "At once."),
     ReloadRule("admin", "alter_principals", True, "At once, for the next AlterClientQuotas."),
+    ReloadRule("admin", "describe_access", True, "At once, for the next DescribeClientQuotas."),
     ReloadRule("admin", "quota_api", True, "For connections opened from then on."),
     ReloadRule("admin", "state_file", False, "The state file is read once, at start."),
     ReloadRule("proxy", "", False, "The listeners, their limits and timeouts and the workers are set up at start."),

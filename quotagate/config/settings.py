@@ -47,6 +47,13 @@ DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 DEFAULT_SASL_SERVER_MAX_RECEIVE_SIZE = 512 * 1024  # Kafka's sasl.server.max.receive.size
 DEFAULT_PARTIAL_FRAMES_MAX_BYTES = 256 * 1024 * 1024
 CLIENT_SASL_MODES = ("auto", "required", "none")
+# What the proxy decodes of one request it answers or changes (a decode is Python on the one loop).
+DEFAULT_MAX_DECODED_ELEMENTS = 10_000
+# Who may describe the proxy's quotas ([admin] describe_access).
+DESCRIBE_ACCESS_BROKER = "broker"
+DESCRIBE_ACCESS_ALTER_PRINCIPALS = "alter_principals"
+DESCRIBE_ACCESS_ANYONE = "anyone"
+DESCRIBE_ACCESS_MODES = (DESCRIBE_ACCESS_BROKER, DESCRIBE_ACCESS_ALTER_PRINCIPALS, DESCRIBE_ACCESS_ANYONE)
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}
 MAX_INT32 = 2**31 - 1  # Kafka's "no limit" for its connection limits
 MAX_INT64 = 2**63 - 1
@@ -204,6 +211,29 @@ class ProxyConfig:
             "Plays the part of Kafka's queued.max.request.bytes.",
             "min": 1,
             "max": MAX_INT64,
+        },
+    )
+    partial_frames_max_bytes_per_connection: int = field(
+        default=DEFAULT_PARTIAL_FRAMES_MAX_BYTES // 2,
+        metadata={
+            "doc": "One connection's share of partial_frames_max_bytes: a frame announcing more closes its "
+            "connection as soon as its size is read, so that no one connection's slow frame can take all the "
+            "memory other clients' requests need.",
+            "default": "partial_frames_max_bytes / 2",
+            "min": 1,
+            "max": MAX_INT64,
+        },
+    )
+    max_decoded_elements: int = field(
+        default=DEFAULT_MAX_DECODED_ELEMENTS,
+        metadata={
+            "doc": "The most array elements (quota entries and their parts, topics, partitions, configs) of one "
+            "request that the proxy decodes to answer or change it: AlterClientQuotas from an alter_principals "
+            "user, and CreateTopics, CreatePartitions and DeleteTopics while a controller_mutation_rate applies. "
+            "A request with more closes its connection, as a frame over max_frame_size does, naming this key: "
+            "decoding is the proxy's CPU, shared by every client. Requests forwarded as they are never count.",
+            "min": 1,
+            "max": MAX_INT32,
         },
     )
     connect_timeout_seconds: float = field(
@@ -507,6 +537,16 @@ class UsageConfig:
             "max": 10_000_000,
         },
     )
+    topics_per_entity: int = field(
+        default=1000,
+        metadata={
+            "doc": "Produce topics given a row of their own per (user, client_id), interval and flush (v2 aggregates); "
+            'the others (and names over 249 characters) are summed in one row whose topic is "<other topics>" '
+            "and counted in quotagate_usage_topics_folded_total. Bounds what a client inventing topic names costs.",
+            "min": 1,
+            "max": 1_000_000,
+        },
+    )
     flush_interval_seconds: float = field(
         default=1.0, metadata={"doc": "How often collected records are handed to the sink.", **SECONDS}
     )
@@ -578,10 +618,22 @@ class AdminConfig:
         default=(),
         metadata={
             "doc": 'Who may alter the proxy\'s quotas: SASL user names ("admin" or "User:admin"). Anyone else '
-            "gets CLUSTER_AUTHORIZATION_FAILED; describing is open to all. Without SASL every client is "
-            '"ANONYMOUS": listing it lets anyone who can reach the proxy alter quotas. Empty: nobody may.',
+            "gets CLUSTER_AUTHORIZATION_FAILED (describe_access says who may describe them). Without SASL every "
+            'client is "ANONYMOUS": listing it lets anyone who can reach the proxy alter quotas. Empty: nobody may.',
             "type": "array of strings",
             "parse": _user_names,
+        },
+    )
+    describe_access: str = field(
+        default=DESCRIBE_ACCESS_BROKER,
+        metadata={
+            "doc": 'Who may describe the proxy\'s quotas (DescribeClientQuotas). "broker": whom the broker lets '
+            "describe its own, as the broker decides it (DESCRIBE_CONFIGS on the cluster where an authorizer is "
+            "set, anyone where none is): the request goes to the broker on the client's own connection first, and "
+            "the proxy answers with its quotas unless the broker refused it (CLUSTER_AUTHORIZATION_FAILED is passed "
+            'on as the broker sent it). "alter_principals": only the users listed there, answered by the proxy '
+            'alone. "anyone": every client, authenticated or not on a listener without SASL.',
+            "choices": DESCRIBE_ACCESS_MODES,
         },
     )
     state_file: str = field(
@@ -981,6 +1033,13 @@ def _parse_proxy(table: dict[str, Any]) -> ProxyConfig:
         raise ConfigError("proxy.advertised_host", f"is required when listen_host is {listen_host!r}")
     else:
         values["advertised_host"] = listen_host
+    if "partial_frames_max_bytes_per_connection" not in table:  # half the pool, as if the file gave it
+        values["partial_frames_max_bytes_per_connection"] = _computed_value(
+            "proxy.",
+            ProxyConfig,
+            "partial_frames_max_bytes_per_connection",
+            max(1, values["partial_frames_max_bytes"] // 2),
+        )
     if "broker_port_base" not in table:  # port + 1, in range as if the file gave it
         values["broker_port_base"] = _computed_value("proxy.", ProxyConfig, "broker_port_base", values["port"] + 1)
     last = values["broker_node_ids"][1]

@@ -2,14 +2,19 @@
 frames the proxy makes itself, with kafka-python's classes (generated from Kafka's JSON schemas).
 
 This module only translates between bytes and values; what a filter matches, what is valid and who
-may alter live in quotagate.quotas.admin. Kafka's entity types are "user", "client-id" and "ip"
-(Redpanda adds "client-id-prefix"); a name of None is the default entity (`--entity-default`).
+may alter live in quotagate.quotas.admin. Every request is walked whole first, as the broker parses it
+(protocol/wire_walk.py: Kafka's limits on strings and arrays), so that kafka-python decodes only what
+a bounded, small amount of work allows: a describe filter's first components, an alteration within
+max_decoded_elements; a refusal of a whole AlterClientQuotas decodes nothing.
+
+Kafka's entity types are "user", "client-id" and "ip" (Redpanda adds "client-id-prefix"); a name of
+None is the default entity (`--entity-default`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from struct import pack
+from struct import pack, unpack_from
 
 from kafka.protocol.admin import (
     AlterClientQuotasRequest,
@@ -18,8 +23,22 @@ from kafka.protocol.admin import (
     DescribeClientQuotasResponse,
 )
 
+from quotagate import compiled
 from quotagate.protocol.apis import ApiKey, is_flexible
 from quotagate.protocol.framing import FrameError
+from quotagate.protocol.headers import RequestHeader, encode_count, encode_string, response_body_offset
+from quotagate.protocol.limits import DECODED_ELEMENTS_KEY, MAX_ARRAY_ELEMENTS, NO_LIMIT
+
+_wire = compiled.load("quotagate.protocol.wire_walk")
+CLUSTER_AUTHORIZATION_FAILED = 31
+
+# The highest versions whose requests the proxy reads and whose responses it writes (version_caps.py).
+_DESCRIBE = (DescribeClientQuotasRequest, DescribeClientQuotasResponse)
+_ALTER = (AlterClientQuotasRequest, AlterClientQuotasResponse)
+READABLE_UP_TO: dict[int, int] = {
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: min(cls.max_version for cls in _DESCRIBE),
+    ApiKey.ALTER_CLIENT_QUOTAS: min(cls.max_version for cls in _ALTER),
+}
 
 # An entity as Kafka sends it: (entity type, name or None for the default), in the order given.
 EntityParts = tuple[tuple[str, str | None], ...]
@@ -71,13 +90,30 @@ class AlterResult:
     error_message: str | None
 
 
-def decode_describe(frame: memoryview, body_offset: int, version: int) -> DescribeQuery:
+def decode_describe(
+    frame: memoryview | bytes, body_offset: int, version: int, keep: int = MAX_ARRAY_ELEMENTS
+) -> DescribeQuery:
+    """The filter of a DescribeClientQuotas request, with at most its first `keep` components: the
+    request is checked whole, but a filter holding more than one component per entity type is
+    refused by its first duplicate or unknown type (quotas.admin.describe, as the broker), which
+    lies among the first (entity types + 1)."""
+    program = _wire.program(DescribeClientQuotasRequest, version)
+    walk = _wire.Walk(program, frame)
+    walk.message(body_offset)
+    count, first, kept_end, array_end = walk.first_elements(body_offset, program.ops_at["Components"], keep)
+    if count > keep:  # the first `keep` components and what follows the array, as a smaller request
+        flexible = program.flexible
+        head = bytes(frame[:body_offset]) + encode_count(keep, flexible)
+        frame = b"".join((head, frame[first:kept_end], frame[array_end:]))
     request = _decode(DescribeClientQuotasRequest, frame, body_offset, version)
     components = tuple(FilterComponent(c.entity_type, c.match_type, c.match) for c in request.components)
     return DescribeQuery(components, bool(request.strict))
 
 
-def decode_alter(frame: memoryview, body_offset: int, version: int) -> AlterQuery:
+def decode_alter(frame: memoryview | bytes, body_offset: int, version: int, max_elements: int = NO_LIMIT) -> AlterQuery:
+    """An AlterClientQuotas request, checked whole first; one of more than `max_elements` array
+    elements is refused (ElementsOverLimit, naming max_decoded_elements) before it is decoded."""
+    _wire.check(AlterClientQuotasRequest, version, frame, body_offset, max_elements, f"proxy.{DECODED_ELEMENTS_KEY}")
     request = _decode(AlterClientQuotasRequest, frame, body_offset, version)
     alterations = tuple(
         Alteration(
@@ -89,7 +125,38 @@ def decode_alter(frame: memoryview, body_offset: int, version: int) -> AlterQuer
     return AlterQuery(alterations, bool(request.validate_only))
 
 
-def describe_response(correlation_id: int, version: int, result: DescribeResult) -> bytes:
+def alter_refusal(frame: memoryview | bytes, header: RequestHeader, error_code: int, message: str) -> bytes:
+    """The answer to an AlterClientQuotas refused whole (AlterClientQuotasRequest.getErrorResponse):
+    every entry, in order, with the entity as the client sent it, `error_code` and `message`. Made
+    from the request's bytes as it is walked (wire_walk's echo): nothing is decoded, whatever the
+    number of entries."""
+    version = header.api_version
+    program = _wire.program(AlterClientQuotasRequest, version)
+    flexible = program.flexible
+    walk = _wire.Walk(program, frame)
+    entries_at = program.ops_at["Entries"]
+    prefix = pack(">h", error_code) + encode_string(message, flexible)
+    suffix = b"\x00" if flexible else b""  # the entry's tagged fields
+    entries, count, pos = walk.echo(header.body_offset, entries_at, program.ops_at["Entries.Entity"], prefix, suffix)
+    walk.after(pos, entries_at)  # validate_only and the tags: the whole request is as Kafka parses it
+    response_header = pack(">i", header.correlation_id) + (b"\x00" if flexible else b"")
+    head = response_header + pack(">i", 0) + encode_count(count, flexible)  # throttle_time_ms, entry count
+    size = len(head) + len(entries) + len(suffix)
+    return b"".join((pack(">i", size), head, entries, suffix))
+
+
+def describe_verdict(frame: memoryview | bytes, version: int) -> tuple[bool, int]:
+    """What a broker's DescribeClientQuotas response says of the principal: whether it refused it
+    (CLUSTER_AUTHORIZATION_FAILED), and the throttle it asked for (throttle_time_ms)."""
+    view = memoryview(frame)
+    at = response_body_offset(view, ApiKey.DESCRIBE_CLIENT_QUOTAS, version)
+    if len(view) < at + 6:
+        raise FrameError("truncated DescribeClientQuotas response")
+    throttle_ms, error_code = unpack_from(">ih", view, at)
+    return error_code == CLUSTER_AUTHORIZATION_FAILED, max(throttle_ms, 0)
+
+
+def describe_response(correlation_id: int, version: int, result: DescribeResult, throttle_ms: int = 0) -> bytes:
     cls = DescribeClientQuotasResponse
     entries = None
     if result.error_code == 0:
@@ -105,7 +172,7 @@ def describe_response(correlation_id: int, version: int, result: DescribeResult)
         ]
     response = cls(
         version=version,
-        throttle_time_ms=0,
+        throttle_time_ms=throttle_ms,
         error_code=result.error_code,
         error_message=result.error_message,
         entries=entries,
@@ -133,7 +200,7 @@ def alter_response(correlation_id: int, version: int, results: list[AlterResult]
     return _frame(ApiKey.ALTER_CLIENT_QUOTAS, correlation_id, version, response)
 
 
-def _decode(cls: type, frame: memoryview, body_offset: int, version: int):  # type: ignore[no-untyped-def]
+def _decode(cls: type, frame: memoryview | bytes, body_offset: int, version: int):  # type: ignore[no-untyped-def]
     try:
         return cls.decode(frame[body_offset:], version=version)  # type: ignore[attr-defined]
     except Exception as exc:  # kafka-python raises assorted errors on bad bytes

@@ -22,7 +22,12 @@ FRAME_SIZE_BYTES = 4
 
 
 class FrameError(ValueError):
-    """The peer sent bytes that cannot be a Kafka frame; its connection should be closed."""
+    """The peer sent bytes that cannot be a Kafka frame; its connection should be closed.
+
+    `reason` says why in the proxy's metrics: a protocol error, unless a subclass names the limit
+    (quotagate_frames_refused_total's reasons)."""
+
+    reason = "protocol_error"
 
 
 class FrameSizeError(FrameError):
@@ -69,7 +74,7 @@ class FrameSplitter:
     it is whole: each of its bytes is copied once (a produce batch larger than a read is the usual
     case), not appended to a buffer and copied out of it again."""
 
-    __slots__ = ("_chunk_bytes", "_chunks", "_max_frame_size", "_needed", "_partial")
+    __slots__ = ("_chunk_bytes", "_chunks", "_head_taken", "_max_frame_size", "_needed", "_partial")
 
     def __init__(self, max_frame_size: int) -> None:
         self._max_frame_size = max_frame_size
@@ -78,6 +83,7 @@ class FrameSplitter:
         self._chunk_bytes = 0
         # Total bytes (prefix included) the partial frame needs, 0 while its size is not yet known.
         self._needed = 0
+        self._head_taken = False  # new_partial_head gave the partial frame's head already
 
     @property
     def buffered(self) -> int:
@@ -89,12 +95,39 @@ class FrameSplitter:
         """The size the partial frame announces (prefix excluded); 0 while it is not known."""
         return self._needed - FRAME_SIZE_BYTES if self._needed else 0
 
+    def new_partial_head(self, size: int) -> bytes | None:
+        """The first `size` bytes of the partial frame (its size prefix included), the first time
+        that many have arrived; else None (not yet, or given already: a frame's head is checked once,
+        not at every read of its body)."""
+        if self._head_taken:
+            return None
+        head = self.partial_head(size)
+        self._head_taken = head is not None
+        return head
+
+    def partial_head(self, size: int) -> bytes | None:
+        """The first `size` bytes of the partial frame (its size prefix included), once that many
+        have arrived; else None."""
+        if self._chunks:
+            if self._chunk_bytes < size:
+                return None
+            head = b""
+            for chunk in self._chunks:  # the first chunk nearly always holds it all
+                head += chunk[: size - len(head)]
+                if len(head) == size:
+                    break
+            return head
+        if len(self._partial) < size:
+            return None
+        return bytes(self._partial[:size])
+
     def clear(self) -> None:
         """Drops the partial frame (its connection is being closed)."""
         self._partial = bytearray()
         self._chunks = []
         self._chunk_bytes = 0
         self._needed = 0
+        self._head_taken = False
 
     def whole_frame(self, data: bytes) -> memoryview | None:
         """`data` as a frame when it is exactly one whole frame within the limit and nothing is
@@ -130,6 +163,7 @@ class FrameSplitter:
                 return []
             data = b"".join(self._chunks)  # the one copy of the frame's bytes
             self._chunks = []
+            self._head_taken = False
             self._chunk_bytes = 0
             self._needed = 0
         view = memoryview(data)

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from quotagate.protocol.apis import is_flexible, response_header_is_flexible
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
+from quotagate.protocol.limits import tagged_fields_problem
 
 _REQUEST_FIXED = Struct(">hhih")
 _CORRELATION_ID = Struct(">i")
@@ -45,9 +46,13 @@ def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
 
 
 def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
+    """Skips tagged fields by their lengths; more than MAX_TAGGED_FIELDS are refused, not walked."""
     if pos < len(buf) and buf[pos] == 0:  # no tagged fields: the usual case
         return pos + 1
     count, pos = read_uvarint(buf, pos)
+    problem = tagged_fields_problem("a tagged-field section", count)
+    if problem is not None:
+        raise FrameError(problem)
     for _ in range(count):
         _tag, pos = read_uvarint(buf, pos)
         size, pos = read_uvarint(buf, pos)
@@ -64,6 +69,29 @@ def skip_string(buf: bytes | memoryview, pos: int, flexible: bool) -> int:
         return pos + max(length_plus_one - 1, 0)
     (length,) = unpack_from(">h", buf, pos)
     return pos + 2 + max(length, 0)
+
+
+def read_string(buf: bytes | memoryview, pos: int, flexible: bool) -> tuple[str | None, int]:
+    """A (nullable) string and the position after it."""
+    if flexible:
+        length_plus_one, pos = read_uvarint(buf, pos)
+        length = length_plus_one - 1
+    else:
+        (length,) = unpack_from(">h", buf, pos)
+        pos += 2
+    if length < 0:
+        return None, pos
+    if pos + length > len(buf):
+        raise FrameError("string runs past the end of the message")
+    return str(buf[pos : pos + length], "utf-8", "replace"), pos + length
+
+
+def encode_string(text: str | None, flexible: bool) -> bytes:
+    """A (nullable) string as Kafka encodes it: compact (uvarint length + 1) when flexible, else int16."""
+    if text is None:
+        return b"\x00" if flexible else pack(">h", -1)
+    data = text.encode()
+    return (encode_count(len(data), True) if flexible else pack(">h", len(data))) + data
 
 
 def read_count(buf: bytes | memoryview, pos: int, flexible: bool) -> tuple[int, int]:

@@ -21,11 +21,14 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
 )
 
+from quotagate import compiled
 from quotagate.protocol.apis import ApiKey, is_flexible
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
 from quotagate.protocol.headers import response_body_offset
+from quotagate.protocol.limits import DECODED_ELEMENTS_KEY, NO_LIMIT
 from quotagate.protocol.throttle import THROTTLE_MAX_MS
 
+_wire = compiled.load("quotagate.protocol.wire_walk")
 THROTTLING_QUOTA_EXCEEDED = 89
 QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."  # Kafka's own wording
 # Versions from which a client understands per-topic refusals (KIP-599 strict mode); below them
@@ -42,6 +45,10 @@ _RESPONSES: dict[int, Any] = {
     ApiKey.CREATE_TOPICS: CreateTopicsResponse,
     ApiKey.DELETE_TOPICS: DeleteTopicsResponse,
     ApiKey.CREATE_PARTITIONS: CreatePartitionsResponse,
+}
+# The highest version of each API whose request and response the classes above read (version_caps.py).
+READABLE_UP_TO: dict[int, int] = {
+    key: min(_REQUESTS[key].max_version, _RESPONSES[key].max_version) for key in MUTATION_APIS
 }
 
 
@@ -92,8 +99,13 @@ class MutationRequest:
 
 
 @frame_errors("topic mutation request")
-def decode_mutation(frame: memoryview, body_offset: int, api_key: int, version: int) -> MutationRequest:
+def decode_mutation(
+    frame: memoryview, body_offset: int, api_key: int, version: int, max_elements: int = NO_LIMIT
+) -> MutationRequest:
+    """A topic mutation, checked whole as Kafka parses it first (wire_walk: Kafka's limits), and
+    decoded only within `max_elements` array elements (ElementsOverLimit names max_decoded_elements)."""
     cls = _REQUESTS[api_key]
+    _wire.check(cls, version, frame, body_offset, max_elements, f"proxy.{DECODED_ELEMENTS_KEY}")
     try:
         message = cls.decode(frame[body_offset:], version=version)
     except Exception as exc:  # kafka-python raises assorted errors on bad bytes

@@ -15,9 +15,16 @@ try:
 except ImportError:  # interpreted without Cython installed: quotagate/_cython_shadow.py
     from quotagate import _cython_shadow as cython
 
+from quotagate.protocol.limits import MAX_ARRAY_ELEMENTS, MAX_STRING_BYTES, MAX_TAGGED_FIELDS
+
 # index, error_code, base_offset, log_append_time_ms, log_start_offset
 PARTITION_BYTES = 30
+TRANSACTIONAL_ID_FROM = 3
 TOPIC_ID_FROM = 13
+# Kafka's readers' limits (protocol/limits.py): a request past one is malformed.
+MAX_TAGS = MAX_TAGGED_FIELDS
+MAX_ARRAY = MAX_ARRAY_ELEMENTS
+MAX_STRING = MAX_STRING_BYTES
 
 
 def _uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -47,21 +54,8 @@ def produce_acks(buf: bytes, body: int, end: int, version: int) -> int:
     """A produce request's acks (0: the broker sends no response) from its body at buf[body:end];
     a value below -0x8000 (outside int16) when what leads to them runs past `end` or is malformed."""
     at = body
-    if version >= 3:  # transactional_id comes first
-        if version >= 9:  # compact nullable string: uvarint length + 1
-            length, at = _uvarint(buf, at, end)
-            if length < 0:
-                return -0x10000
-            length -= 1
-        else:
-            if at + 2 > end:
-                return -0x10000
-            length = (buf[at] << 8) | buf[at + 1]
-            if length >= 0x8000:
-                length -= 0x10000
-            at += 2
-        if length > 0:
-            at += length
+    if version >= TRANSACTIONAL_ID_FROM:  # transactional_id comes first
+        at = _after_transactional_id(buf, at, end, version >= 9)
     if at + 2 > end:
         return -0x10000
     value = (buf[at] << 8) | buf[at + 1]
@@ -79,66 +73,30 @@ def produce_topics_of(frame: bytes | memoryview, pos: int, end: int, version: in
 
 
 def produce_topics(buf: bytes, pos: int, end: int, version: int, names_only: bool) -> list | None:
-    """The topics of a produce request (v3+) whose body starts at buf[pos] and which ends at end:
+    """The topics of a produce request whose body starts at buf[pos] and which ends at end:
     (name as bytes, start, end, partition indexes, record bytes) each, or the names alone, in order,
-    the record batches never read; None when the request is truncated or malformed."""
+    the record batches (or v0-v2's message sets) never read; None when the request is truncated or
+    malformed."""
     flexible = version >= 9
-    # transactional_id, acks, timeout_ms
-    if flexible:
-        length, pos = _uvarint(buf, pos, end)
-        if length < 0:
-            return None
-        if length > 1:
-            pos += length - 1
-    else:
-        if pos + 2 > end:
-            return None
-        length = (buf[pos] << 8) | buf[pos + 1]
-        pos += 2
-        if length < 0x8000:
-            pos += length
-    pos += 6
-    if flexible:
-        count, pos = _uvarint(buf, pos, end)
-        count -= 1
-    else:
-        if pos + 4 > end:
-            return None
-        count = i32(buf, pos)
-        pos += 4
-    if pos > end:
+    pos = _topics_start(buf, pos, end, version)
+    count, pos = _count(buf, pos, end, flexible)
+    if count < 0:
         return None
     topics = []
-    for _t in range(count if count > 0 else 0):
+    for _t in range(count):
         start = pos
-        if flexible:
-            length, pos = _uvarint(buf, pos, end)
-            length -= 1
-        else:
-            if pos + 2 > end:
-                return None
-            length = (buf[pos] << 8) | buf[pos + 1]
-            if length >= 0x8000:
-                length -= 0x10000
-            pos += 2
-        if length < 0 or pos + length > end:
+        length, pos = _string_length(buf, pos, end, flexible)
+        if length < 0 or length > MAX_STRING or pos + length > end:
             return None
         # Compiled, a slice of the char* is a new bytes already; bytes() of it made the name twice.
         name = buf[pos : pos + length] if cython.compiled else bytes(buf[pos : pos + length])
         pos += length
-        if flexible:
-            partition_count, pos = _uvarint(buf, pos, end)
-            partition_count -= 1
-        else:
-            if pos + 4 > end:
-                return None
-            partition_count = i32(buf, pos)
-            pos += 4
-        if pos > end:
+        partition_count, pos = _count(buf, pos, end, flexible)
+        if partition_count < 0:
             return None
         partitions = None if names_only else []
         record_bytes = 0
-        for _p in range(partition_count if partition_count > 0 else 0):
+        for _p in range(partition_count):
             if pos + 4 > end:
                 return None
             if partitions is not None:
@@ -170,11 +128,110 @@ def produce_topics(buf: bytes, pos: int, end: int, version: int, names_only: boo
     return topics
 
 
+def first_batch_of(frame: bytes | memoryview, pos: int, end: int, version: int, least: int) -> int:
+    """first_batch of a frame that may be a memoryview."""
+    if cython.compiled and type(frame) is not bytes:
+        view = frame
+        if len(frame) == 0:
+            return -2
+        return first_batch(cython.address(view[0]), pos, end, version, least)
+    return first_batch(frame, pos, end, version, least)
+
+
+def first_batch(buf: bytes, pos: int, end: int, version: int, least: int) -> int:
+    """Where the records of the first partition of a produce request (body at buf[pos], ending at
+    `end`) that carries at least `least` bytes of them start; -1 when none does, -2 when the request
+    is malformed. The walk stops there: a producer's first batch speaks for all of them."""
+    flexible = version >= 9
+    pos = _topics_start(buf, pos, end, version)
+    count, pos = _count(buf, pos, end, flexible)
+    if count < 0:
+        return -2
+    for _t in range(count):
+        length, pos = _string_length(buf, pos, end, flexible)
+        if length < 0 or length > MAX_STRING:
+            return -2
+        pos += length
+        partitions, pos = _count(buf, pos, end, flexible)
+        if partitions < 0:
+            return -2
+        for _p in range(partitions):
+            pos += 4  # the partition's index
+            if flexible:
+                size, pos = _uvarint(buf, pos, end)
+                size -= 1
+            else:
+                if pos + 4 > end:
+                    return -2
+                size = i32(buf, pos)
+                pos += 4
+            if size >= least and pos + size <= end:
+                return pos
+            if size > 0:
+                pos += size
+            if flexible:
+                pos = _skip_tags(buf, pos, end)
+            if pos > end:
+                return -2
+        if flexible:
+            pos = _skip_tags(buf, pos, end)
+        if pos > end:
+            return -2
+    return -1
+
+
+def _string_length(buf: bytes, pos: int, end: int, flexible: bool) -> tuple[int, int]:
+    """A (nullable) string's length (-1: null) and the position after its length prefix: int16, or
+    uvarint length + 1 when flexible; (-2, end + 1) when the prefix runs past `end`."""
+    if flexible:
+        value, pos = _uvarint(buf, pos, end)
+        if value < 0:
+            return -2, end + 1
+        return value - 1, pos
+    if pos + 2 > end:
+        return -2, end + 1
+    length = (buf[pos] << 8) | buf[pos + 1]
+    return (length - 0x10000 if length >= 0x8000 else length), pos + 2
+
+
+def _topics_start(buf: bytes, pos: int, end: int, version: int) -> int:
+    """Where a produce request's topic array starts, from its body at buf[pos]: after transactional_id
+    (v3+; Produce v0-v2, which Kafka 3.x still takes, have none), acks and timeout_ms."""
+    if version >= TRANSACTIONAL_ID_FROM:
+        pos = _after_transactional_id(buf, pos, end, version >= 9)
+    return pos + 6
+
+
+def _after_transactional_id(buf: bytes, pos: int, end: int, flexible: bool) -> int:
+    """Where a produce request's transactional_id (at buf[pos]) ends: past `end` when it runs past it."""
+    length, pos = _string_length(buf, pos, end, flexible)
+    return pos + length if length > 0 else pos
+
+
+def _count(buf: bytes, pos: int, end: int, flexible: bool) -> tuple[int, int]:
+    """An array's count within Kafka's limits (no more than MAX_ARRAY, nor than the bytes left), and
+    the position after it; (-1, pos) when it breaks them or runs past `end` (0 for a null array)."""
+    if flexible:
+        count, pos = _uvarint(buf, pos, end)
+        count -= 1
+    else:
+        if pos + 4 > end:
+            return -1, pos
+        count = i32(buf, pos)
+        pos += 4
+    if pos > end or count > MAX_ARRAY or count > end - pos:
+        return -1, pos
+    return (count if count > 0 else 0), pos
+
+
 def _skip_tags(buf: bytes, pos: int, end: int) -> int:
-    """The position after tagged fields at buf[pos] (past `end` when they run past it)."""
+    """The position after tagged fields at buf[pos], each skipped by its length (past `end` when
+    they run past it, or number more than MAX_TAGS: refused before they are walked)."""
     if pos < end and buf[pos] == 0:
         return pos + 1
     count, pos = _uvarint(buf, pos, end)
+    if count > MAX_TAGS:
+        return end + 1
     for _i in range(count if count > 0 else 0):
         _tag, pos = _uvarint(buf, pos, end)
         size, pos = _uvarint(buf, pos, end)

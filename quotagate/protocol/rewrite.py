@@ -8,24 +8,35 @@ for that node, queueing in `seen` a node named for the first time; `observe_topi
 partition counts that Metadata responses carry. A rewrite does no I/O: whoever rewrote takes `seen`
 and has the listeners opened before the response leaves.
 
-ApiVersions is rewritten too: the proxy caps the versions it lets clients use (see apis.py).
+ApiVersions is rewritten too: the proxy caps the versions it lets clients use (version_caps.py).
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable, Iterable
 from struct import pack, unpack_from
 from typing import Any, Protocol
 
 from quotagate import compiled
-from quotagate.protocol.apis import MAX_VERSIONS, RESPONSE_CLASSES, ApiKey
+from quotagate.protocol.apis import RESPONSE_CLASSES, ApiKey
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
-from quotagate.protocol.headers import response_body_offset
+from quotagate.protocol.headers import (
+    encode_string,
+    read_count,
+    read_string,
+    response_body_offset,
+    skip_string,
+    skip_tagged_fields,
+)
 from quotagate.protocol.produce import produce_response_has_top_level_tags
 from quotagate.protocol.share import encode_node_endpoints, share_response_node_endpoints
+from quotagate.protocol.version_caps import UNSUPPORTED_VERSION, cap_api_versions
 
 RewriteMemo = compiled.load("quotagate.protocol.rewrite_memo").RewriteMemo
+_wire = compiled.load("quotagate.protocol.wire_walk")
+METADATA_FLEXIBLE_FROM = 9
 
 
 class ClusterView(Protocol):
@@ -40,7 +51,6 @@ class ClusterView(Protocol):
 Rewriter = Callable[[memoryview, int, ClusterView], "bytes | None"]
 
 DESCRIBE_CLUSTER_ENDPOINT_CONTROLLERS = 2
-UNSUPPORTED_VERSION = 35
 
 # Broker configs whose values name broker or controller addresses. DescribeConfigs answers them, and
 # any other config whose value holds a host:port, as the broker answers a secret: value null and
@@ -78,15 +88,43 @@ def _reframe(frame: memoryview, body_offset: int, message: object) -> bytes:
 
 @frame_errors("Metadata response")
 def rewrite_metadata(frame: memoryview, version: int, cluster: ClusterView) -> bytes:
-    body_offset, response = _decode(ApiKey.METADATA, frame, version)
-    for broker in response.brokers:  # type: ignore[attr-defined]
-        broker.host, broker.port = cluster.advertise(broker.node_id, broker.host, broker.port)
+    """Each broker's host and port replaced where they stand; every other byte copied as it came.
+    The topics, which a client sizes (a request may name 50 000), are walked in C (wire_walk) only
+    to tell the cluster view the partition counts of those answered without error: never decoded."""
+    flexible = version >= METADATA_FLEXIBLE_FROM
+    pos = response_body_offset(frame, ApiKey.METADATA, version) + (4 if version >= 3 else 0)  # throttle_time_ms
+    brokers, pos = read_count(frame, pos, flexible)
+    parts: list[bytes | memoryview] = [frame[FRAME_SIZE_BYTES:pos]]
+    for _ in range(brokers):
+        node_id = unpack_from(">i", frame, pos)[0]
+        host, at = read_string(frame, pos + 4, flexible)
+        port = unpack_from(">i", frame, at)[0]
+        rest = end = at + 4
+        if version >= 1:
+            end = skip_string(frame, end, flexible)  # rack
+        if flexible:
+            end = skip_tagged_fields(frame, end)
+        if host is None:
+            raise FrameError("a broker without a host")
+        new_host, new_port = cluster.advertise(node_id, host, port)
+        parts += (frame[pos : pos + 4], encode_string(new_host, flexible), pack(">i", new_port), frame[rest:end])
+        pos = end
+    topics_at = pos
+    if version >= 2:
+        topics_at = skip_string(frame, topics_at, flexible)  # cluster_id
+    if version >= 1:
+        topics_at += 4  # controller_id
+    topics, _end = _wire.metadata_topics(_wire.program(RESPONSE_CLASSES[ApiKey.METADATA], version), frame, topics_at)
     cluster.observe_topics(
-        (topic.name, topic.topic_id if version >= 10 else None, len(topic.partitions))
-        for topic in response.topics  # type: ignore[attr-defined]
-        if topic.error_code == 0 and topic.name
+        (str(name, "utf-8", "replace"), _topic_id(topic_id), partitions) for name, topic_id, partitions in topics
     )
-    return _reframe(frame, body_offset, response)
+    parts.append(frame[pos:])
+    return b"".join([pack(">i", sum(len(part) for part in parts)), *parts])
+
+
+def _topic_id(raw: bytes | None) -> uuid.UUID | None:
+    """A topic id as kafka-python decodes it (the catalog keys names by it)."""
+    return None if raw is None or raw == bytes(16) else uuid.UUID(bytes=raw)
 
 
 @frame_errors("FindCoordinator response")
@@ -197,19 +235,6 @@ def rewrite_describe_configs(frame: memoryview, version: int, cluster: ClusterVi
                     synonym.value = None
                 hidden += 1
     return _reframe(frame, body_offset, response) if hidden else None
-
-
-def cap_api_versions(api_keys: list) -> list:
-    """Lowers max_version to what the proxy can handle (drops an API it cannot); keeps the order."""
-    kept = []
-    for entry in api_keys:
-        cap = MAX_VERSIONS.get(entry.api_key)
-        if cap is not None:
-            if cap < entry.min_version:
-                continue
-            entry.max_version = min(entry.max_version, cap)
-        kept.append(entry)
-    return kept
 
 
 RESPONSE_REWRITERS: dict[int, Rewriter] = {

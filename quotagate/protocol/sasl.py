@@ -22,12 +22,19 @@ import json
 
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest
 
+from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.framing import FrameError, frame_errors
 
 PLAIN = "PLAIN"
 OAUTHBEARER = "OAUTHBEARER"
 SCRAM_MECHANISMS = frozenset({"SCRAM-SHA-256", "SCRAM-SHA-512"})
 DEFAULT_PRINCIPAL_CLAIM = "sub"
+# The highest versions the classes used here read (version_caps.py): handshake requests, and
+# authenticate requests and responses.
+READABLE_UP_TO: dict[int, int] = {
+    ApiKey.SASL_HANDSHAKE: SaslHandshakeRequest.max_version,
+    ApiKey.SASL_AUTHENTICATE: min(SaslAuthenticateRequest.max_version, SaslAuthenticateResponse.max_version),
+}
 
 
 def _decode(cls: type, frame: memoryview, body_offset: int, version: int) -> object:
@@ -52,7 +59,7 @@ def authenticate_user(
 ) -> str | None:
     """The user a SaslAuthenticate request claims to be, or None if it does not say (a later round,
     or a mechanism the proxy cannot read)."""
-    if mechanism != PLAIN and mechanism != OAUTHBEARER and mechanism not in SCRAM_MECHANISMS:
+    if not end_readable(mechanism):
         return None
     auth_bytes = bytes(_decode(SaslAuthenticateRequest, frame, body_offset, version).auth_bytes or b"")  # type: ignore[attr-defined]
     return user_from_auth_bytes(mechanism, auth_bytes, principal_claim)
@@ -65,6 +72,12 @@ def authentication_outcome(mechanism: str | None, frame: memoryview, body_offset
     if response.error_code != 0:  # type: ignore[attr-defined]
         return False
     return True if exchange_complete(mechanism, bytes(response.auth_bytes or b"")) else None  # type: ignore[attr-defined]
+
+
+def end_readable(mechanism: str | None) -> bool:
+    """Whether the proxy can tell from the broker's answers when an exchange of `mechanism` ends
+    (PLAIN, SCRAM, OAUTHBEARER); GSSAPI's is opaque to it."""
+    return mechanism == PLAIN or mechanism == OAUTHBEARER or mechanism in SCRAM_MECHANISMS
 
 
 def exchange_complete(mechanism: str | None, server_auth_bytes: bytes) -> bool:

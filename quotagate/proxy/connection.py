@@ -25,6 +25,7 @@ from quotagate.proxy.delay_queue import DelayQueue
 from quotagate.proxy.flow_control import ReadGate
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.session import PROTOCOL_ERROR, REFUSAL_ANSWERS_TIMEOUT_SECONDS, Session, SessionServices
+from quotagate.proxy.upstream import Upstream
 from quotagate.security.principal_mapping import NoMatchingRule
 from quotagate.security.tls import TlsContexts, certificate_principal
 
@@ -51,10 +52,10 @@ class ConnectionContext(Protocol):
     def delay_queue(self) -> DelayQueue: ...  # mutes
 
     @property
-    def tls(self) -> TlsContexts: ...  # the principal mapper for client certificates; TLS to the brokers
+    def tls(self) -> TlsContexts: ...  # the principal mapper for client certificates
 
     @property
-    def connect_timeout_seconds(self) -> float: ...
+    def upstream(self) -> Upstream: ...  # how a broker is connected to (TLS, timeout, socket options)
 
     def session_services(self) -> SessionServices: ...
 
@@ -85,6 +86,7 @@ class ClientGlue:
         self.listener = listener
         self.upstreams = upstreams
         self.session = self.session_class(proxy.session_services())
+        self.session.answer_ready = self._local_answer_ready
         self.clock = proxy.loop.time
         self.transport: asyncio.Transport | None = None
         self.reading: ReadGate | None = None
@@ -117,6 +119,7 @@ class ClientGlue:
             return
         if principal is not None:
             self.session = self.session_class(self.proxy.session_services(), principal)
+            self.session.answer_ready = self._local_answer_ready
         connecting = asyncio.get_running_loop().create_task(self._connect_upstream())
         connecting.add_done_callback(self._connect_upstream_done)
 
@@ -178,6 +181,12 @@ class ClientGlue:
             return
         self._resume(self.session.unmute)
 
+    def _local_answer_ready(self) -> None:
+        """An answer the proxy was making (an alter being persisted) is ready: written in its turn."""
+        if self.closed or self.reading is None:
+            return
+        self._resume(self.session.local_answered)
+
     def _broker_connected(self) -> None:
         self._resume(self.session.broker_connected)
 
@@ -191,16 +200,11 @@ class ClientGlue:
 
     # pairing -----------------------------------------------------------------------------------
     async def _connect_upstream(self) -> None:
-        loop = asyncio.get_running_loop()
-        timeout = self.proxy.connect_timeout_seconds
         for host, port in self.upstreams:
             if self.closed:
                 return
             try:
-                _, upstream = await asyncio.wait_for(
-                    loop.create_connection(lambda: self.upstream_class(self), host, port, ssl=self.proxy.tls.upstream),
-                    timeout,
-                )
+                _, upstream = await self.proxy.upstream.connect(host, port, lambda: self.upstream_class(self))
             except (OSError, TimeoutError) as exc:
                 self.proxy.metrics.upstream_connect_failures_total.inc()
                 log.debug("%s: cannot connect to broker %s:%s: %s", self.listener, host, port, exc or "timeout")

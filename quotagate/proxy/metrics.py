@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
 from quotagate import compiled
 from quotagate.protocol.apis import api_key_label
+from quotagate.protocol.limits import DECODED_ELEMENTS_KEY
 
 # Upstream service times on loopback are ~0.2-2 ms; long polls reach the fetch max wait (500 ms).
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -23,6 +24,16 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 # Why a client's frame closed its connection (quotagate_frames_refused_total's reasons: the settings).
 SASL_RECEIVE_LIMIT = "sasl_server_max_receive_size"
 PARTIAL_FRAMES_LIMIT = "partial_frames_max_bytes"
+PARTIAL_FRAME_SHARE = "partial_frames_max_bytes_per_connection"
+BEFORE_AUTHENTICATION = "before_sasl_authentication"
+DECODED_ELEMENTS_LIMIT = DECODED_ELEMENTS_KEY
+REFUSAL_REASONS = (
+    SASL_RECEIVE_LIMIT,
+    PARTIAL_FRAMES_LIMIT,
+    PARTIAL_FRAME_SHARE,
+    BEFORE_AUTHENTICATION,
+    DECODED_ELEMENTS_LIMIT,
+)
 
 
 class ProxyMetrics:
@@ -94,6 +105,12 @@ class ProxyMetrics:
         self.config_reloads_total = Counter(
             "quotagate_config_reloads", "Configuration reloads, by result", ["result"], registry=self.registry
         )
+        self.bucket_levels_resets_total = Counter(
+            "quotagate_bucket_levels_resets",
+            "Starts at which the saved bucket levels (beside the state file) could not be read: every bucket "
+            "started full, as after a lost file (the log says what was wrong)",
+            registry=self.registry,
+        )
         self.config_restart_pending_keys = Gauge(
             "quotagate_config_restart_pending_keys",
             "Keys changed in the configuration file since the start that take effect only at a restart",
@@ -101,8 +118,11 @@ class ProxyMetrics:
         )
         self.frames_refused_total = Counter(
             "quotagate_frames_refused",
-            "Client connections closed for a frame over a memory limit: sasl_server_max_receive_size (before "
-            "SASL authentication completes) or partial_frames_max_bytes (all connections' partial frames)",
+            "Client connections closed for a request the proxy refuses before reading it whole, by reason: "
+            "sasl_server_max_receive_size (a frame over it before SASL authentication completes), "
+            "partial_frames_max_bytes (all connections' partial frames), partial_frames_max_bytes_per_connection "
+            "(one connection's), before_sasl_authentication (a request other than ApiVersions or SASL before "
+            "authentication completes), max_decoded_elements (a request the proxy must decode, too large)",
             ["reason"],
             registry=self.registry,
         )
@@ -146,11 +166,21 @@ class ProxyMetrics:
             registry=self.registry,
         )
         self.usage_written_total = Counter(
-            "quotagate_usage_records_written", "Usage records written to the sink", registry=self.registry
+            "quotagate_usage_records_written",
+            "Usage records (rows) written: Parquet rows once their file is closed and renamed into place, "
+            "JSONL lines and Kafka messages once written",
+            registry=self.registry,
         )
         self.usage_dropped_total = Counter(
             "quotagate_usage_records_dropped",
-            "Usage records dropped because the buffer was full or the sink failed",
+            "Requests whose usage records were lost: the buffer was full, or the sink failed (a Parquet file "
+            "that could not be completed loses all its requests)",
+            registry=self.registry,
+        )
+        self.usage_topics_folded_total = Counter(
+            "quotagate_usage_topics_folded",
+            'Produce topics counted in the "<other topics>" row of their entity and interval, beyond '
+            "usage.topics_per_entity (each topic of each request)",
             registry=self.registry,
         )
         # Series that alerts take increase() of exist from the start, so the first event counts.
@@ -160,7 +190,7 @@ class ProxyMetrics:
             self.protocol_errors_total.labels(side)
         self.connections_refused_total.labels("max_connections_per_ip")
         self.connections_refused_total.labels("connection_creation_rate")
-        for reason in (SASL_RECEIVE_LIMIT, PARTIAL_FRAMES_LIMIT):
+        for reason in REFUSAL_REASONS:
             self.frames_refused_total.labels(reason)
         # The hot path's counters (see the module docstring), exported by collect(): the session
         # core's own type (C fields compiled), imported here as session_core imports this module.

@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from quotagate.config import Config
 from quotagate.config.quota_state import levels_path, load_levels, load_state, save_levels
@@ -43,10 +42,11 @@ from quotagate.proxy.delay_queue import DelayQueue
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.flow_control import ByteBudget
 from quotagate.proxy.metrics import ProxyMetrics
-from quotagate.proxy.quota_admin import QuotaAdmin
+from quotagate.proxy.quota_admin import QuotaAdmin, StateWriter
 from quotagate.proxy.session import SessionServices
 from quotagate.proxy.supervisor import Supervisor, TaskFactory
 from quotagate.proxy.topics import TopicCatalog
+from quotagate.proxy.upstream import Unanswered, Upstream
 from quotagate.proxy.usage import QuotasInForce, UsageRecorder, make_sink, writer_id
 from quotagate.quotas import QuotaEngine, QuotaKey, QuotaTable
 from quotagate.quotas.engine import local_bucket
@@ -114,6 +114,10 @@ class Proxy:
             config.admin.alter_principals,
             state_path,
             self._quotas_altered,
+            config.admin.describe_access,
+            config.proxy.max_decoded_elements,
+            # Written in a worker thread, alters arriving together in one write; each answered once durable.
+            StateWriter(state_path, self.loop) if state_path is not None else None,
         )
         # One engine and one delay queue for every listener: an entity's connections to all the
         # brokers draw on the same buckets, so quotas hold for the cluster.
@@ -123,12 +127,7 @@ class Proxy:
         self.levels_path = levels_path(state_path) if state_path is not None and not config.shares_quotas else None
         self._levels_saved = self.levels_path is not None and self.levels_path.exists()
         if self.levels_path is not None:
-            levels, saved_at = load_levels(self.levels_path)
-            if levels:
-                restored = self.engine.restore(levels, time.time() - saved_at, self.loop.time())
-                log.info(
-                    "restored %d of %d bucket levels saved %.0f s ago", restored, len(levels), time.time() - saved_at
-                )
+            self._restore_levels(self.levels_path)
         self.delay_queue = DelayQueue(self.loop)
         self.entity_metrics = EntityMetrics(lambda: self.engine, self.loop.time, config.metrics.max_entities)
         self.metrics.registry.register(self.entity_metrics)
@@ -151,6 +150,8 @@ class Proxy:
         self.rewriters = response_rewriters()
         # TLS to the clients and to the brokers (None on a side that is plaintext).
         self.tls = TlsContexts(config.proxy_tls, config.upstream_tls)
+        # How every connection to a broker is opened: sessions, discovery, the readiness probe.
+        self.upstream = Upstream(self.tls.upstream, config.proxy.connect_timeout_seconds)
         self.clients: set[ClientConnection] = set()
         self._servers: list[asyncio.Server] = []
         # listener name -> (its server, its port, where its clients go)
@@ -174,10 +175,6 @@ class Proxy:
         self.metrics.partial_frame_bytes.set_function(lambda: self.partial_frames.used)
         # None: not known yet (client_sasl = "auto"), taken as required meanwhile.
         self.brokers_require_sasl: bool | None = {"required": True, "none": False}.get(config.proxy.client_sasl)
-
-    @property
-    def connect_timeout_seconds(self) -> float:
-        return self.config.proxy.connect_timeout_seconds
 
     # addresses -------------------------------------------------------------------------------
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:
@@ -325,16 +322,15 @@ class Proxy:
         self, listener: str, port: int, upstreams: Callable[[], list[tuple[str, int]]]
     ) -> None:
         wait = LISTENER_RETRY_MIN_SECONDS
-        timeout = self.config.proxy.connect_timeout_seconds
         while True:
             await asyncio.sleep(wait)
             wait = min(wait * 2, LISTENER_RETRY_MAX_SECONDS)
             for host, broker_port in upstreams():
                 try:
-                    _, writer = await asyncio.wait_for(asyncio.open_connection(host, broker_port), timeout)
+                    transport, _ = await self.upstream.connect(host, broker_port, asyncio.Protocol)
                 except (OSError, TimeoutError):
                     continue
-                writer.close()
+                transport.close()
                 sock = self._bind(listener, port)
                 if sock is None:
                     break
@@ -362,7 +358,10 @@ class Proxy:
             self.quota_admin if self.config.admin.quota_api == "proxy" else None,
             self.config.proxy.oauthbearer_principal_claim,
             self.config.proxy.sasl_server_max_receive_size if self.brokers_require_sasl is not False else None,
-            self.partial_frames,
+            sasl_required=self.brokers_require_sasl,
+            partial_frames=self.partial_frames,
+            partial_frame_share=self.config.proxy.partial_frames_max_bytes_per_connection,
+            max_decoded_elements=self.config.proxy.max_decoded_elements,
         )
 
     async def stop(self) -> None:
@@ -419,7 +418,7 @@ class Proxy:
         self._usage_quotas_changed(now)
         self._sessions_follow_quotas()
         self.topic_guard.update(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE), now)
-        self.quota_admin.set_alter_principals(config.admin.alter_principals)
+        self.quota_admin.set_access(config.admin.alter_principals, config.admin.describe_access)
         self.config = replace(
             self.config,
             quotas=config.quotas,
@@ -517,11 +516,13 @@ class Proxy:
     # discovery ---------------------------------------------------------------------------------
     async def refresh_metadata(self) -> bool:
         """Asks one broker for the brokers and topics; opens listeners for new brokers."""
-        candidates = list(self.config.proxy.bootstrap_servers) + list(self.brokers.addresses.values())
-        for host, port in dict.fromkeys(candidates):
+        for host, port in self._broker_candidates():
+            correlation_id = self._next_correlation_id()
+            request = encode_discovery_request(correlation_id)
             try:
-                brokers, topics = await self._fetch_metadata(host, port)
-            except asyncio.IncompleteReadError as exc:
+                answer = await self.upstream.ask(host, port, request, self.config.proxy.connect_timeout_seconds)
+                brokers, topics = decode_discovery(answer, correlation_id)
+            except Unanswered as exc:
                 # The broker took the connection but would not answer: a SASL listener wants
                 # authentication first. It is up; brokers are then learned from clients' metadata.
                 log.debug("metadata refresh from %s:%d unanswered: %s", host, port, exc)
@@ -529,7 +530,7 @@ class Proxy:
                 self._set_upstream_reachable(True)
                 return False
             except (OSError, TimeoutError, FrameError) as exc:
-                log.debug("metadata refresh from %s:%d failed: %s", host, port, exc)
+                log.debug("metadata refresh from %s:%d failed: %r", host, port, exc)
                 continue
             self._learn_client_sasl(False)
             for node_id, broker_host, broker_port in brokers:
@@ -539,6 +540,14 @@ class Proxy:
             return True
         self._set_upstream_reachable(False)
         return False
+
+    def _broker_candidates(self) -> list[tuple[str, int]]:
+        """Whom the proxy's own requests go to, in order: the bootstrap servers, then known brokers."""
+        return list(dict.fromkeys([*self.config.proxy.bootstrap_servers, *self.brokers.addresses.values()]))
+
+    def _next_correlation_id(self) -> int:
+        self._discovery_correlation_id += 1
+        return self._discovery_correlation_id
 
     def _learn_client_sasl(self, required: bool) -> None:
         """With client_sasl = "auto": what the brokers' answer to the proxy's Metadata request says
@@ -550,21 +559,6 @@ class Proxy:
     def _set_upstream_reachable(self, reachable: bool) -> None:
         self.upstream_reachable = reachable
         self.metrics.upstream_up.set(1 if reachable else 0)
-
-    async def _fetch_metadata(
-        self, host: str, port: int
-    ) -> tuple[list[tuple[int, str, int]], list[tuple[str, Any, int]]]:
-        timeout = self.config.proxy.connect_timeout_seconds
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=self.tls.upstream), timeout)
-        try:
-            self._discovery_correlation_id += 1
-            correlation_id = self._discovery_correlation_id
-            writer.write(encode_discovery_request(correlation_id))
-            size = await asyncio.wait_for(reader.readexactly(4), timeout)
-            body = await asyncio.wait_for(reader.readexactly(int.from_bytes(size, "big")), timeout)
-            return decode_discovery(size + body, correlation_id)
-        finally:
-            writer.close()
 
     def expire_idle_state(self, now: float) -> tuple[int, int]:
         """Drops idle full buckets and idle entity metrics; returns how many of each."""
@@ -579,12 +573,15 @@ class Proxy:
         """Asks the bootstrap servers and known brokers for ApiVersions, one after another, until
         one answers within readiness_timeout_seconds; records and returns whether one did."""
         timeout = self.config.proxy.readiness_timeout_seconds
-        candidates = list(self.config.proxy.bootstrap_servers) + list(self.brokers.addresses.values())
-        for host, port in dict.fromkeys(candidates):
+        for host, port in self._broker_candidates():
+            correlation_id = self._next_correlation_id()
             try:
-                await asyncio.wait_for(self._probe(host, port), timeout)
-            except (OSError, TimeoutError, asyncio.IncompleteReadError, FrameError) as exc:
+                answer = await self.upstream.ask(host, port, encode_probe_request(correlation_id), timeout)
+            except (OSError, TimeoutError, FrameError, Unanswered) as exc:
                 log.debug("readiness probe of %s:%d failed: %r", host, port, exc)
+                continue
+            if not is_probe_answer(answer, correlation_id):
+                log.debug("readiness probe of %s:%d: the answer does not match the request", host, port)
                 continue
             self._set_upstream_reachable(True)
             return True
@@ -593,18 +590,19 @@ class Proxy:
         self._set_upstream_reachable(False)
         return False
 
-    async def _probe(self, host: str, port: int) -> None:
-        reader, writer = await asyncio.open_connection(host, port)
+    def _restore_levels(self, path: Path) -> None:
+        """Puts back the buckets' levels saved by the last process. A file that cannot be read is
+        forgiven as a lost one (every bucket starts full), logged and counted: never a failed start."""
         try:
-            self._discovery_correlation_id += 1
-            correlation_id = self._discovery_correlation_id
-            writer.write(encode_probe_request(correlation_id))
-            size = await reader.readexactly(4)
-            body = await reader.readexactly(int.from_bytes(size, "big"))
-            if not is_probe_answer(size + body, correlation_id):
-                raise FrameError("the probe's answer does not match its request")
-        finally:
-            writer.close()
+            levels, saved_at = load_levels(path)
+        except (OSError, ValueError) as exc:
+            self.metrics.bucket_levels_resets_total.inc()
+            log.warning("bucket levels not restored from %s, every bucket starts full: %s", path, exc)
+            return
+        if levels:
+            elapsed = time.time() - saved_at
+            restored = self.engine.restore(levels, elapsed, self.loop.time())
+            log.info("restored %d of %d bucket levels saved %.0f s ago", restored, len(levels), elapsed)
 
     def save_levels(self) -> None:
         """Writes the local buckets' levels (QuotaEngine.levels) for the next start; a failure is logged."""

@@ -12,10 +12,12 @@ reading from the client until `session.muted_until` (a time on the caller's cloc
 `to_client`, it has a listener opened for each node id in `session.brokers_seen` (brokers a rewritten
 response names for the first time), then clears it: the session reports them, it binds nothing. Once
 `session.refusal` is set (the client sent what the broker closes a connection for: a request it
-cannot parse, a frame over max_frame_size or, before SASL authentication, over
-sasl_server_max_receive_size, or bytes over the partial_frames_max_bytes shared by all clients), the
-caller stops reading and closes the pair when `awaiting_answers` turns false: the requests the
-client pipelined before the offender are answered first, as the broker answers them.
+cannot parse, a version above the advertised cap, a frame over max_frame_size or, before SASL
+authentication, over sasl_server_max_receive_size or of an API other than ApiVersions and SASL; or
+bytes over the partial_frames_max_bytes shared by all clients or over one connection's share of it),
+the caller stops reading and closes the pair when `awaiting_answers` turns false: the requests the
+client pipelined before the offender are answered first, as the broker answers them. What a frame's
+size, API and version decide is decided at its first read, before the rest of it is held.
 
 A produce request, start to end:
 - admitted in `SessionCore._request` (-> `_admit` when thresholds apply: topics over theirs are
@@ -46,6 +48,9 @@ cut through: their head is charged and patched and the rest is passed on as it a
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from quotagate import compiled
@@ -57,6 +62,7 @@ from quotagate.protocol.framing import (
     Piece,
 )
 from quotagate.protocol.headers import RequestHeader, response_body_offset
+from quotagate.protocol.limits import NO_LIMIT
 from quotagate.protocol.mutations import (
     MutationRequest,
     MutationTopic,
@@ -77,12 +83,13 @@ from quotagate.protocol.sasl import (
     DEFAULT_PRINCIPAL_CLAIM,
     authenticate_user,
     authentication_outcome,
+    end_readable,
     handshake_mechanism,
 )
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.flow_control import ByteBudget
-from quotagate.proxy.metrics import PARTIAL_FRAMES_LIMIT, SASL_RECEIVE_LIMIT, ProxyMetrics
-from quotagate.proxy.quota_admin import QuotaAdmin
+from quotagate.proxy.metrics import PARTIAL_FRAME_SHARE, PARTIAL_FRAMES_LIMIT, SASL_RECEIVE_LIMIT, ProxyMetrics
+from quotagate.proxy.quota_admin import PendingDescribe, QuotaAdmin
 from quotagate.proxy.topics import TopicCatalog
 from quotagate.proxy.usage import UsageRecorder
 from quotagate.quotas import ANONYMOUS, QuotaEngine, QuotaKey
@@ -108,7 +115,10 @@ PRODUCER_IDS_ERROR = 89
 # given up on them anyway.
 REFUSAL_ANSWERS_TIMEOUT_SECONDS = 30.0
 WHOLE, HEAD, LAST = Piece.WHOLE, Piece.HEAD, Piece.LAST
+# What a partial frame's first bytes tell before the rest is read: its size, API key and version.
+PARTIAL_HEAD_BYTES = 8
 _SASL_HANDSHAKE, _SASL_AUTHENTICATE = int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE)
+_DESCRIBE_CLIENT_QUOTAS = int(ApiKey.DESCRIBE_CLIENT_QUOTAS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,11 +142,22 @@ class SessionServices:
     # The largest frame before SASL authentication completes (sasl.server.max.receive.size) on
     # brokers that require SASL; None: the listener does not, and max_frame_size alone applies.
     sasl_max_receive_size: int | None = None
-    # What every client's partial frames may hold together (proxy.partial_frames_max_bytes).
+    # Whether they do: True, nothing but ApiVersions and SASL is read before authentication completes;
+    # None, not known yet (client_sasl "auto" before the brokers answered): the first request that is
+    # not SASL ends it.
+    sasl_required: bool | None = None
+    # What every client's partial frames may hold together (proxy.partial_frames_max_bytes), and
+    # one connection's share of it (proxy.partial_frames_max_bytes_per_connection).
     partial_frames: ByteBudget | None = None
+    partial_frame_share: int | None = None
+    # The most array elements of one request the proxy decodes to change it (proxy.max_decoded_elements).
+    max_decoded_elements: int = NO_LIMIT
     # Reads of whole frames are taken straight from the read; False: every read goes through the
     # splitters (the tests compare the two).
     whole_reads: bool = True
+    # The proxy's own time on an exchange it decodes or rewrites is charged as request time, read
+    # from this clock (seconds): Kafka's request time is its threads' wall time.
+    clock: Callable[[], float] = time.perf_counter
 
 
 @dataclass(slots=True)
@@ -171,6 +192,10 @@ class SessionPolicy:
         # put in lives that long): a producer sends its one ID request after request.
         self._producer_seen: tuple[int, str, str, int] | None = None
         self._producer_seen_until = 0.0
+        # An answer the proxy is making (an alter being persisted), and what the glue has called
+        # when it is ready (it then calls `local_answered` and writes what that queued).
+        self.pending_answer: asyncio.Future[bytes] | None = None
+        self.answer_ready: Callable[[], None] | None = None
 
     # hooks: reads the core does not take whole (SessionCore.feed_client, feed_broker) ------------
     def _client_data(self, data: bytes, now: float) -> None:
@@ -190,12 +215,12 @@ class SessionPolicy:
         if self.partial_counted or splitter.buffered:
             self._count_partial()
         self.client_partial = splitter.buffered > 0
-        if self.held or not self.connected or self.muted_until > now or self.awaiting_authentication:
+        if self.held or not self.connected or self.muted_until > now or self.awaiting_answer:
             # A read may land after a mute (or before the broker is connected): hold it, in order.
             self.held.extend(frames)
         else:
             self._requests(frames, now)
-        if self.receive_limit is not None or self.pending_refusal is not None:
+        if self.client_partial or self.pending_refusal is not None:
             self._check_partial()
 
     def close(self) -> None:
@@ -234,15 +259,38 @@ class SessionPolicy:
     def _check_partial(self) -> None:
         """Refuses what follows the whole frames once none of them waits any more: a refusal held
         back behind them, or a partial frame over the limit before authentication."""
-        if self.refusal is not None or self.held or self.awaiting_authentication:
+        if self.refusal is not None or self.held or self.awaiting_answer:
             return  # checked again when they have gone (the partial grows by one read at most meanwhile)
         if self.pending_refusal is None:
-            size = self.client_frames.partial_size
-            if self.receive_limit is not None and size > self.receive_limit:
-                self.pending_refusal = (SASL_RECEIVE_LIMIT, self._receive_limit_message(size))
-            else:
+            self.pending_refusal = self._partial_refusal()
+            if self.pending_refusal is None:
                 return
         self._refuse(*self.pending_refusal)
+
+    def _partial_refusal(self) -> tuple[str, str] | None:
+        """Why the frame arriving now is refused before the rest of it is read, or None: its size
+        prefix (over sasl_server_max_receive_size before authentication, over this connection's
+        share of partial_frames_max_bytes), then its API and version (SessionCore.check_partial_head:
+        a version above what ApiVersions offered, anything but SASL before authentication)."""
+        splitter = self.client_frames
+        size = splitter.partial_size
+        if self.receive_limit is not None and size > self.receive_limit:
+            return SASL_RECEIVE_LIMIT, self._receive_limit_message(size)
+        share = self.services.partial_frame_share
+        if share is not None and size > share:
+            return (
+                PARTIAL_FRAME_SHARE,
+                f"a frame of {size} bytes is over one connection's share of partial_frames_max_bytes "
+                f"({share} bytes: proxy.partial_frames_max_bytes_per_connection)",
+            )
+        head = splitter.new_partial_head(PARTIAL_HEAD_BYTES)
+        if head is None:
+            return None
+        try:
+            self.check_partial_head(head)
+        except FrameError as exc:
+            return exc.reason, str(exc)
+        return None
 
     def _receive_limit_message(self, size: int) -> str:
         return (
@@ -263,7 +311,7 @@ class SessionPolicy:
 
     # requests ------------------------------------------------------------------------------------
     def _release_held(self, now: float) -> None:
-        if self.held and self.connected and self.muted_until <= now and not self.awaiting_authentication:
+        if self.held and self.connected and self.muted_until <= now and not self.awaiting_answer:
             frames = list(self.held)
             self.held.clear()
             self._requests(frames, now)
@@ -291,8 +339,7 @@ class SessionPolicy:
                 )
             return Admission(forwarded, local, refused, order, services.topic_guard.retry_after_ms(refused, now))
         if policies & LOCAL_ANSWER:  # the proxy's quotas, not the brokers', are described and altered
-            assert services.quota_admin is not None
-            return Admission(None, services.quota_admin.answer(frame, header, self.user, now))
+            return self._admit_quota_admin(frame, header, now)
         if policies & MUTATION:
             engine = services.engine
             if not engine.enforces(QuotaKey.CONTROLLER_MUTATION_RATE):
@@ -313,6 +360,7 @@ class SessionPolicy:
                 raise FrameError("SaslHandshake v0 (raw SASL tokens) is unsupported; clients since 1.0 use v1")
             self.sasl_mechanism = handshake_mechanism(frame, body, version)
             self.claimed_user = None  # a new exchange (KIP-368 re-authentication too)
+            self.sasl_end_unknown = False
             # A re-authentication's frames are read by the broker's authenticator again.
             self.receive_limit = services.sasl_max_receive_size
             return Admission(frame)
@@ -323,6 +371,44 @@ class SessionPolicy:
             self.awaiting_authentication = True
             return Admission(frame, stop=True)  # what follows waits for the broker's answer
         return Admission(frame)
+
+    @property
+    def awaiting_answer(self) -> bool:
+        """Reading stops until an answer: the broker's to a SaslAuthenticate, or one the proxy is making."""
+        return self.awaiting_authentication or self.awaiting_local_answer
+
+    def _pending_answer_done(self, _answer: asyncio.Future[bytes]) -> None:
+        if self.answer_ready is not None:
+            self.answer_ready()
+
+    def local_answered(self, now: float) -> None:
+        """The answer the proxy was making is ready (`answer_ready` said so): it goes in its turn,
+        then what the client sent after it."""
+        answer = self.pending_answer
+        if answer is None or not answer.done():
+            return
+        self.pending_answer = None
+        self._answer_ready(answer.result(), now)
+
+    def _admit_quota_admin(self, frame: memoryview, header: RequestHeader, now: float) -> Admission:
+        """DescribeClientQuotas: the proxy's answer, or the broker asked first (its verdict on the
+        principal decides: `_answered`); AlterClientQuotas: the proxy's answer, now or once its state is
+        durable."""
+        admin = self.services.quota_admin
+        assert admin is not None
+        if header.api_key == _DESCRIBE_CLIENT_QUOTAS:
+            answer = admin.describe(frame, header, self.user, now)
+            if isinstance(answer, PendingDescribe):
+                return Admission(frame, answer_after=answer)
+            return Admission(None, answer)
+        answer = admin.alter(frame, header, self.user, now)
+        if isinstance(answer, bytes):
+            return Admission(None, answer)
+        # Answered once the state file holds it (QuotaAdmin's StateWriter): what follows waits.
+        self.awaiting_local_answer = True
+        self.pending_answer = answer
+        answer.add_done_callback(self._pending_answer_done)
+        return Admission(None, stop=True)
 
     def quotas_changed(self) -> None:
         """The quotas changed live (a reload, AlterClientQuotas): Produce is given to the
@@ -391,7 +477,7 @@ class SessionPolicy:
         Returns the frame to forward (the original, one re-encoded with the admitted topics only,
         or None when nothing was admitted) and what the response will need. validate_only
         requests are never charged (KIP-599)."""
-        request = decode_mutation(frame, body, api_key, version)
+        request = decode_mutation(frame, body, api_key, version, self.services.max_decoded_elements)
         if request.validate_only:
             return frame, None
         costs = [self._mutation_cost(request, topic) for topic in request.topics]
@@ -430,7 +516,10 @@ class SessionPolicy:
         outcome noted, the proxy's refusals merged in, a mutation settled. Returns the response to
         send on and the least throttle it carries."""
         throttle = request.min_throttle_ms
-        if request.api_key == _SASL_AUTHENTICATE:
+        if request.answer_after is not None:
+            assert self.services.quota_admin is not None
+            frame = self.services.quota_admin.answer_after(request.answer_after, frame)
+        elif request.api_key == _SASL_AUTHENTICATE:
             self._note_authentication(request, frame)
         elif request.refused:
             frame = produce_response_with_refusals(
@@ -502,11 +591,16 @@ class SessionPolicy:
             return
         self.awaiting_authentication = False
         if outcome is None:
-            return  # more rounds to come
+            # More rounds to come; or, for a mechanism whose end the proxy cannot read, perhaps none:
+            # the next request that is not SASL then ends the exchange (SessionCore._before_authentication).
+            self.sasl_end_unknown = not end_readable(self.sasl_mechanism)
+            return
         self.receive_limit = None  # authenticated: the broker reads with socket.request.max.bytes
         claimed, self.claimed_user = self.claimed_user, None
         if outcome and claimed is not None and claimed != self.user:
-            # A (re-)authentication as someone else moves the connection to their buckets.
+            # The first authentication moves the connection from ANONYMOUS (or its certificate's
+            # user) to the user's buckets; a re-authentication as another principal never gets here,
+            # the broker refuses it (error 58) and closes the connection.
             self.user = claimed
             self.entity_buckets = None
 

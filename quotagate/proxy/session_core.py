@@ -30,19 +30,23 @@ except ImportError:  # interpreted without Cython installed: quotagate/_cython_s
 
 from collections import deque
 
-from quotagate.protocol.apis import MAX_VERSIONS, ApiKey, api_name, is_flexible
+from quotagate.protocol.apis import ApiKey, api_name, is_flexible
 from quotagate.protocol.fetch import max_wait_offset
 from quotagate.protocol.framing import FrameError, Piece, StreamingFrameSplitter, frame_body_size
-from quotagate.protocol.headers import RequestHeader, skip_tagged_fields
+from quotagate.protocol.headers import RequestHeader
+from quotagate.protocol.limits import MAX_TAGGED_FIELDS, tagged_fields_problem
 from quotagate.protocol.mutations import MUTATION_APIS
 from quotagate.protocol.share import share_fetch_max_wait_ms
 from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time, throttle_time_offset
-from quotagate.proxy.metrics import LATENCY_BUCKETS, SASL_RECEIVE_LIMIT
+from quotagate.protocol.version_caps import MAX_VERSIONS, unsupported_api_versions
+from quotagate.proxy.metrics import BEFORE_AUTHENTICATION, LATENCY_BUCKETS, SASL_RECEIVE_LIMIT
 from quotagate.proxy.quota_admin import CLIENT_QUOTA_APIS
 from quotagate.quotas.entities import QuotaKey
 
 if not cython.compiled:  # compiled, these are cimported (session_core_c.pxd)
     from quotagate.protocol.produce_walk import (
+        _skip_tags,
+        _uvarint,
         i32,
         produce_acks,
         produce_topics,
@@ -106,9 +110,9 @@ def _policies() -> dict:
 # POLICY[api_key]: the policies of each API (0: forwarded and charged request time, nothing else).
 POLICIES = _policies()
 POLICY = [POLICIES.get(key, 0) for key in range(KEYS)]
-# MAX_VERSION[api_key]: the version cap ApiVersions advertises (-1: none); ApiVersions itself is
-# never refused (the broker answers it, KIP-511).
-MAX_VERSION = [-1 if key == API_API_VERSIONS else MAX_VERSIONS.get(key, -1) for key in range(KEYS)]
+# MAX_VERSION[api_key]: the version cap ApiVersions advertises (-1: none); ApiVersions above its
+# cap is answered by the proxy, never refused (version_caps.unsupported_api_versions, KIP-511).
+MAX_VERSION = [MAX_VERSIONS.get(key, -1) for key in range(KEYS)]
 
 
 def _flexible_from() -> list:
@@ -159,9 +163,10 @@ OPEN = 1  # requests flow; a mute or a hold may still stop them for a while
 AUTHENTICATING = 2  # SASL: frames before authentication completes are limited in size (receive_limit)
 AWAITING_AUTHENTICATION = 3  # a SaslAuthenticate is at the broker: what follows waits for its answer
 REFUSING = 4  # the client sent what the broker closes a connection for: nothing more is read
+AWAITING_LOCAL_ANSWER = 5  # the proxy is making an answer (an alter being persisted): what follows waits for it
 
 # The reason of a refusal for a request the broker cannot parse (counted as a protocol error).
-PROTOCOL_ERROR = "protocol_error"
+PROTOCOL_ERROR = FrameError.reason
 
 # What one request did to the frames read after it.
 GO_ON = 0  # the next frame may go
@@ -171,6 +176,16 @@ REFUSED = 2  # the client is refused: the rest is dropped
 # Bytes of a frame that came through the splitter copied to peek at: a header, a produce's
 # transactional id and acks, nearly always; all of it when they are longer (`_ShortPeek`).
 PEEK_BYTES = 512
+
+
+# A request header's tagged fields beyond this many are refused, not walked (protocol/limits.py).
+MAX_TAGS = MAX_TAGGED_FIELDS
+
+
+class BeforeAuthentication(FrameError):
+    """A request other than ApiVersions or SASL before SASL authentication completed."""
+
+    reason = BEFORE_AUTHENTICATION
 
 
 class _ShortPeek(Exception):
@@ -251,8 +266,10 @@ class InFlight:
     fetch_max_wait_ms; exempt (never charged request time); local_response (a response the proxy
     makes itself, sent in its turn); refused (topics the proxy refused from a forwarded produce,
     merged back into the broker's answer) and topic_order; min_throttle_ms (the least throttle the
-    response must carry: a refusal says when to come back); mutation; over_quota (a produce whose
-    charge when read left its entity over quota: usage records)."""
+    response must carry: a refusal says when to come back); mutation; answer_after (Admission's);
+    handling_ms (the proxy's own time on the exchange where it decodes or rewrites: its hooks, its
+    rewrites; charged as request time with the broker's); over_quota (a produce whose charge when read
+    left its entity over quota: usage records)."""
 
     def __repr__(self):
         return (
@@ -264,7 +281,17 @@ class InFlight:
 class Admission:
     """What a hooked policy (`Session._admit`) decided for one request; the core does the rest."""
 
-    def __init__(self, forwarded, local=None, refused=None, order=(), refusal_wait=0, mutation=None, stop=False):
+    def __init__(
+        self,
+        forwarded,
+        local=None,
+        refused=None,
+        order=(),
+        refusal_wait=0,
+        mutation=None,
+        stop=False,
+        answer_after=None,
+    ):
         self.forwarded = forwarded  # the frame to forward (the original, or one with fewer topics), or None
         self.local = local  # a response the proxy makes itself, sent in the request's turn
         self.refused = refused  # produce topics refused by their thresholds, merged into the response
@@ -272,6 +299,9 @@ class Admission:
         self.refusal_wait = refusal_wait  # least throttle the refusals need
         self.mutation = mutation  # MutationInFlight, settled when the response comes
         self.stop = stop  # reading stops after this request (a SaslAuthenticate)
+        # An answer the proxy makes once the broker's response allows it (Session._answered decides):
+        # DescribeClientQuotas asked of the broker first, answered with the proxy's quotas.
+        self.answer_after = answer_after
 
 
 class SessionCore:
@@ -281,6 +311,7 @@ class SessionCore:
 
     def __init__(self, services):
         self.services = services
+        self._clock = services.clock  # the proxy's own time per exchange (request time: _respond)
         self._engine = services.engine
         self._metrics = services.metrics
         self._counters = services.metrics.counters
@@ -316,9 +347,18 @@ class SessionCore:
         self._entity_key = None  # (user, client_id) of the entity counters last written
         self.phase = CONNECTING
         self.connected = False
+        # The first request that is not SASL is taken as the end of authentication: the SASL exchange in
+        # progress uses a mechanism whose end the proxy cannot read (GSSAPI) and had a successful
+        # round, or the proxy has not learned yet whether the brokers want SASL (client_sasl "auto").
+        self.sasl_end_unknown = services.sasl_max_receive_size is not None and services.sasl_required is None
         # A SaslAuthenticate is in flight: what the client sent after it waits for the broker's
         # answer, to be charged to the user that answer establishes (never to the one before).
         self.awaiting_authentication = False
+        # The proxy is making the answer to a request (an AlterClientQuotas whose quotas are being
+        # written to the state file): what the client sent after it waits, as the broker reads
+        # nothing more from a connection until it has answered. `_answer_later` is its in-flight entry.
+        self.awaiting_local_answer = False
+        self._answer_later = None
         # Until the first request that is not ApiVersions or SASL, the client is authenticating:
         # Kafka does not charge that exchange to request-time quotas.
         self.authenticating = True
@@ -354,6 +394,8 @@ class SessionCore:
             self.phase = CONNECTING
         elif self.awaiting_authentication:
             self.phase = AWAITING_AUTHENTICATION
+        elif self.awaiting_local_answer:
+            self.phase = AWAITING_LOCAL_ANSWER
         elif self.receive_limit is not None:
             self.phase = AUTHENTICATING
         else:
@@ -366,7 +408,7 @@ class SessionCore:
         return self.is_holding()
 
     def is_holding(self):
-        return bool(self.held) or (self.awaiting_authentication and self.client_partial)
+        return bool(self.held) or ((self.awaiting_authentication or self.awaiting_local_answer) and self.client_partial)
 
     # the interface -----------------------------------------------------------------------------
     def client_data(self, data, now):
@@ -407,6 +449,17 @@ class SessionCore:
 
     def unmute(self, now):
         """The mute is over (`now` >= muted_until): forwards what was held while it lasted."""
+        self._release_held(now)
+        self._set_phase()
+
+    def _answer_ready(self, response, now):
+        """The answer the proxy was making is `response`: it goes in its turn, then what waited for it."""
+        entry = self._answer_later
+        self._answer_later = None
+        entry.local_response = response
+        self.awaiting_local_answer = False
+        self._local_turn(now)
+        self._set_phase()
         self._release_held(now)
         self._set_phase()
 
@@ -517,7 +570,7 @@ class SessionCore:
         try:
             return self._peeked_request(data, pos, end, size, frame, now)
         except FrameError as exc:  # the broker closes on a request it cannot parse, after those before
-            self._refuse(PROTOCOL_ERROR, str(exc))
+            self._refuse(exc.reason, str(exc))
             self._step = REFUSED
             return None
 
@@ -527,8 +580,12 @@ class SessionCore:
         if peek_end - pos < 14:
             _short(peek_end, end)
             raise FrameError(f"request of {size} bytes is shorter than a header")
+        # Refuse first, parse after: the API and its version decide whether anything further is read.
         api_key = _i16(buf, pos + 4)
         version = _i16(buf, pos + 6)
+        known = 0 <= api_key < KEYS and 0 <= version < VERSIONS
+        policy = POLICY[api_key] if known else 0
+        ends_authentication = self._refuse_first(api_key, version, policy, known)
         correlation_id = i32(buf, pos + 8)
         client_id_len = _i16(buf, pos + 12)
         body = pos + 14
@@ -540,22 +597,16 @@ class SessionCore:
             body += client_id_len
         else:
             client_id = ""
-        known = 0 <= api_key < KEYS and 0 <= version < VERSIONS
         flexible_from = FLEXIBLE_FROM[api_key] if known else -1
         if (version >= flexible_from) if flexible_from >= 0 else is_flexible(api_key, version):
             if body < peek_end and buf[body] == 0:  # no tagged fields: the usual case
                 body += 1
             else:
-                _short(peek_end, end)
-                body = skip_tagged_fields(memoryview(data)[:peek_end], body)
-        if known:
-            cap = MAX_VERSION[api_key]
-            policy = POLICY[api_key]
-        else:
-            cap = MAX_VERSIONS.get(api_key, -1) if api_key != API_API_VERSIONS else -1
-            policy = 0
-        if cap >= 0 and version > cap:  # the broker closes on a version it lacks (apis.exceeds_advertised_cap)
-            raise FrameError(f"{api_name(api_key)} v{version} is above what ApiVersions offered")
+                body = _header_tags_end(buf, body, peek_end, end)
+        if ends_authentication:
+            # The first request past an exchange whose end the proxy cannot read (GSSAPI, or SASL not
+            # known to be required yet): the broker would have closed the connection before it.
+            self.receive_limit = None
         # What lies further in, read before anything happens (a short peek starts over).
         acks = 1
         max_wait = 0
@@ -579,13 +630,21 @@ class SessionCore:
         order = ()
         refusal_wait = 0
         mutation = None
+        answer_after = None
+        handling_ms = 0.0
         stop = False
+        if api_key == API_API_VERSIONS and version > MAX_VERSION[API_API_VERSIONS]:
+            # Above what the proxy reads: answered as the broker answers one above what it speaks.
+            forwarded = None
+            local = unsupported_api_versions(correlation_id)
         if policy & self.hooked:
             view = frame if frame is not None else memoryview(data)[pos:end]
             header = RequestHeader(
                 api_key, version, correlation_id, client_id if client_id_len >= 0 else None, body - pos
             )
+            started = self._clock()
             admission = self._admit(view, header, policy & self.hooked, now)
+            handling_ms = (self._clock() - started) * 1000
             forwarded = admission.forwarded
             if forwarded is view:
                 forwarded = data
@@ -594,6 +653,7 @@ class SessionCore:
             order = admission.order
             refusal_wait = admission.refusal_wait
             mutation = admission.mutation
+            answer_after = admission.answer_after
             stop = admission.stop
         if policy & TOPIC_NAMES and self._usage is not None and not order:  # usage records name its topics
             order = self._topic_order(buf, frame, body, end, version)
@@ -619,23 +679,67 @@ class SessionCore:
                 view = frame if frame is not None else memoryview(data)[pos:end]
                 max_wait = share_fetch_max_wait_ms(view, body - pos, version)
         if self.authenticating and not (policy & SASL) and api_key != API_API_VERSIONS:
-            # Past authentication (a SASL listener closes a connection that asks anything else
-            # first): the broker reads with socket.request.max.bytes from here on.
+            # Past the authentication exchange, which Kafka does not charge to request-time quotas.
             self.authenticating = False
-            self.receive_limit = None
         exempt = bool(policy & EXEMPT) or (api_key == API_API_VERSIONS and self.authenticating)
-        if local is None and forwarded is None:
+        if local is None and forwarded is None and not self.awaiting_local_answer:
             raise AssertionError("a hook refused everything and made no answer")
         entry = _in_flight(correlation_id, api_key, version, client_id, size, now, max_wait, exempt, over_quota)
-        if local is not None or refused is not None or order or refusal_wait or mutation is not None:
+        entry.handling_ms = handling_ms
+        if (
+            local is not None
+            or refused is not None
+            or order
+            or refusal_wait
+            or mutation is not None
+            or answer_after is not None
+        ):
             entry.local_response = local
             entry.refused = refused if forwarded is not None else None
             entry.topic_order = order
             entry.min_throttle_ms = refusal_wait
             entry.mutation = mutation
+            entry.answer_after = answer_after
         self._in_flight_append(entry)
+        if local is None and forwarded is None:  # answered when ready (`_answer_ready`), in its turn
+            self._answer_later = entry
         self._step = STOP if stop else GO_ON
         return forwarded
+
+    def _refuse_first(self, api_key, version, policy, known):
+        """What a request's API and version alone decide, before any more of it is read: a version
+        above what ApiVersions offered, or a request the broker's authenticator would close the
+        connection for, raises FrameError. Returns `_before_authentication`'s answer."""
+        if known:
+            cap = MAX_VERSION[api_key]
+        else:
+            cap = MAX_VERSIONS.get(api_key, -1)
+        # The broker closes on a version it lacks (version_caps.exceeds_advertised_cap); ApiVersions is answered.
+        if cap >= 0 and version > cap and api_key != API_API_VERSIONS:
+            raise FrameError(f"{api_name(api_key)} v{version} is above what ApiVersions offered")
+        return self._before_authentication(api_key, policy)
+
+    def check_partial_head(self, head):
+        """`_refuse_first` for a frame of which only `head` (its size prefix, API key and version:
+        8 bytes) has arrived: a frame it refuses is refused before the rest is read and held."""
+        api_key = _i16(head, 4)
+        version = _i16(head, 6)
+        known = 0 <= api_key < KEYS and 0 <= version < VERSIONS
+        self._refuse_first(api_key, version, POLICY[api_key] if known else 0, known)
+
+    def _before_authentication(self, api_key, policy):
+        """Before SASL authentication completes (`receive_limit` set), the broker's authenticator
+        reads ApiVersions, SaslHandshake and SaslAuthenticate only, and closes the connection on
+        anything else (SaslServerAuthenticator: IllegalSaslStateException): so does the proxy,
+        having answered and forwarded nothing of it. True: the request ends an exchange whose end the
+        proxy cannot read (`sasl_end_unknown`), and the limit lifts once it is parsed."""
+        if self.receive_limit is None or policy & SASL or api_key == API_API_VERSIONS:
+            return False
+        if not self.sasl_end_unknown:
+            raise BeforeAuthentication(
+                f"{api_name(api_key)} before SASL authentication completed (the broker closes such a connection)"
+            )
+        return True
 
     def _decode_client_id(self, data, at, length):
         """The client id at data[at:at+length], decoded once per connection (it sends the same one)."""
@@ -787,6 +891,7 @@ class SessionCore:
         if (
             request.refused
             or request.mutation is not None
+            or request.answer_after is not None
             or request.api_key == API_SASL_AUTHENTICATE
             or request.api_key in self._rewriters
         ):
@@ -817,12 +922,16 @@ class SessionCore:
             pass
         elif type(rewrite) is RewriteMemo:  # its hits are nearly every ApiVersions, Metadata, FindCoordinator
             memo = rewrite
+            started = self._clock()
             response = memo.rewritten(frame, request.api_version, self._cluster) or frame
+            request.handling_ms += (self._clock() - started) * 1000
         elif not (request.api_key == API_PRODUCE and _plain_produce_response(frame, request.api_version)):
+            started = self._clock()
             response = (
                 rewrite(frame if type(frame) is memoryview else memoryview(frame), request.api_version, self._cluster)
                 or frame
             )
+            request.handling_ms += (self._clock() - started) * 1000
         if response is not frame:
             seen = self._cluster.seen
             if seen:  # the rewrite named a broker for the first time: reported, never acted on here
@@ -839,16 +948,25 @@ class SessionCore:
         announces, and only what the session's `_streamable` allows happens to it."""
         api_key = request.api_key
         throttle = request.min_throttle_ms
-        if request.refused or request.mutation is not None or api_key == API_SASL_AUTHENTICATE:
+        if (
+            request.refused
+            or request.mutation is not None
+            or request.answer_after is not None
+            or api_key == API_SASL_AUTHENTICATE
+        ):
+            started = self._clock()
             frame, throttle = self._answered(request, frame, now)
+            request.handling_ms += (self._clock() - started) * 1000
         latency_ms = (now - request.sent_at) * 1000
         if request.local_response is None:
             self._counters.observe_latency(api_key, latency_ms / 1000)
         if request.exempt:
             request_ms = None
             self._entity_metrics.record_exempt(latency_ms)
-        else:
-            request_ms = request_time_ms(api_key, latency_ms, request.fetch_max_wait_ms)
+        elif request.local_response is not None:  # the proxy's answer: its own time is the request's
+            request_ms = request.handling_ms
+        else:  # the broker's time, as the proxy sees it, and the proxy's own for the exchange
+            request_ms = request_time_ms(api_key, latency_ms, request.fetch_max_wait_ms) + request.handling_ms
         response_size = i32(frame, 0) if type(frame) is bytes else frame_body_size(frame)
         shadow_ms = 0
         if self._engine.limits_anyone:
@@ -938,6 +1056,8 @@ def _in_flight(correlation_id, api_key, api_version, client_id, request_size, se
     entry.topic_order = ()
     entry.min_throttle_ms = 0
     entry.mutation = None
+    entry.answer_after = None
+    entry.handling_ms = 0.0
     entry.over_quota = over_quota
     return entry
 
@@ -965,6 +1085,20 @@ def _short(peek_end, end):
     """A read past the bytes peeked at: _ShortPeek when the frame has more of them."""
     if peek_end < end:
         raise _ShortPeek()
+
+
+def _header_tags_end(buf, pos, peek_end, end):
+    """Where a request header's tagged fields (buf[pos:]) end: each skipped by its length, and more
+    than MAX_TAGS refused before any is walked (no client sends one: request headers define none).
+    A short peek starts over when they run past the bytes peeked (`end` is the frame's)."""
+    count, after = _uvarint(buf, pos, peek_end)
+    if count > MAX_TAGS:
+        raise FrameError(tagged_fields_problem("the request header", count))
+    after = _skip_tags(buf, pos, peek_end)
+    if after > peek_end:
+        _short(peek_end, end)
+        raise FrameError("malformed tagged fields in the request header")
+    return after
 
 
 def _plain_produce_response(frame, version):

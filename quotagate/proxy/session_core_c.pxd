@@ -4,7 +4,7 @@
 cimport cython
 from libc.string cimport memcmp
 
-from quotagate.protocol.produce_walk_c cimport i32, produce_acks, produce_topics, produce_topics_of, usual_throttle_offset
+from quotagate.protocol.produce_walk_c cimport _skip_tags, _uvarint, i32, produce_acks, produce_topics, produce_topics_of, usual_throttle_offset
 from quotagate.proxy.usage_collectors_c cimport AggregateCollector, RequestCollector
 from quotagate.protocol.rewrite_memo_c cimport RewriteMemo
 from quotagate.quotas.charging_c cimport charge_request, charge_response, count_exchange, request_time_ms, shadow_throttle_ms
@@ -14,9 +14,10 @@ from quotagate.quotas.charging_c cimport charge_request, charge_response, count_
 cdef int KEYS, VERSIONS
 cdef int CHARGE_BYTES_IN, FETCH_WAIT, SASL, EXEMPT, TOPIC_NAMES
 cdef int API_PRODUCE, API_FETCH, API_SASL_HANDSHAKE, API_API_VERSIONS, API_SASL_AUTHENTICATE, API_SHARE_FETCH
-cdef int CONNECTING, OPEN, AUTHENTICATING, AWAITING_AUTHENTICATION, REFUSING
+cdef int CONNECTING, OPEN, AUTHENTICATING, AWAITING_AUTHENTICATION, REFUSING, AWAITING_LOCAL_ANSWER
 cdef int GO_ON, STOP, REFUSED
 cdef Py_ssize_t PEEK_BYTES
+cdef long MAX_TAGS
 
 cdef int POLICY[128]
 cdef int MAX_VERSION[128]
@@ -65,6 +66,8 @@ cdef class InFlight:
     cdef readonly object topic_order
     cdef readonly int min_throttle_ms
     cdef readonly object mutation
+    cdef readonly object answer_after
+    cdef readonly double handling_ms
     cdef readonly bint over_quota
 
 
@@ -76,6 +79,7 @@ cdef class Admission:
     cdef public int refusal_wait
     cdef public object mutation
     cdef public bint stop
+    cdef public object answer_after
 
 
 cdef class SessionCore:
@@ -89,6 +93,9 @@ cdef class SessionCore:
     cdef public bint connected
     cdef public bint authenticating
     cdef public bint awaiting_authentication
+    cdef public bint awaiting_local_answer
+    cdef InFlight _answer_later
+    cdef public bint sasl_end_unknown
     cdef public object receive_limit
     cdef public object pending_refusal
     cdef public object refusal
@@ -103,7 +110,7 @@ cdef class SessionCore:
     cdef public int hooked
     cdef int _step
     cdef ExchangeCounters _counters
-    cdef object _engine, _metrics, _entity_metrics, _cluster, _usage, _usage_collector
+    cdef object _clock, _engine, _metrics, _entity_metrics, _cluster, _usage, _usage_collector
     cdef dict _rewriters, _stats_by_entity
     cdef double _wall_offset
     cdef dict _topic_names
@@ -128,11 +135,16 @@ cdef class SessionCore:
     cdef object _request(self, bytes data, Py_ssize_t pos, Py_ssize_t end, object frame, double now)
     @cython.locals(
         buf="const unsigned char*", peek_end=Py_ssize_t, api_key=int, version=int, correlation_id=int,
-        client_id_len=int, body=Py_ssize_t, known=bint, flexible_from=int, cap=int, policy=int, acks=int,
-        max_wait=int, at=Py_ssize_t, refusal_wait=int, stop=bint, throttle=long, over_quota=bint, exempt=bint,
+        client_id_len=int, body=Py_ssize_t, known=bint, ends_authentication=bint, flexible_from=int, policy=int, acks=int,
+        max_wait=int, at=Py_ssize_t, refusal_wait=int, stop=bint, handling_ms=double, started=double, throttle=long, over_quota=bint, exempt=bint,
         entry=InFlight, admission=Admission,
     )
     cdef object _peeked_request(self, bytes data, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t size, object frame, double now)
+    @cython.locals(cap=int)
+    cdef bint _refuse_first(self, int api_key, int version, int policy, bint known) except -1
+    @cython.locals(api_key=int, version=int, known=bint)
+    cpdef void check_partial_head(self, bytes head) except *
+    cdef bint _before_authentication(self, int api_key, int policy) except -1
     @cython.locals(raw=bytes, buf="const unsigned char*", kept="const unsigned char*")
     cdef object _decode_client_id(self, bytes data, Py_ssize_t at, Py_ssize_t length)
     @cython.locals(sent=list, names=dict, order=list, raw=bytes)
@@ -152,9 +164,9 @@ cdef class SessionCore:
     cpdef bint _streamable(self, object head) except -1
     @cython.locals(expected=InFlight)
     cdef InFlight _expected(self, object frame)
-    @cython.locals(request=InFlight, memo=RewriteMemo)
+    @cython.locals(request=InFlight, memo=RewriteMemo, started=double)
     cdef void _whole_response(self, object frame, double now) except *
-    @cython.locals(api_key=int, throttle=long, charged=long, latency_ms=double, response_size=Py_ssize_t, shadow_ms=long)
+    @cython.locals(api_key=int, throttle=long, charged=long, latency_ms=double, response_size=Py_ssize_t, shadow_ms=long, started=double)
     cdef object _respond(self, InFlight request, object frame, double now)
     @cython.locals(aggregates=AggregateCollector, records=RequestCollector, added=bint, partitions=long, ts_ms="long long")
     cdef void _account_usage(self, InFlight request, Py_ssize_t response_size, double latency_ms, long throttle,
@@ -170,5 +182,7 @@ cdef object _slice(bytes data, Py_ssize_t start, Py_ssize_t end)
 @cython.locals(head=bytes)
 cdef int _correlation_id(object frame) except? -1
 cdef int _short(Py_ssize_t peek_end, Py_ssize_t end) except -1
+@cython.locals(count=long, after=Py_ssize_t)
+cdef Py_ssize_t _header_tags_end(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t peek_end, Py_ssize_t end) except -1
 @cython.locals(data=bytes, length=Py_ssize_t, throttle_at=Py_ssize_t)
 cdef bint _plain_produce_response(object frame, int version) except -1

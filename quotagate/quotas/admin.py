@@ -25,6 +25,7 @@ from quotagate.protocol.client_quotas import (
     DescribeResult,
     EntityParts,
 )
+from quotagate.protocol.limits import string_problem
 from quotagate.quotas.entities import (
     DEFAULT,
     IpQuotaKey,
@@ -39,7 +40,6 @@ from quotagate.quotas.entities import (
 )
 
 NONE = 0
-CLUSTER_AUTHORIZATION_FAILED = 31
 INVALID_REQUEST = 42
 UNSUPPORTED_VERSION = 35
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
@@ -154,6 +154,10 @@ def check_alteration(alteration: Alteration) -> tuple[QuotaEntity | None, str | 
             return None, f"Unhandled client quota entity type: {kind}"
         if name is not None and not name:
             return None, f"Empty {kind} not supported"
+        # Kafka's readers refuse a longer string (the wire refuses it first: this holds for a state file)
+        too_long = string_problem(f"{kind} name", len(name.encode())) if name is not None else None
+        if too_long is not None:
+            return None, too_long
         names[kind] = name
     ip = None
     if IP in names:
@@ -236,8 +240,3 @@ def prune(api: ApiQuotas, file: QuotaTable) -> None:
             del values[key]
         if not values:
             del api[entity]
-
-
-def refused(alterations: Iterable[Alteration], message: str) -> list[AlterResult]:
-    """Every alteration answered CLUSTER_AUTHORIZATION_FAILED (the principal may not alter quotas)."""
-    return [AlterResult(a.entity, CLUSTER_AUTHORIZATION_FAILED, message) for a in alterations]

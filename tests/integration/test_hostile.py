@@ -14,6 +14,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from tests.support.attack_frames import answered_then_closed, closed_without_answer
+from tests.support.kafka_fixtures import needs_kraft
 from tests.support.kafka_helpers import create_topic, unique_topic
 from tests.support.proxy_fixtures import PROXY_HOST
 
@@ -25,16 +27,6 @@ def raw_request(api_key: int, version: int, correlation_id: int, body: bytes = b
     """A request header v1 (client id "hostile") and `body`, framed."""
     payload = pack(">hhih", api_key, version, correlation_id, 7) + b"hostile" + body
     return pack(">i", len(payload)) + payload
-
-
-def closed_without_answer(port: int, frame: bytes, timeout: float = 10.0) -> bool:
-    """Sends `frame` on a fresh connection; True if the peer closes it without sending a byte."""
-    with socket.create_connection((PROXY_HOST, port), timeout=timeout) as sock:
-        sock.sendall(frame)
-        try:
-            return sock.recv(65536) == b""
-        except ConnectionResetError:
-            return True
 
 
 class Canary:
@@ -79,6 +71,7 @@ class Canary:
         self.consumer.close()
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("version", [3, 5, 8])
 def test_a_header_only_produce_gets_the_brokers_close_and_a_canary_is_untouched(proxy, kafka, version: int) -> None:
     canary = Canary(proxy.bootstrap)
@@ -86,9 +79,11 @@ def test_a_header_only_produce_gets_the_brokers_close_and_a_canary_is_untouched(
         canary.produce(50)
         frame = raw_request(PRODUCE, version, 1)
         broker_port = int(kafka.bootstrap.split(",")[0].rsplit(":", 1)[1])
-        assert closed_without_answer(broker_port, frame), "the broker itself closes on this frame"
+        assert closed_without_answer((PROXY_HOST, broker_port), frame), "the broker itself closes on this frame"
         for port in (proxy.port, proxy.broker_port(1)):
-            assert closed_without_answer(port, frame), f"the proxy on port {port} must close as the broker does"
+            assert closed_without_answer((PROXY_HOST, port), frame), (
+                f"the proxy on port {port} must close as the broker does"
+            )
         canary.produce(50)
         assert canary.received_in_order() == list(range(100))
         assert canary.errors == []
@@ -98,6 +93,8 @@ def test_a_header_only_produce_gets_the_brokers_close_and_a_canary_is_untouched(
     assert "Traceback" not in log and "never retrieved" not in log, log[-3000:]
 
 
+@pytest.mark.matrix
+@needs_kraft  # a ZooKeeper-mode broker has no quorum to describe
 def test_describe_quorum_above_the_advertised_cap_is_closed_and_never_reaches_the_broker(proxy, kafka) -> None:
     # DescribeQuorum v2 lists controller addresses; the proxy offers v1 only. A v2 request with a
     # valid body (one topic "__cluster_metadata", partition 0; flexible, v2 header) is closed.
@@ -105,10 +102,13 @@ def test_describe_quorum_above_the_advertised_cap_is_closed_and_never_reaches_th
     payload = pack(">hhih", DESCRIBE_QUORUM, 2, 5, 7) + b"hostile" + b"\x00" + body
     frame = pack(">i", len(payload)) + payload
     broker_port = int(kafka.bootstrap.split(",")[0].rsplit(":", 1)[1])
-    assert not closed_without_answer(broker_port, frame), "the broker answers v2 (it leaks controller addresses)"
-    assert closed_without_answer(proxy.port, frame)
+    assert not closed_without_answer((PROXY_HOST, broker_port), frame), (
+        "the broker answers v2 (it leaks controller addresses)"
+    )
+    assert closed_without_answer((PROXY_HOST, proxy.port), frame)
 
 
+@pytest.mark.matrix
 def test_describe_configs_through_the_proxy_names_no_broker_address(proxy, kafka) -> None:
     resource = ConfigResource(ConfigResource.Type.BROKER, "1")
     direct_admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
@@ -193,25 +193,6 @@ API_VERSIONS = 18
 SASL_HANDSHAKE = 17
 
 
-def answered_then_closed(port: int, data: bytes, timeout: float = 10.0) -> list[int]:
-    """Writes `data` on a fresh connection and reads until the peer closes it: the correlation ids
-    it answered, in order. A peer that never closes fails the test (socket timeout)."""
-    with socket.create_connection((PROXY_HOST, port), timeout=timeout) as sock:
-        sock.sendall(data)
-        received = b""
-        try:
-            while chunk := sock.recv(65536):
-                received += chunk
-        except ConnectionResetError:
-            pass
-    ids, pos = [], 0
-    while pos + 8 <= len(received):
-        size = int.from_bytes(received[pos : pos + 4], "big")
-        ids.append(int.from_bytes(received[pos + 4 : pos + 8], "big", signed=True))
-        pos += 4 + size
-    return ids
-
-
 def test_a_frame_over_sasl_server_max_receive_size_before_authentication_is_closed_as_the_broker_does(
     proxy_factory, kafka
 ) -> None:
@@ -224,8 +205,10 @@ def test_a_frame_over_sasl_server_max_receive_size_before_authentication_is_clos
     # ApiVersions v0, then a SaslHandshake announcing 600 kB of which only the header is sent.
     big = pack(">i", 600_000) + pack(">hhih", SASL_HANDSHAKE, 1, 2, 7) + b"hostile"
     pipelined = raw_request(API_VERSIONS, 0, 1) + big
-    assert answered_then_closed(KAFKA_SASL_PORT, pipelined) == [1], "the broker answers ApiVersions, then closes"
-    assert answered_then_closed(proxy.port, pipelined) == [1], "the proxy must do the same"
+    assert answered_then_closed((PROXY_HOST, KAFKA_SASL_PORT), pipelined) == [1], (
+        "the broker answers ApiVersions, then closes"
+    )
+    assert answered_then_closed((PROXY_HOST, proxy.port), pipelined) == [1], "the proxy must do the same"
     small_enough = pack(">i", 400_000) + pack(">hhih", SASL_HANDSHAKE, 1, 3, 7) + b"hostile"
     with socket.create_connection((PROXY_HOST, proxy.port), timeout=10) as sock:
         sock.sendall(small_enough)

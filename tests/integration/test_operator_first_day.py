@@ -207,3 +207,75 @@ def test_a_restart_keeps_a_clients_debt(proxy_factory, kafka) -> None:
         wait_until(lambda: throttled_produce_responses(again, "restart-app") >= 1, 10, "the small produce throttled")
     finally:
         again.stop()
+
+
+# ------------------------------------------------------------------- the README's first run, as typed
+
+
+def readme_first_run() -> list[str]:
+    """The commands of the README's "First run" block, one per line as a newcomer types them."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme.split("## First run", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_the_readmes_first_run_works_as_typed_with_records_piped_into_the_console_producer(
+    kafka, tmp_path: Path
+) -> None:
+    """Issue 34, item 10: `python -m kafka_rig tool` ran tools with stdin from /dev/null, so the
+    README's console producer read nothing and exited 0. Every command of the block is run as
+    written, from the checkout, with only the addresses moved to this test's broker and ports (the
+    example's 9092, 9192/9193, 9190, and its topic): records piped into the producer come back
+    through the proxy, and the metrics show the requests."""
+    first = free_port_block(14)
+    topic = unique_topic("hello")
+    example = (REPO_ROOT / "examples" / "quotagate.toml").read_text()
+    moves = {
+        "127.0.0.1:9092": kafka.bootstrap,
+        "port = 9192": f"port = {first}",
+        "broker_port_base = 9193": f"broker_port_base = {first + 1}",
+        "port = 9190": f"port = {first + 11}",
+    }
+    for old, new in moves.items():
+        assert old in example, f"examples/quotagate.toml no longer has {old!r}: update this test"
+        example = example.replace(old, new)
+    config = tmp_path / "quotagate.toml"
+    config.write_text(example)
+    commands = readme_first_run()
+    assert len(commands) == 5, commands
+    check, run, produce, consume, scrape_command = (
+        command.replace("examples/quotagate.toml", str(config))
+        .replace("127.0.0.1:9192", f"127.0.0.1:{first}")
+        .replace("localhost:9190", f"localhost:{first + 11}")
+        .replace("--topic hello", f"--topic {topic}")
+        for command in commands
+    )
+    assert "check-config" in check and " run " in run and "curl" in scrape_command
+    assert "console-producer" in produce and "console-consumer" in consume
+
+    def shell(command: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-c", command], cwd=REPO_ROOT, input=stdin, capture_output=True, text=True, timeout=180
+        )
+
+    checked = shell(check)
+    assert checked.returncode == 0 and "OK" in checked.stdout, checked.stderr
+    log_path = tmp_path / "quotagate.log"
+    with log_path.open("wb") as log:
+        proxy = subprocess.Popen(["bash", "-c", f"exec {run}"], cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: "quotagate ready" in log_path.read_text(), 30, "the proxy of the first run")
+        records = ["first record", "second record", "third record"]
+        produced = shell(produce, stdin="".join(f"{record}\n" for record in records))
+        assert produced.returncode == 0, produced.stderr[-3000:]
+        # The consumer runs until Ctrl-C when typed: here it stops once it has read the records back.
+        consumed = shell(f"{consume} --max-messages {len(records)} --timeout-ms 60000")
+        assert consumed.stdout.splitlines() == records, consumed.stdout + consumed.stderr[-3000:]
+        scraped = shell(scrape_command)
+        produce_requests = re.search(r'^quotagate_requests_total\{api_key="0"\} (\S+)', scraped.stdout, re.M)
+        assert produce_requests and float(produce_requests.group(1)) >= 1, scraped.stdout
+    finally:
+        proxy.send_signal(signal.SIGTERM)
+        proxy.wait(30)
+    assert proxy.returncode == 0, log_path.read_text()[-3000:]

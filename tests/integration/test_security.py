@@ -8,22 +8,34 @@ trustme. The proxy terminates TLS on both sides. Rates are measured as in test_q
 
 from __future__ import annotations
 
+import base64
 import functools
+import json
 import re
 import socket
 import ssl
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trustme
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 from cryptography.hazmat.primitives import serialization
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
+from quotagate.protocol.headers import response_body_offset
 from tests.support.kafka_clients import (
     QUOTA,
     RECORD,
@@ -36,6 +48,7 @@ from tests.support.kafka_clients import (
     run_threads,
 )
 from tests.support.kafka_fixtures import (
+    CLUSTER_SUFFIX,
     PORT_OFFSET,
     SASL_USERS,
     Cluster,
@@ -44,6 +57,8 @@ from tests.support.kafka_fixtures import (
 )
 from tests.support.kafka_helpers import create_topic, produce_usage_records, unique_topic, wait_until
 
+pytestmark = pytest.mark.matrix
+
 # Clear of the other test clusters' ports (29092-29492), below 40000 with any offset up to 10000.
 SASL_SSL_PORT = 29592 + PORT_OFFSET
 SSL_PORT = 29593 + PORT_OFFSET
@@ -51,7 +66,7 @@ PLAINTEXT_PORT = 29594 + PORT_OFFSET
 CONTROLLER_PORT = 29595 + PORT_OFFSET
 OAUTHBEARER_REAUTH_MS = 8000
 # Checkouts share .cache/kafka/run: a cluster per port offset, so two runs never take each other's.
-TLS_CLUSTER = f"tls1-offset{PORT_OFFSET}" if PORT_OFFSET else "tls1"
+TLS_CLUSTER = "tls1" + CLUSTER_SUFFIX  # another checkout's or Kafka version's is another cluster
 ALICE_RULES = "RULE:^CN=(.*?),OU=ServiceUsers,.*$/$1/L, DEFAULT"
 
 
@@ -103,8 +118,12 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 
 @pytest.fixture(scope="module")
-def secure_kafka(pki: Pki) -> Iterator[Cluster]:
-    probe = Cluster.create(TLS_CLUSTER, 1, PLAINTEXT_PORT, controller_base_port=CONTROLLER_PORT)
+def secure_kafka(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    # The layout the cluster will have (its node's ports), in a folder of its own: the saved cluster of
+    # that name may be another run's, of another Kafka, until fresh_cluster wipes it.
+    probe = Cluster.create(
+        TLS_CLUSTER, 1, PLAINTEXT_PORT, controller_base_port=CONTROLLER_PORT, workdir=tmp_path_factory.mktemp("layout")
+    )
     overrides = secure_listener_overrides(
         probe.nodes[0], SASL_SSL_PORT, SSL_PORT, pki.broker, pki.ca, SASL_USERS, OAUTHBEARER_REAUTH_MS
     )
@@ -332,6 +351,100 @@ def test_usage_records_reach_a_kafka_topic_over_the_upstream_tls_settings(
     kafka_python_producer_loop(proxy.bootstrap, topic, "usage-over-tls", 1.0, Acked())
     records = produce_usage_records(secure_kafka.bootstrap, usage_topic, "usage-over-tls")
     assert any(r["client_id"] == "usage-over-tls" and r["api_key"] == 0 for r in records), f"{len(records)} records"
+
+
+def test_readyz_stays_200_for_30_s_behind_the_brokers_ssl_listener(
+    secure_kafka: Cluster, pki: Pki, proxy_factory
+) -> None:
+    """Issue 34, item 9: the readiness probe connected in plaintext while discovery used [upstream.tls],
+    so behind an SSL listener /readyz answered 200 once and 503 from the first probe on. Now the probe,
+    discovery and sessions connect through one helper: with a probe every 0.5 s, 60 of them in 30 s,
+    /readyz never leaves 200 (the listener also requires the proxy's client certificate)."""
+    upstream = f'[upstream.tls]\nca = "{pki.ca}"\ncert = "{pki.proxy_client_cert}"\nkey = "{pki.proxy_client_key}"\n'
+    probes = "readiness_probe_seconds = 0.5\nreadiness_timeout_seconds = 5\n"
+    proxy = proxy_factory(f"127.0.0.1:{SSL_PORT}", upstream, proxy_toml=probes)
+    url = f"http://127.0.0.1:{proxy.metrics_port}/readyz"
+    answers: list[int] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                answers.append(response.status)
+        except urllib.error.HTTPError as exc:
+            answers.append(exc.code)
+        time.sleep(0.25)
+    print(f"/readyz: {len(answers)} answers, {answers.count(200)} of them 200")
+    assert len(answers) >= 60 and set(answers) == {200}, answers
+    assert "no broker answered ApiVersions" not in proxy.log_text()
+    assert proxy.log_text().count("readiness probe of") == 0, "no probe failed"
+
+
+def authenticate(user: str) -> SaslAuthenticateRequest:
+    """OAUTHBEARER's client-first message with an unsigned JWS naming `user` (the listener's
+    unsecured validator takes it), in a SaslAuthenticate v2 (v1+: a client that may re-authenticate)."""
+
+    def part(value: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+
+    now = int(time.time())
+    token = f"{part({'alg': 'none'})}.{part({'sub': user, 'iat': now, 'exp': now + 3600})}."
+    return SaslAuthenticateRequest(version=2, auth_bytes=f"n,,\x01auth=Bearer {token}\x01\x01".encode())
+
+
+def read_exactly(sock: ssl.SSLSocket, count: int) -> bytes:
+    """`count` bytes, or fewer if the connection closes first (an SSLSocket takes no MSG_WAITALL)."""
+    data = b""
+    while len(data) < count:
+        try:
+            chunk = sock.recv(count - len(data))
+        except (ssl.SSLError, ConnectionError):
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def exchange(sock: ssl.SSLSocket, request: Any, answer: Any, correlation_id: int) -> Any | None:
+    """Writes one request and reads its answer (of class `answer`), decoded; None if the connection
+    closed instead."""
+    request.with_header(correlation_id=correlation_id, client_id="reauth-test")
+    sock.sendall(bytes(request.encode(header=True, framed=True)))
+    size = read_exactly(sock, 4)
+    if len(size) < 4:
+        return None
+    frame = size + read_exactly(sock, int.from_bytes(size, "big"))
+    body = response_body_offset(memoryview(frame), request.API_KEY, request.version)
+    return answer.decode(frame[body:], version=request.version)
+
+
+def test_a_reauthentication_as_another_user_is_refused_by_the_broker_and_the_first_user_stays(
+    secure_kafka: Cluster, pki: Pki, proxy_factory
+) -> None:
+    """What docs/security.md says of KIP-368: the broker does not let a re-authentication change the
+    principal (SASL_AUTHENTICATION_FAILED, error 58) and closes the connection; the proxy, which
+    adopts a user only on the broker's success, charged the connection to alice throughout and
+    nothing to bob. (OAUTHBEARER connections on this listener re-authenticate every 8 s.)"""
+    proxy = proxy_factory(f"127.0.0.1:{SASL_SSL_PORT}", tls_proxy_toml(pki))
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    with (
+        socket.create_connection(("127.0.0.1", proxy.port), timeout=20) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as sock,
+    ):
+        handshake = SaslHandshakeRequest(version=1, mechanism="OAUTHBEARER")
+        metadata = MetadataRequest(
+            version=12, topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
+        assert exchange(sock, handshake, SaslHandshakeResponse, 1).error_code == 0
+        first = exchange(sock, authenticate("alice"), SaslAuthenticateResponse, 2)
+        assert first.error_code == 0 and first.session_lifetime_ms > 0, first
+        assert exchange(sock, metadata, MetadataResponse, 3).brokers, "served as alice"
+        assert exchange(sock, handshake, SaslHandshakeResponse, 4).error_code == 0, "a re-authentication begins"
+        again = exchange(sock, authenticate("bob"), SaslAuthenticateResponse, 5)
+        assert again.error_code == 58 and "Cannot change principals" in again.error_message, again
+        assert exchange(sock, metadata, MetadataResponse, 6) is None, "the broker closed the connection"
+    users = entity_users(proxy.metrics_port)
+    assert "alice" in users and "bob" not in users, users
 
 
 def tls_verdict(port: int, ca: Path, cert: tuple[Path, Path] | None) -> str:

@@ -2,6 +2,7 @@
 
 from struct import pack
 
+from kafka.protocol.admin import AlterClientQuotasRequest, CreateTopicsRequest, DescribeClientQuotasRequest
 from kafka.protocol.producer import ProduceResponse
 
 
@@ -47,7 +48,7 @@ def produce_response(
 SHARE_TOPIC_ID = bytes(range(1, 17))
 
 
-def _uvarint(value: int) -> bytes:
+def uvarint(value: int) -> bytes:
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -61,11 +62,11 @@ def compact(data: bytes | str | None) -> bytes:
     if data is None:
         return b"\x00"
     raw = data.encode() if isinstance(data, str) else data
-    return _uvarint(len(raw) + 1) + raw
+    return uvarint(len(raw) + 1) + raw
 
 
 def compact_array(entries: list[bytes]) -> bytes:
-    return _uvarint(len(entries) + 1) + b"".join(entries)
+    return uvarint(len(entries) + 1) + b"".join(entries)
 
 
 def share_response_body(
@@ -105,4 +106,61 @@ def share_response_body(
     lock_timeout = pack(">i", 30000) if (fetch and version >= 1) or version >= 2 else b""
     return (
         pack(">ih", 7, 0) + compact(None) + lock_timeout + compact_array([topic] * topics) + compact_array(nodes) + tags
+    )
+
+
+# Requests of the quota admin and mutation APIs, framed with a header (client id "app").
+def framed_request(message, correlation_id: int = 7) -> bytes:  # type: ignore[no-untyped-def]
+    message.with_header(correlation_id=correlation_id, client_id="app")
+    return bytes(message.encode(header=True, framed=True))
+
+
+def alteration_request(names: list[str | None], version: int = 1, validate_only: bool = False) -> bytes:
+    cls = AlterClientQuotasRequest
+    return framed_request(
+        cls(
+            version=version,
+            entries=[
+                cls.EntryData(
+                    version=version,
+                    entity=[cls.EntryData.EntityData(version=version, entity_type="user", entity_name=name)]
+                    + (
+                        [cls.EntryData.EntityData(version=version, entity_type="client-id", entity_name="c")]
+                        if i % 2
+                        else []
+                    ),
+                    ops=[cls.EntryData.OpData(version=version, key="producer_byte_rate", value=10.0 * i, remove=False)],
+                )
+                for i, name in enumerate(names)
+            ],
+            validate_only=validate_only,
+        )
+    )
+
+
+def create_topics_request(count: int, version: int = 6) -> bytes:
+    topic = CreateTopicsRequest.CreatableTopic
+    return framed_request(
+        CreateTopicsRequest(
+            version=version,
+            topics=[
+                topic(version=version, name=f"t{i}", num_partitions=3, replication_factor=1, assignments=[], configs=[])
+                for i in range(count)
+            ],
+            timeout_ms=1000,
+            validate_only=False,
+        )
+    )
+
+
+def describe_request(components: list[tuple[str, int, str | None]], version: int = 1) -> bytes:
+    cls = DescribeClientQuotasRequest
+    return framed_request(
+        cls(
+            version=version,
+            components=[
+                cls.ComponentData(version=version, entity_type=t, match_type=m, match=n) for t, m, n in components
+            ],
+            strict=False,
+        )
     )

@@ -3,6 +3,7 @@ response bytes the session tests feed it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from struct import pack, unpack_from
 
 from kafka.protocol.admin import CreateTopicsRequest
@@ -23,12 +24,22 @@ from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 PROXY = '[proxy]\nbootstrap_servers = ["127.0.0.1:1"]\nport = 1\n'
 
 
+def frozen_clock() -> float:
+    """The clock a session reads its own handling time from, stopped: a test's charges do not
+    depend on how fast the machine ran it (tests of that time pass a clock of their own)."""
+    return 0.0
+
+
 def services_for(
-    config_text: str = "", top_level: str = "", partial_frames: ByteBudget | None = None, whole_reads: bool = True
+    config_text: str = "",
+    top_level: str = "",
+    partial_frames: ByteBudget | None = None,
+    whole_reads: bool = True,
+    clock: Callable[[], float] = frozen_clock,
 ) -> SessionServices:
     """The services a proxy hands its sessions, built from a config alone: no proxy, no loop.
     `partial_frames`: a budget shared with other sessions (else one of their own); `whole_reads`:
-    False sends every read through the splitters."""
+    False sends every read through the splitters; `clock`: what the session's own time is read from."""
     config = parse_config(top_level + PROXY + config_text)
     engine = QuotaEngine(config.quotas, config.windows)
     proxy = config.proxy
@@ -45,8 +56,12 @@ def services_for(
         0.0,  # wall_offset: usage records read the test clock as epoch seconds
         proxy.max_frame_size,
         sasl_max_receive_size=proxy.sasl_server_max_receive_size if proxy.client_sasl != "none" else None,
+        sasl_required={"required": True, "none": False}.get(proxy.client_sasl),
         partial_frames=partial_frames or ByteBudget(proxy.partial_frames_max_bytes),
+        partial_frame_share=proxy.partial_frames_max_bytes_per_connection,
+        max_decoded_elements=proxy.max_decoded_elements,
         whole_reads=whole_reads,
+        clock=clock,
     )
 
 
@@ -81,8 +96,9 @@ def produce(correlation_id: int, topics: dict[str, bytes], version: int = 8) -> 
     return bytes(request.encode(header=True, framed=True))
 
 
-def produce_answer(correlation_id: int, topics: list[str], version: int = 8) -> bytes:
-    """What a broker answers a produce of `topics` (partition 0 each), throttle 0."""
+def produce_answer(correlation_id: int, topics: list[str], version: int = 8, throttle: int = 0) -> bytes:
+    """What a broker answers a produce of `topics` (partition 0 each), any version (the fields a version
+    lacks are left out)."""
     topic, partition = (
         ProduceResponse.TopicProduceResponse,
         ProduceResponse.TopicProduceResponse.PartitionProduceResponse,
@@ -108,7 +124,7 @@ def produce_answer(correlation_id: int, topics: list[str], version: int = 8) -> 
             )
             for name in topics
         ],
-        throttle_time_ms=0,
+        throttle_time_ms=throttle,
     )
     payload = pack(">i", correlation_id) + bytes(response.encode())
     return pack(">i", len(payload)) + payload

@@ -127,5 +127,5 @@ def test_the_state_file_keeps_prefix_entities_and_reads_files_without_them(tmp_p
     assert "client_id_prefix" not in json.loads(path.read_text())["quotas"][1]
     path.write_text(json.dumps({"version": 1, "quotas": [{"user": None, "client_id": "a", "client_id_prefix": "b",
                                                           "values": {"producer_byte_rate": 1}}]}))  # fmt: skip
-    with pytest.raises(ConfigError, match="cannot be given with client_id"):
+    with pytest.raises(ConfigError, match="client-id and client-id-prefix cannot be combined"):
         load_state(path)

@@ -191,7 +191,7 @@ def test_a_default_computed_from_another_key_is_held_to_its_bounds() -> None:
         (
             "[admin]\nquota_apis = 1\n",
             "admin.quota_apis",
-            "unknown key (known: alter_principals, quota_api, state_file)",
+            "unknown key (known: alter_principals, describe_access, quota_api, state_file)",
         ),
     ],
 )

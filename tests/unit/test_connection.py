@@ -12,6 +12,7 @@ from quotagate.proxy.connection import ClientConnection
 from quotagate.proxy.delay_queue import DelayQueue
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.session import SessionServices
+from quotagate.proxy.upstream import Upstream
 from quotagate.security.tls import TlsContexts
 from tests.support.broker_double import heartbeat
 from tests.support.builds import Build
@@ -33,7 +34,7 @@ class Context:
     services: SessionServices = field(default_factory=services_for)
     loop: Clock = field(default_factory=Clock)  # type: ignore[assignment]
     tls: TlsContexts = field(default_factory=lambda: TlsContexts(None, None))
-    connect_timeout_seconds: float = 1.0
+    upstream: Upstream = field(default_factory=lambda: Upstream(None, connect_timeout=1.0))
     client_transport: FakeTransport | None = None
     opened: list[tuple[list[int], int]] = field(default_factory=list)
 

@@ -19,7 +19,8 @@ from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from quotagate.protocol.apis import MAX_VERSIONS, ApiKey
+from quotagate.protocol.apis import ApiKey
+from quotagate.protocol.client_quotas import alter_refusal, decode_alter, decode_describe
 from quotagate.protocol.discovery import DISCOVERY_METADATA_VERSION, decode_discovery
 from quotagate.protocol.fetch import fetch_max_wait_ms
 from quotagate.protocol.framing import FrameError, FrameSplitter, StreamingFrameSplitter
@@ -37,8 +38,9 @@ from quotagate.protocol.rewrite import RESPONSE_REWRITERS, response_rewriters
 from quotagate.protocol.sasl import authenticate_user, handshake_mechanism
 from quotagate.protocol.share import share_fetch_max_wait_ms
 from quotagate.protocol.throttle import _TABLE, patch_throttle_time
+from quotagate.protocol.version_caps import MAX_VERSIONS
 from tests.support.fuzz import FUZZ, bad_frames, header_only, produce_request, reframed
-from tests.support.messages import produce_response
+from tests.support.messages import alteration_request, describe_request, produce_response
 from tests.support.mutation_messages import CASES as MUTATION_CASES
 from tests.support.mutation_messages import framed, result_entries
 from tests.support.mutation_messages import response_frame as mutation_response_frame
@@ -122,6 +124,35 @@ def test_sasl_peeks_raise_only_frame_errors(frame: memoryview, version: int, mec
     body = header.body_offset if header is not None else 4
     only_frame_errors(lambda: handshake_mechanism(frame, body, 1))
     only_frame_errors(lambda: authenticate_user(mechanism, frame, body, version))
+
+
+QUOTA_ADMIN_SEEDS = {
+    (ApiKey.ALTER_CLIENT_QUOTAS, version): alteration_request(["alice", None, "b" * 40], version)[4:]
+    for version in (0, 1)
+} | {
+    (ApiKey.DESCRIBE_CLIENT_QUOTAS, version): describe_request(
+        [("user", 0, "alice"), ("client-id", 2, None), ("user", 1, None)] * 3, version
+    )[4:]
+    for version in (0, 1)
+}
+
+
+@FUZZ
+@given(st.sampled_from(sorted(QUOTA_ADMIN_SEEDS)), st.data())
+def test_quota_admin_decoders_and_the_whole_refusal_raise_only_frame_errors(
+    case: tuple[int, int], data: st.DataObject
+) -> None:
+    api_key, version = case
+    frame = data.draw(bad_frames([QUOTA_ADMIN_SEEDS[case]]))
+    header = only_frame_errors(lambda: peek_request_header(frame))
+    if header is None:
+        return
+    header = header._replace(api_key=api_key, api_version=version)
+    if api_key == ApiKey.ALTER_CLIENT_QUOTAS:
+        only_frame_errors(lambda: decode_alter(frame, header.body_offset, version, 20))
+        only_frame_errors(lambda: alter_refusal(frame, header, 31, "Cluster authorization failed."))
+    else:
+        only_frame_errors(lambda: decode_describe(frame, header.body_offset, version, 5))
 
 
 MUTATION_SEEDS = {(api_key, version): bytes(framed(build(version)))[4:] for api_key, version, build in MUTATION_CASES}

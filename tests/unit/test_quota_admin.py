@@ -1,5 +1,7 @@
 """DescribeClientQuotas and AlterClientQuotas answered by the session from the proxy's own quotas:
-bytes in, the response out, nothing sent to the broker; the quotas in force change live."""
+bytes in, the response out; the quotas in force change live. An AlterClientQuotas never reaches the
+broker; a DescribeClientQuotas goes to it first (describe_access "broker"), whose verdict on the
+principal decides, and is then answered from the proxy's quotas."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from kafka.protocol.admin import (
 
 from quotagate.config import load_config
 from quotagate.config.quota_state import load_state, save_state
+from quotagate.protocol.client_quotas import DescribeResult, describe_response
 from quotagate.protocol.headers import response_body_offset
 from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.proxy.session import Session
@@ -90,8 +93,19 @@ def describe_request(components: list[tuple[str, int, str | None]], strict: bool
     return bytes(request.encode(header=True, framed=True))
 
 
-def answer(session: Session, request: bytes, api_key: int, version: int = 1):  # type: ignore[no-untyped-def]
+def broker_describe_answer(correlation_id: int, version: int, error_code: int = 0) -> bytes:
+    """The broker's own DescribeClientQuotas answer: no quotas, or a refusal."""
+    message = "Cluster authorization failed." if error_code else None
+    return describe_response(correlation_id, version, DescribeResult(error_code, message, ()))
+
+
+def answer(session: Session, request: bytes, api_key: int, version: int = 1, broker_error: int = 0):  # type: ignore[no-untyped-def]
     session.client_data(request, 1.0)
+    if api_key == DESCRIBE and session.services.quota_admin.describe_access == "broker":
+        assert session.to_broker == [request], "a describe is asked of the broker first"
+        session.to_broker.clear()
+        assert session.to_client == []
+        session.broker_data(broker_describe_answer(8, version, broker_error), 1.0)
     assert session.to_broker == [], "a quota admin request must not reach the broker"
     frame = memoryview(b"".join(session.to_client))
     session.to_client.clear()
@@ -200,6 +214,52 @@ def test_only_the_listed_principals_may_alter_and_validate_only_changes_nothing(
     assert response.entries[0].error_code == 0
     assert admin.api_quotas == {}
     assert session.services.engine.resolve("bob", "x", QuotaKey.PRODUCER_BYTE_RATE) is None
+
+
+def test_a_describe_the_broker_refuses_gets_the_brokers_answer_and_none_of_the_proxys_quotas(build: Build) -> None:
+    session, _ = admin_session(user="alice", session_class=build.session)
+    response = answer(session, describe_request([]), DESCRIBE, broker_error=31)
+    assert (response.error_code, response.error_message, response.entries) == (
+        31,
+        "Cluster authorization failed.",
+        None,
+    )
+
+
+def test_the_proxys_answer_carries_the_throttle_the_broker_asked_for(build: Build) -> None:
+    session, _ = admin_session(session_class=build.session)
+    session.client_data(describe_request([]), 1.0)
+    taken = session.to_broker[:]
+    session.to_broker.clear()
+    assert taken == [describe_request([])]
+    broker = describe_response(8, 1, DescribeResult(0, None, ()), throttle_ms=250)
+    session.broker_data(broker, 1.0)
+    frame = memoryview(b"".join(session.to_client))
+    response = DescribeClientQuotasResponse.decode(frame[response_body_offset(frame, DESCRIBE, 1) :], version=1)
+    assert response.throttle_time_ms == 250 and len(response.entries) == 2
+
+
+@pytest.mark.parametrize(
+    ("access", "user", "code"),
+    [("alter_principals", "admin", 0), ("alter_principals", "alice", 31), ("anyone", "alice", 0)],
+)
+def test_describe_access_other_than_the_broker_is_answered_by_the_proxy_alone(
+    access: str, user: str, code: int, build: Build
+) -> None:
+    session, admin = admin_session(user=user, session_class=build.session)
+    admin.set_access(("admin",), access)
+    response = answer(session, describe_request([]), DESCRIBE)
+    assert response.error_code == code, response.error_message
+
+
+def test_an_alter_from_a_user_who_may_not_alter_is_answered_from_its_bytes_as_the_broker_does(build: Build) -> None:
+    session, _ = admin_session(user="mallory", session_class=build.session)
+    entries = [([("user", f"u{i}"), ("client-id", None)], [("producer_byte_rate", 1.0, False)]) for i in range(50)]
+    response = answer(session, alter_request(entries), ALTER)
+    assert [(e.error_code, e.error_message) for e in response.entries] == [(31, "Cluster authorization failed.")] * 50
+    assert [[(p.entity_type, p.entity_name) for p in e.entity] for e in response.entries] == [
+        [("user", f"u{i}"), ("client-id", None)] for i in range(50)
+    ]
 
 
 def test_removing_a_file_quota_through_the_api_hides_it_until_set_again(build: Build) -> None:
@@ -326,7 +386,7 @@ def test_a_shadow_produce_quota_mutes_nothing_and_its_usage_record_says_what_it_
 def test_api_versions_advertises_the_quota_apis_at_the_versions_the_proxy_answers() -> None:
     from types import SimpleNamespace
 
-    from quotagate.protocol.rewrite import cap_api_versions
+    from quotagate.protocol.version_caps import cap_api_versions
 
     offered = [SimpleNamespace(api_key=key, min_version=0, max_version=3) for key in (DESCRIBE, ALTER)]
     assert [(e.api_key, e.max_version) for e in cap_api_versions(offered)] == [(DESCRIBE, 1), (ALTER, 1)]

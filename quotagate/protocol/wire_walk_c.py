@@ -1,0 +1,1 @@
+wire_walk.py
