@@ -92,7 +92,7 @@ PYTEST_WORKERS ?= 3
 test: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars prometheus-tools compose-tools helm-tool chromium redis-tools franz-go-suite
 	$(VENV)/bin/ruff check .
 	QUOTAGATE_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit  # the same sources, interpreted
-	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m "not matrix_only" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m "not matrix_only and not storage_only" $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-slice
 
 # The version_slice tests against each Kafka of KAFKA_SLICE, all at once: each run's ports SLICE_PORT_STEP above
@@ -138,7 +138,8 @@ test-canary: venv kafka-jars
 
 # The pipeline where platform teams run it (tests/pipeline/test_storage.py): `quotagate pipeline all` on a
 # standalone Spark cluster of two workers against S3Proxy and against HDFS, both started on 127.0.0.1,
-# then the same ingest again. make test runs it too, on a worker of its own.
+# then the same ingest again. make test runs its slice, the object store (on a worker of its own);
+# this target runs every store.
 .PHONY: test-storage
 test-storage: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars
 	$(PY) -m pytest -q -rs --durations=10 -p no:randomly tests/pipeline/test_storage.py $(PYTEST_ARGS)

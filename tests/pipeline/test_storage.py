@@ -6,7 +6,8 @@ files are put there with Hadoop's own `hadoop fs -put`, the usage topic is read 
 quotagate reaches the executors as a zip, its jars through spark.jars, and every output is written
 to the store. Then a second application ingests the same files and topic again: nothing changes.
 
-One end-to-end run per store (each ~1-2 min here); `make test-storage` runs this file alone.
+One end-to-end run per store (minutes each on the shared machine); `make test` runs the object
+store's, `make test-storage` both.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def failure(done: subprocess.CompletedProcess[str]) -> str:
     return "\n".join([done.stdout[-2000:], *named, done.stderr[-3000:]])
 
 
-@pytest.fixture(params=["s3a", "hdfs"])
+@pytest.fixture(params=["s3a", pytest.param("hdfs", marks=pytest.mark.storage_only)])
 def store(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     return request.getfixturevalue("object_store" if request.param == "s3a" else "hdfs")
 
