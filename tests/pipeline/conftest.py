@@ -35,34 +35,29 @@ def shared_session(spark, monkeypatch):  # type: ignore[no-untyped-def]
 
 # The storage the pipeline's users have, and a standalone cluster, once per test session (each start
 # costs a JVM or three): tests/support/spark_storage.py.
+def _running(server, tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator:  # type: ignore[no-untyped-def]
+    try:
+        yield server.start(tmp_path_factory.mktemp(name))
+    finally:
+        server.stop()  # every process it started, by pid
+
+
 @pytest.fixture(scope="session")
 def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     from tests.support.spark_storage import ObjectStore
 
-    store = ObjectStore()
-    try:
-        yield store.start(tmp_path_factory.mktemp("s3proxy"))
-    finally:
-        store.stop()
+    yield from _running(ObjectStore(), tmp_path_factory, "s3proxy")
 
 
 @pytest.fixture(scope="session")
 def hdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     from tests.support.spark_storage import Hdfs
 
-    cluster = Hdfs()
-    try:
-        yield cluster.start(tmp_path_factory.mktemp("hdfs"))
-    finally:
-        cluster.stop()
+    yield from _running(Hdfs(), tmp_path_factory, "hdfs")
 
 
 @pytest.fixture(scope="session")
 def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     from tests.support.spark_storage import StandaloneCluster
 
-    cluster = StandaloneCluster()
-    try:
-        yield cluster.start(tmp_path_factory.mktemp("spark-standalone"))
-    finally:
-        cluster.stop()
+    yield from _running(StandaloneCluster(), tmp_path_factory, "spark-standalone")
