@@ -1,12 +1,14 @@
 """Produce peeks: a request's acks, and where a response's throttle_time_ms and top-level tags sit.
 
 A produce response ends with throttle_time_ms (v1+) and, in flexible versions, top-level tagged
-fields (KIP-951 NodeEndpoints, tag 0). Both sit behind the per-partition results, so finding them
-means skipping over those results; this walks them with `struct` without building any objects.
+fields (KIP-951 NodeEndpoints, tag 0). Both sit behind the per-partition results, whose number the
+client's request chooses: the usual shape is read by produce_walk's shortcut, any other walked in C
+by the response's schema (response_walk), never decoded.
 """
 
 from __future__ import annotations
 
+from array import array
 from struct import pack, unpack_from
 from typing import NamedTuple
 
@@ -14,13 +16,29 @@ from kafka.protocol.producer import ProduceResponse
 
 from quotagate import compiled
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
-from quotagate.protocol.headers import encode_count, read_count, skip_string, skip_tagged_fields
+from quotagate.protocol.headers import encode_count, read_count, read_uvarint, skip_string
+from quotagate.protocol.limits import tagged_fields_problem
 
 _walk = compiled.load("quotagate.protocol.produce_walk")
+_wire = compiled.load("quotagate.protocol.wire_walk")
+_responses = compiled.load("quotagate.protocol.response_walk")
 usual_flexible_throttle_offset = _walk.usual_flexible_throttle_offset
 
 FLEXIBLE_FROM = 9
 TOPIC_ID_FROM = 13
+NODE_ENDPOINTS_TAG = 0
+
+
+def _node_endpoints_schema() -> dict:
+    """NodeEndpoints as a message of its own (the tagged field's bytes are its array), from the
+    response's schema: what response_walk walks inside the tag."""
+    schema = ProduceResponse._json  # type: ignore[attr-defined]
+    field = next(f for f in schema["fields"] if f["name"] == "NodeEndpoints")
+    untagged = {key: value for key, value in field.items() if key not in ("tag", "taggedVersions")}
+    return {"flexibleVersions": schema["flexibleVersions"], "fields": [untagged]}
+
+
+_NODE_ENDPOINTS_SCHEMA = _node_endpoints_schema()
 
 
 def produce_request_acks(frame: memoryview, body_offset: int, version: int) -> int:
@@ -41,35 +59,25 @@ def produce_response_throttle_offset(frame: memoryview, body_offset: int, versio
 
 
 def _walked_throttle_offset(frame: memoryview, body_offset: int, version: int) -> int:
-    flexible = version >= FLEXIBLE_FROM
-    # index, error_code, base_offset; log_append_time_ms from v2; log_start_offset from v5
-    fixed_partition_bytes = 14 + (8 if version >= 2 else 0) + (8 if version >= 5 else 0)
-    try:
-        topics, pos = read_count(frame, body_offset, flexible)
-        for _ in range(topics):
-            pos = pos + 16 if version >= TOPIC_ID_FROM else skip_string(frame, pos, flexible)
-            partitions, pos = read_count(frame, pos, flexible)
-            # Below v8 the loop reads nothing: a huge count must not make it spin.
-            if pos + partitions * fixed_partition_bytes > len(frame):
-                raise FrameError("produce response announces more partitions than it holds")
-            for _ in range(partitions):
-                pos += fixed_partition_bytes
-                if version >= 8:
-                    record_errors, pos = read_count(frame, pos, flexible)
-                    for _ in range(record_errors):
-                        pos = skip_string(frame, pos + 4, flexible)
-                        if flexible:
-                            pos = skip_tagged_fields(frame, pos)
-                    pos = skip_string(frame, pos, flexible)
-                if flexible:
-                    pos = skip_tagged_fields(frame, pos)
-            if flexible:
-                pos = skip_tagged_fields(frame, pos)
-    except FrameError:
-        raise
-    except Exception as exc:  # struct.error, IndexError on truncated input
-        raise FrameError("truncated produce response") from exc
+    prog = _wire.program(ProduceResponse, version)
+    at = prog.ops_at.get("ThrottleTimeMs")
+    if at is None:
+        raise FrameError(f"a Produce response v{version} has no throttle_time_ms")
+    pos = _responses.fields_end(prog, frame, body_offset, 0, at)
     if pos + 4 > len(frame):
+        raise FrameError("truncated produce response")
+    return pos
+
+
+def _top_level_tags_offset(frame: memoryview, body_offset: int, version: int) -> int:
+    """Where a flexible produce response's top-level tagged fields start (FrameError if it has none)."""
+    usual = usual_flexible_throttle_offset(frame, body_offset, version)
+    if usual is not None:
+        pos = usual + 4
+    else:
+        prog = _wire.program(ProduceResponse, version)
+        pos = _responses.fields_end(prog, frame, body_offset, 0, prog.top)
+    if pos >= len(frame):
         raise FrameError("truncated produce response")
     return pos
 
@@ -78,10 +86,54 @@ def produce_response_has_top_level_tags(frame: memoryview, body_offset: int, ver
     """Whether a flexible produce response carries top-level tagged fields (e.g. NodeEndpoints)."""
     if version < FLEXIBLE_FROM:
         return False
-    pos = produce_response_throttle_offset(frame, body_offset, version) + 4
-    if pos >= len(frame):
-        raise FrameError("truncated produce response")
-    return frame[pos] != 0
+    return frame[_top_level_tags_offset(frame, body_offset, version)] != 0
+
+
+class NodeEndpointsEdits(NamedTuple):
+    """Where a produce response's NodeEndpoints name brokers (response_walk.address_edits), and the
+    tagged field's size, which changes with them: (where its varint starts, where it ends, its value)."""
+
+    addresses: list[tuple[int, bytes, int]]
+    edits: array  # (start, end, address index) triples
+    size_start: int
+    size_end: int
+    size: int
+
+
+@frame_errors("Produce response")
+def node_endpoints_edits(frame: memoryview, body_offset: int, version: int) -> NodeEndpointsEdits | None:
+    """The brokers a produce response's NodeEndpoints (KIP-951, top-level tag 0) name, or None when it
+    has no top-level tagged fields (nearly every response). The partitions before them are walked in
+    C; the tags are read by their sizes, at most MAX_TAGGED_FIELDS of them, and must end the frame."""
+    if version < FLEXIBLE_FROM:
+        return None
+    pos = _top_level_tags_offset(frame, body_offset, version)
+    if frame[pos] == 0:
+        return None
+    count, pos = read_uvarint(frame, pos)
+    problem = tagged_fields_problem("a produce response's top-level tagged fields", count)
+    if problem is not None:
+        raise FrameError(problem)
+    found = None
+    for _ in range(count):
+        tag, size_start = read_uvarint(frame, pos)
+        size, pos = read_uvarint(frame, size_start)
+        end = pos + size
+        if end > len(frame):
+            raise FrameError("a produce response's tagged field runs past its end")
+        if tag == NODE_ENDPOINTS_TAG and found is None:
+            prog = _wire.schema_program("ProduceResponse.NodeEndpoints", _NODE_ENDPOINTS_SCHEMA, version)
+            ops_at = prog.ops_at
+            addresses, edits, _start, array_end, _after = _responses.address_edits(
+                prog, frame, pos, ops_at["NodeEndpoints"], ops_at["NodeEndpoints.NodeId"], -1, False
+            )
+            if array_end != end:
+                raise FrameError("a produce response's NodeEndpoints do not fill their tagged field")
+            found = NodeEndpointsEdits(addresses, edits, size_start, pos, size)
+        pos = end
+    if pos != len(frame):
+        raise FrameError("a produce response does not end with its tagged fields")
+    return found
 
 
 class ProduceTopic(NamedTuple):

@@ -128,6 +128,10 @@ class Program:
             ops[at : at + STRIDE] = [op[0], op[1], op[2], op[3], name_index]
         return start + STRIDE * len(present)
 
+    def following(self, at):
+        """The op of the field after the field of op `at`, in the same struct."""
+        return at + STRIDE
+
 
 def _tagged(field, version):
     return _in_versions(field.get("taggedVersions"), version)
@@ -138,10 +142,16 @@ _PROGRAMS = {}
 
 def program(cls, version):
     """The Program of kafka-python message class `cls` at `version` (made once)."""
-    key = (cls.__name__, version)
+    return schema_program(cls.__name__, cls._json, version)
+
+
+def schema_program(name, schema, version):
+    """The Program of the message `name` whose schema (Kafka's JSON, as a dict) is `schema`, at
+    `version` (made once per name and version)."""
+    key = (name, version)
     made = _PROGRAMS.get(key)
     if made is None:
-        made = _PROGRAMS[key] = Program(cls.__name__, version, cls._json)
+        made = _PROGRAMS[key] = Program(name, version, schema)
     return made
 
 

@@ -1,0 +1,194 @@
+"""The responses the proxy changes cost C per byte, whatever their size: a client sizes them (a batched
+FindCoordinator of 20 000 keys, DescribeConfigs of 5 000 resources, a produce of 100 000 partitions, a
+share session's partitions), and the proxy's one loop must not run Python per entry for it (issue 34:
+nothing a client sends may cost the loop more than a small, fixed budget).
+
+Measured by counting Python calls, not time (tests/support/python_calls.py); the results are
+checked against kafka-python's decoding of them.
+"""
+
+from __future__ import annotations
+
+from struct import unpack_from
+
+import pytest
+from kafka.protocol.admin import DescribeConfigsResponse
+from kafka.protocol.metadata import FindCoordinatorResponse
+from kafka.protocol.producer import ProduceResponse
+
+from quotagate.protocol.apis import ApiKey
+from quotagate.protocol.framing import FrameError
+from quotagate.protocol.headers import response_body_offset
+from quotagate.protocol.produce import produce_response_has_top_level_tags, produce_response_throttle_offset
+from quotagate.protocol.rewrite import RESPONSE_REWRITERS
+from quotagate.protocol.throttle import patch_throttle_time
+from tests.support.fuzz import reframed
+from tests.support.messages import produce_response, share_response_body
+from tests.support.python_calls import assert_bounded, compiled_only
+from tests.support.rewrite_messages import PROXY_HOST, Recorder, response_frame
+from tests.support.share_messages import response_frame as share_frame
+
+
+def coordinators(count: int, version: int) -> memoryview:
+    """A batched FindCoordinator response: coordinators on three brokers, every fifth key unknown."""
+    entry = FindCoordinatorResponse.Coordinator
+    entries = [
+        entry(version=version, key=f"group-{i}", node_id=-1, host="", port=-1, error_code=15, error_message="no")
+        if i % 5 == 4
+        else entry(version=version, key=f"group-{i}", node_id=1 + i % 3, host=f"kafka-{1 + i % 3}", port=9092 + i % 3)
+        for i in range(count)
+    ]
+    message = FindCoordinatorResponse(version=version, throttle_time_ms=0, coordinators=entries)
+    return response_frame(ApiKey.FIND_COORDINATOR, version, message)
+
+
+@compiled_only
+@pytest.mark.parametrize("version", [4, 5, 6])
+def test_a_batched_find_coordinator_is_rewritten_in_c_whatever_the_number_of_keys(version: int) -> None:
+    def rewrite(count: int):
+        frame = coordinators(count, version)
+        return lambda: RESPONSE_REWRITERS[ApiKey.FIND_COORDINATOR](frame, version, Recorder())
+
+    assert_bounded(rewrite, 10, 5_000, "FindCoordinator")
+
+
+@pytest.mark.parametrize("version", [4, 5, 6])
+def test_a_batched_find_coordinator_keeps_every_byte_but_the_found_coordinators_addresses(version: int) -> None:
+    frame = coordinators(2_000, version)
+    recorder = Recorder()
+    out = RESPONSE_REWRITERS[ApiKey.FIND_COORDINATOR](frame, version, recorder)
+    assert out is not None and unpack_from(">i", out, 0)[0] == len(out) - 4
+    body = response_body_offset(memoryview(out), ApiKey.FIND_COORDINATOR, version)
+    answered = FindCoordinatorResponse.decode(memoryview(out)[body:], version=version).coordinators
+    before = FindCoordinatorResponse.decode(frame[body:], version=version).coordinators
+    assert len(answered) == len(before) == 2_000
+    for old, new in zip(before, answered, strict=True):
+        if old.error_code:
+            assert (new.key, new.node_id, new.host, new.port, new.error_code, new.error_message) == (
+                old.key, -1, "", -1, 15, "no",
+            )  # fmt: skip
+        else:
+            assert (new.key, new.node_id, new.host, new.port) == (old.key, old.node_id, PROXY_HOST, 20000 + old.node_id)
+    assert recorder.seen == {1: ("kafka-1", 9092), 2: ("kafka-2", 9093), 3: ("kafka-3", 9094)}
+
+
+def describe_configs(resources: int, version: int) -> memoryview:
+    """DescribeConfigs answering `resources` brokers (every config naming an address among others)."""
+    result_cls = DescribeConfigsResponse.DescribeConfigsResult
+    config_cls = result_cls.DescribeConfigsResourceResult
+    synonym_cls = config_cls.DescribeConfigsSynonym
+    configs = [
+        ("listeners", "PLAINTEXT://:9092"),
+        ("log.dirs", "/var/lib/kafka"),
+        ("some.endpoint", "kafka-1.internal:8443"),
+        ("num.io.threads", "8"),
+    ]
+
+    def config(name: str, value: str):
+        extra = (
+            {"config_source": 4, "synonyms": [synonym_cls(version=version, name=name, value=value, source=4)]}
+            if version >= 1
+            else {"is_default": False}
+        )
+        return config_cls(version=version, name=name, value=value, read_only=True, is_sensitive=False, **extra)
+
+    results = [
+        result_cls(
+            version=version,
+            error_code=0,
+            error_message=None,
+            resource_type=4,
+            resource_name=str(i),
+            configs=[config(name, value) for name, value in configs],
+        )
+        for i in range(resources)
+    ]
+    message = DescribeConfigsResponse(version=version, throttle_time_ms=0, results=results)
+    return response_frame(ApiKey.DESCRIBE_CONFIGS, version, message)
+
+
+@compiled_only
+@pytest.mark.parametrize("version", [0, 1, 3, 4])
+def test_describe_configs_is_walked_in_c_whatever_the_number_of_resources(version: int) -> None:
+    def rewrite(count: int):
+        frame = describe_configs(count, version)
+        return lambda: RESPONSE_REWRITERS[ApiKey.DESCRIBE_CONFIGS](frame, version, Recorder())
+
+    assert_bounded(rewrite, 3, 1_000, "DescribeConfigs")
+
+
+@pytest.mark.parametrize("version", [0, 1, 3, 4])
+def test_describe_configs_hides_each_address_of_every_resource_and_keeps_the_rest(version: int) -> None:
+    frame = describe_configs(300, version)
+    out = RESPONSE_REWRITERS[ApiKey.DESCRIBE_CONFIGS](frame, version, Recorder())
+    assert out is not None and unpack_from(">i", out, 0)[0] == len(out) - 4
+    body = response_body_offset(memoryview(out), ApiKey.DESCRIBE_CONFIGS, version)
+    results = DescribeConfigsResponse.decode(memoryview(out)[body:], version=version).results
+    assert [r.resource_name for r in results] == [str(i) for i in range(300)]
+    for result in results:
+        seen = {c.name: (c.value, c.is_sensitive) for c in result.configs}
+        assert seen == {
+            "listeners": (None, True),
+            "log.dirs": ("/var/lib/kafka", False),
+            "some.endpoint": (None, True),
+            "num.io.threads": ("8", False),
+        }
+        if version >= 1:
+            assert [s.value for c in result.configs for s in c.synonyms] == [None, "/var/lib/kafka", None, "8"]
+
+
+def produce_frame(partitions: int, version: int, endpoints: bool = False) -> memoryview:
+    message = produce_response(version, throttle=7, endpoints=endpoints, topics=2, partitions=partitions)
+    return response_frame(ApiKey.PRODUCE, version, message)
+
+
+@compiled_only
+@pytest.mark.parametrize("version", range(3, 13))
+def test_a_produce_responses_throttle_and_tags_are_found_in_c_whatever_the_number_of_partitions(version: int) -> None:
+    """Behind every partition's result: its throttle_time_ms (patched when the client is throttled) and
+    its top-level tagged fields (KIP-951 NodeEndpoints, rewritten)."""
+
+    def walks(count: int):
+        frame = produce_frame(count, version, endpoints=version >= 10)
+        body = response_body_offset(frame, ApiKey.PRODUCE, version)
+
+        def walk() -> None:
+            produce_response_throttle_offset(frame, body, version)
+            produce_response_has_top_level_tags(frame, body, version)
+            patch_throttle_time(frame, ApiKey.PRODUCE, version, 1_000)
+            RESPONSE_REWRITERS[ApiKey.PRODUCE](frame, version, Recorder())
+
+        return walk
+
+    assert_bounded(walks, 3, 600, f"Produce v{version}")
+
+
+@pytest.mark.parametrize("version", range(10, 13))
+def test_a_produce_responses_node_endpoints_are_rewritten_where_they_stand(version: int) -> None:
+    frame = produce_frame(300, version, endpoints=True)
+    out = RESPONSE_REWRITERS[ApiKey.PRODUCE](frame, version, Recorder())
+    assert out is not None and unpack_from(">i", out, 0)[0] == len(out) - 4
+    body = response_body_offset(memoryview(out), ApiKey.PRODUCE, version)
+    new = ProduceResponse.decode(memoryview(out)[body:], version=version)
+    old = ProduceResponse.decode(frame[body:], version=version)
+    assert [(n.node_id, n.host, n.port, n.rack) for n in new.node_endpoints] == [(2, PROXY_HOST, 20002, "r")]
+    assert new.responses == old.responses and new.throttle_time_ms == old.throttle_time_ms == 7
+    assert bytes(out[body : body + 100]) == bytes(frame[body : body + 100])
+
+
+@compiled_only
+@pytest.mark.parametrize(("api_key", "version"), [(78, 1), (78, 2), (79, 1), (79, 2)])
+def test_a_share_response_is_walked_in_c_whatever_the_number_of_partitions(api_key: int, version: int) -> None:
+    def rewrite(count: int):
+        partitions = [(i, 6 if i % 2 else 0, None, b"\x01" * 20 if i % 3 == 0 else b"") for i in range(count)]
+        frame = share_frame(api_key, share_response_body(api_key, version, partitions, [(2, "kafka-2", 9092, None)]))
+        return lambda: RESPONSE_REWRITERS[api_key](frame, version, Recorder())
+
+    assert_bounded(rewrite, 3, 3_000, f"share response {api_key} v{version}")
+
+
+def test_a_produce_response_whose_tags_do_not_end_the_frame_is_refused() -> None:
+    frame = produce_frame(3, 12, endpoints=True)
+    for bad in (bytes(frame[4:]) + b"\x00", bytes(frame[4:-1])):
+        with pytest.raises(FrameError):
+            RESPONSE_REWRITERS[ApiKey.PRODUCE](reframed(bad), 12, Recorder())
