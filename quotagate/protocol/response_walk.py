@@ -30,7 +30,7 @@ from quotagate.protocol.framing import FrameError
 from quotagate.protocol.limits import MAX_STRING_BYTES, string_problem
 
 if not cython.compiled:  # compiled, these are cimported (response_walk_c.pxd)
-    from quotagate.protocol.produce_walk import i32
+    from quotagate.protocol.produce_walk import _count, _string_length, i32
     from quotagate.protocol.wire_walk import OP_ARRAY_STRING, STRIDE, Walk, _put
 
 # What a host:port looks like in a config value: a run of host characters (letters, digits, '.',
@@ -60,6 +60,12 @@ MAX_STRING = MAX_STRING_BYTES
 # How many distinct addresses of one message address_edits compares byte for byte (a cluster's
 # brokers, nearly always); past them it looks addresses up by their bytes.
 MAX_COMPARED = 16
+# What field_values reads.
+VALUE_STRING = 0
+VALUE_INT16 = 1
+VALUE_INT32 = 2
+VALUE_COUNT = 3
+VALUE_UUID = 4
 
 
 def holds_host_port(data):
@@ -312,25 +318,32 @@ def fields_end(prog, frame, pos, start_at, stop_at):
     return walk.fields(pos, start_at, stop_at)
 
 
-def entry_spans(prog, frame, pos, array_at, first_at, second_at):
+def entry_spans(prog, frame, pos, array_at, field_ats):
     """The elements of the array of op `array_at` (of structs or of strings: a field of the message
-    itself, whose fields before it are walked from `pos`), each walked whole: (their spans, where the
-    array (its count) starts, where it ends). A span is (start, end, where the field of op `first_at`
-    starts, where the field of op `second_at` starts); -1 for a field not asked (op -1). For an
-    array of strings, the element is its own first field."""
+    itself, whose fields before it are walked from `pos`), each walked whole. Returns (spans, where
+    the array (its count) starts, where it ends): `spans` an array("q") of 2 + len(field_ats)
+    numbers per element: where it starts, where it ends, and where each field of the ops
+    `field_ats` starts in it (-1: not in it). An element of an array of strings is its own field."""
     walk = Walk(prog, frame)
     ops = walk._op
+    wanted = len(field_ats)
+    wanted_ops = array("i", field_ats)
+    fields = wanted_ops
+    stride = 2 + wanted
     pos = walk.fields(pos, 0, array_at)
     array_start = pos
     count, pos = walk.count(pos, array_at)
-    spans = []
+    made_spans = array("q", bytes(8 * stride * count))  # count is within the bytes left (Kafka's limits)
+    spans = made_spans
     strings = ops[array_at] == OP_ARRAY_STRING
-    for _e in range(count):
-        start = pos
-        first = -1
-        second = -1
+    for e in range(count):
+        base = e * stride
+        spans[base] = pos
+        for k in range(wanted):
+            spans[base + 2 + k] = -1
         if strings:
-            first = pos
+            if wanted:
+                spans[base + 2] = pos
             length, pos = walk._length(pos, array_at)
             if length > MAX_STRING:
                 raise FrameError(walk._where() + string_problem(walk._name(array_at), length))
@@ -341,16 +354,53 @@ def entry_spans(prog, frame, pos, array_at, first_at, second_at):
         else:
             at = ops[array_at + 2]
             while at < ops[array_at + 3]:
-                if at == first_at:
-                    first = pos
-                elif at == second_at:
-                    second = pos
+                for k in range(wanted):
+                    if fields[k] == at:
+                        spans[base + 2 + k] = pos
                 pos = walk.field(pos, at)
                 at += STRIDE
             if walk.flexible:
                 pos = walk.tags(pos)
-        spans.append((start, pos, first, second))
-    return spans, array_start, pos
+        spans[base + 1] = pos
+    return made_spans, array_start, pos
+
+
+def field_values(frame, spans, stride, k, kind, flexible):
+    """The values of field `k` of each element of `spans` (entry_spans' array, `stride` numbers per
+    element), read where they stand in `frame` (walked already, so within it), as a list: for kind
+    VALUE_STRING bytes (None: null), VALUE_INT16 and VALUE_INT32 ints, VALUE_COUNT an array's count
+    (0: null), VALUE_UUID 16 bytes; None where the element has no such field."""
+    values = []
+    if len(spans) == 0:
+        return values
+    view = frame
+    buf = cython.address(view[0]) if cython.compiled else frame
+    end = len(frame)
+    strings = kind == VALUE_STRING  # the kinds are module names, seen from Python: compared once
+    shorts = kind == VALUE_INT16
+    ints = kind == VALUE_INT32
+    counts = kind == VALUE_COUNT
+    for base in range(0, len(spans), stride):
+        at = spans[base + 2 + k]
+        if at < 0:
+            values.append(None)
+        elif strings:
+            length, at = _string_length(buf, at, end, flexible)
+            if length < 0 or at + length > end:
+                values.append(None)
+            else:
+                values.append(buf[at : at + length] if cython.compiled else bytes(buf[at : at + length]))
+        elif shorts:
+            value = (buf[at] << 8) | buf[at + 1]
+            values.append(value - 0x10000 if value >= 0x8000 else value)
+        elif ints:
+            values.append(i32(buf, at))
+        elif counts:
+            count, at = _count(buf, at, end, flexible)
+            values.append(count if count > 0 else 0)
+        else:
+            values.append(buf[at : at + 16] if cython.compiled else bytes(buf[at : at + 16]))
+    return values
 
 
 def splice(data, edits, replacements, framed):

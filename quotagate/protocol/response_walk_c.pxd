@@ -3,7 +3,7 @@
 cimport cython
 from libc.string cimport memcmp
 
-from quotagate.protocol.produce_walk_c cimport i32
+from quotagate.protocol.produce_walk_c cimport _count, _string_length, i32
 from quotagate.protocol.wire_walk_c cimport OP_ARRAY_STRING, STRIDE, Walk, _put
 
 cdef int HOST_CHAR, HOST_START, _COLON, _DOT, _ZERO, _NINE, MAX_PORT_DIGITS, MAX_COMPARED
@@ -44,10 +44,17 @@ cdef bint _names_address(
 cpdef Py_ssize_t fields_end(object prog, object frame, Py_ssize_t pos, int start_at, int stop_at) except -1
 
 @cython.locals(
-    walk=Walk, ops="const int*", array_start=Py_ssize_t, count=long, spans=list, strings=bint, _e=long,
-    start=Py_ssize_t, first=Py_ssize_t, second=Py_ssize_t, length=long, at=int,
+    walk=Walk, ops="const int*", wanted=Py_ssize_t, wanted_ops=object, fields="const int[:]", stride=Py_ssize_t,
+    array_start=Py_ssize_t, count=long, made_spans=object, spans="long long[:]", strings=bint, e=long,
+    base=Py_ssize_t, k=Py_ssize_t, length=long, at=int,
 )
-cpdef tuple entry_spans(object prog, object frame, Py_ssize_t pos, int array_at, int first_at, int second_at)
+cpdef tuple entry_spans(object prog, object frame, Py_ssize_t pos, int array_at, tuple field_ats)
+
+@cython.locals(
+    view="const unsigned char[:]", buf="const unsigned char*", end=Py_ssize_t, values=list, base=Py_ssize_t,
+    at=Py_ssize_t, length=long, value=long, count=long, strings=bint, shorts=bint, ints=bint, counts=bint,
+)
+cpdef list field_values(object frame, const long long[:] spans, Py_ssize_t stride, Py_ssize_t k, int kind, bint flexible)
 
 @cython.locals(
     end=Py_ssize_t, count=Py_ssize_t, size=Py_ssize_t, at=Py_ssize_t, i=Py_ssize_t, start=Py_ssize_t,

@@ -36,7 +36,12 @@ def python_calls(call: Callable[[], Any]) -> int:
     return count
 
 
-def assert_bounded(make: Callable[[int], Callable[[], Any]], small: int, large: int, what: str) -> None:
-    """`make(n)` gives a call over n entries: the Python it runs must not grow from `small` to `large`."""
+def assert_bounded(
+    make: Callable[[int], Callable[[], Any]], small: int, large: int, what: str, per_entry: int = 0
+) -> None:
+    """`make(n)` gives a call over n entries: the Python it runs must not grow from `small` to `large`
+    by more than `per_entry` calls an entry (what the proxy must make of each: a decoded name)."""
     few, many = python_calls(make(small)), python_calls(make(large))
-    assert many <= few, f"{what}: {few} Python calls for {small} entries, {many} for {large}: not C per byte"
+    assert many <= few + per_entry * (large - small), (
+        f"{what}: {few} Python calls for {small} entries, {many} for {large}: more than {per_entry} an entry"
+    )

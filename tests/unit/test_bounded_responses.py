@@ -12,18 +12,21 @@ from __future__ import annotations
 from struct import unpack_from
 
 import pytest
-from kafka.protocol.admin import DescribeConfigsResponse
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse, DescribeConfigsResponse
 from kafka.protocol.metadata import FindCoordinatorResponse
 from kafka.protocol.producer import ProduceResponse
 
 from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.framing import FrameError
-from quotagate.protocol.headers import response_body_offset
+from quotagate.protocol.headers import peek_request_header, response_body_offset
+from quotagate.protocol.mutations import decode_mutation, decode_results, refusal_response
 from quotagate.protocol.produce import produce_response_has_top_level_tags, produce_response_throttle_offset
 from quotagate.protocol.rewrite import RESPONSE_REWRITERS
 from quotagate.protocol.throttle import patch_throttle_time
 from tests.support.fuzz import reframed
 from tests.support.messages import produce_response, share_response_body
+from tests.support.mutation_messages import framed
+from tests.support.mutation_messages import response_frame as mutation_response_frame
 from tests.support.python_calls import assert_bounded, compiled_only
 from tests.support.rewrite_messages import PROXY_HOST, Recorder, response_frame
 from tests.support.share_messages import response_frame as share_frame
@@ -192,3 +195,72 @@ def test_a_produce_response_whose_tags_do_not_end_the_frame_is_refused() -> None
     for bad in (bytes(frame[4:]) + b"\x00", bytes(frame[4:-1])):
         with pytest.raises(FrameError):
             RESPONSE_REWRITERS[ApiKey.PRODUCE](reframed(bad), 12, Recorder())
+
+
+# Topic mutations (KIP-599): each topic is decoded into one small tuple, within max_decoded_elements;
+# nothing else about it runs Python, and a created topic's configs in the response are only walked.
+def create_topics_frame(count: int, version: int) -> memoryview:
+    topic = CreateTopicsRequest.CreatableTopic
+    message = CreateTopicsRequest(
+        version=version,
+        topics=[
+            topic(
+                version=version,
+                name=f"topic-{i}",
+                num_partitions=-1,
+                replication_factor=-1,
+                assignments=[topic.CreatableReplicaAssignment(version=version, partition_index=0, broker_ids=[1, 2])],
+                configs=[topic.CreatableTopicConfig(version=version, name="retention.ms", value="1000")] * 3,
+            )
+            for i in range(count)
+        ],
+        timeout_ms=1000,
+        validate_only=False,
+    )
+    return framed(message)
+
+
+@compiled_only
+@pytest.mark.parametrize("version", [2, 5, 7])
+def test_a_topic_mutation_is_read_in_c_and_cut_and_refused_by_copying_bytes(version: int) -> None:
+    def mutation(count: int):
+        frame = create_topics_frame(count, version)
+        body = peek_request_header(frame).body_offset
+
+        def handle() -> None:
+            request = decode_mutation(frame, body, ApiKey.CREATE_TOPICS, version)
+            request.encode_keeping(list(range(0, count, 2)))
+            refusal_response(request, 4, list(range(count)), 100)
+
+        return handle
+
+    assert_bounded(mutation, 3, 2_000, f"CreateTopics v{version}", per_entry=2)
+
+
+@compiled_only
+@pytest.mark.parametrize("version", [5, 7])
+def test_a_create_topics_response_with_every_topics_configs_is_walked_not_decoded(version: int) -> None:
+    result = CreateTopicsResponse.CreatableTopicResult
+    config = result.CreatableTopicConfigs
+
+    def results(count: int):
+        entries = [
+            result(
+                version=version,
+                name=f"topic-{i}",
+                error_code=0,
+                num_partitions=3,
+                replication_factor=1,
+                configs=[
+                    config(version=version, name=f"c{j}", value="v", read_only=False, config_source=5)
+                    for j in range(30)
+                ],
+            )
+            for i in range(count)
+        ]
+        frame = mutation_response_frame(
+            ApiKey.CREATE_TOPICS, version, CreateTopicsResponse(version=version, throttle_time_ms=0, topics=entries)
+        )
+        return lambda: decode_results(frame, ApiKey.CREATE_TOPICS, version)
+
+    assert_bounded(results, 3, 1_000, f"CreateTopics response v{version}", per_entry=1)
