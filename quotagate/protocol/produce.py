@@ -9,18 +9,20 @@ by the response's schema (response_walk), never decoded.
 from __future__ import annotations
 
 from array import array
+from functools import cache
 from struct import pack, unpack_from
 from typing import NamedTuple
 
-from kafka.protocol.producer import ProduceResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from quotagate import compiled
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
-from quotagate.protocol.headers import encode_count, read_count, read_uvarint, skip_string
-from quotagate.protocol.limits import tagged_fields_problem
+from quotagate.protocol.headers import encode_count, encode_string, read_count, read_uvarint, skip_string
+from quotagate.protocol.limits import DECODED_ELEMENTS_KEY, NO_LIMIT, tagged_fields_problem
 
 _walk = compiled.load("quotagate.protocol.produce_walk")
 _wire = compiled.load("quotagate.protocol.wire_walk")
+ElementsOverLimit = _wire.ElementsOverLimit
 _responses = compiled.load("quotagate.protocol.response_walk")
 usual_flexible_throttle_offset = _walk.usual_flexible_throttle_offset
 
@@ -140,7 +142,7 @@ class ProduceTopic(NamedTuple):
     name: str
     start: int  # offset of the topic's entry in the frame
     end: int
-    partitions: tuple[int, ...]
+    partitions_at: int  # offset of its partition array (the count)
     record_bytes: int  # size of its record batches
 
 
@@ -150,16 +152,24 @@ class ProduceRequestLayout(NamedTuple):
     topics: tuple[ProduceTopic, ...]
 
 
-def produce_request_layout(frame: memoryview, body_offset: int, version: int) -> ProduceRequestLayout:
-    """Where each topic of a produce request (v3..v12) sits, without touching the record batches."""
+def produce_request_layout(
+    frame: memoryview, body_offset: int, version: int, max_topics: int = NO_LIMIT
+) -> ProduceRequestLayout:
+    """Where each topic of a produce request (v3..v12) sits, without touching the record batches or
+    reading a partition (produce_walk, in C). A client sizes it: a request of more than `max_topics`
+    topics (the proxy's max_decoded_elements) is refused (ElementsOverLimit) before a name is decoded."""
     topics = _walk.produce_topics_of(frame, body_offset, len(frame), version, False)
     if topics is None:
         raise FrameError("truncated produce request")
+    if 0 <= max_topics < len(topics):
+        raise ElementsOverLimit(
+            f"a produce request of {len(topics)} topics: more than {max_topics} (proxy.{DECODED_ELEMENTS_KEY})"
+        )
     pos = skip_string(frame, body_offset, version >= FLEXIBLE_FROM) + 2 + 4  # transactional_id, acks, timeout_ms
     return ProduceRequestLayout(
         pos,
         topics[-1][2] if topics else read_count(frame, pos, version >= FLEXIBLE_FROM)[1],
-        tuple(ProduceTopic(str(name, "utf-8", "replace"), *rest) for name, *rest in topics),
+        tuple([ProduceTopic(str(name, "utf-8", "replace"), *rest) for name, *rest in topics]),
     )
 
 
@@ -198,59 +208,83 @@ def produce_request_keeping(
     return b"".join([pack(">i", size), *parts])
 
 
-def refusal_entries(version: int, refused: dict[str, tuple[int, ...]], error_code: int, message: str) -> list:
-    """ProduceResponse topic entries answering every partition of the refused topics with an error."""
+@cache
+def _partition_refusal_fields(version: int, error_code: int) -> bytes:
+    """A refused partition's result after its index and before its error message (v8+; its end
+    below v8): kafka-python's encoding of one refused partition, once per version and error."""
     topic_cls = ProduceResponse.TopicProduceResponse
-    partition_cls = topic_cls.PartitionProduceResponse
-    extra = {"record_errors": [], "error_message": message} if version >= 8 else {}
-    return [
-        topic_cls(
+    extra = {"record_errors": [], "error_message": None} if version >= 8 else {}
+    partition = topic_cls.PartitionProduceResponse(
+        version=version, index=0, error_code=error_code, base_offset=-1, log_start_offset=-1, **extra
+    )
+    body = bytes(
+        ProduceResponse(
             version=version,
-            name=name,
-            partition_responses=[
-                partition_cls(
-                    version=version, index=p, error_code=error_code, base_offset=-1, log_start_offset=-1, **extra
-                )
-                for p in partitions
-            ],
-        )
-        for name, partitions in refused.items()
-    ]
+            responses=[topic_cls(version=version, name="", partition_responses=[partition])],
+            throttle_time_ms=0,
+        ).encode()
+    )
+    flexible = version >= FLEXIBLE_FROM
+    head = len(encode_count(1, flexible)) * 2 + len(encode_string("", flexible))  # topics, name, partitions
+    tail = (1 if flexible else 0) + (4 if version >= 1 else 0) + (1 if flexible else 0)  # tags, throttle, tags
+    entry = body[head : len(body) - tail]
+    if flexible:
+        entry = entry[:-1]  # the partition's tagged fields
+    if version >= 8:
+        entry = entry[: -len(encode_string(None, flexible))]  # the null error message
+    return entry[4:]  # after the index
+
+
+@frame_errors("Produce request")
+def refused_topic_entry(
+    frame: memoryview | bytes, version: int, topic: ProduceTopic, error_code: int, message: str
+) -> bytes:
+    """A topic's entry in a produce response that refuses each of its partitions with `error_code` and
+    `message`: its name and each partition's index as the request sent them (wire_walk's echo, in C,
+    whatever the number of partitions), the other fields as kafka-python encodes them."""
+    flexible = version >= FLEXIBLE_FROM
+    fields = _partition_refusal_fields(version, error_code)
+    if version >= 8:
+        fields += encode_string(message, flexible)
+    if flexible:
+        fields += b"\x00"  # the partition's tagged fields
+    prog = _wire.program(ProduceRequest, version)
+    array_at = prog.ops_at["TopicData.PartitionData"]
+    walk = _wire.Walk(prog, frame)
+    partitions, count, _end = walk.echo(
+        topic.partitions_at, array_at, prog.ops_at["TopicData.PartitionData.Index"], b"", fields
+    )
+    name = bytes(frame[topic.start : topic.partitions_at])
+    return b"".join((name, encode_count(count, flexible), partitions, b"\x00" if flexible else b""))
 
 
 @frame_errors("Produce response")
 def produce_response_with_refusals(
-    frame: memoryview | bytes,
-    version: int,
-    order: tuple[str, ...],
-    refused: dict[str, tuple[int, ...]],
-    error_code: int,
-    message: str,
+    frame: memoryview | bytes, version: int, order: tuple[str, ...], refused: dict[str, bytes]
 ) -> bytes:
-    """Merges refused topics into the broker's produce response, in the request's topic order."""
+    """Merges the refused topics' entries (refused_topic_entry's) into the broker's produce response,
+    in the request's topic order; each of the broker's entries copied as it came (walked in C)."""
     view = memoryview(frame)
-    header_end = FRAME_SIZE_BYTES + 4 + (1 if version >= FLEXIBLE_FROM else 0)
-    try:
-        response = ProduceResponse.decode(view[header_end:], version=version)
-    except Exception as exc:
-        raise FrameError(f"cannot decode ProduceResponse v{version}: {exc}") from exc
-    entries = {entry.name: entry for entry in response.responses}
-    entries.update({entry.name: entry for entry in refusal_entries(version, refused, error_code, message)})
-    response.responses = [entries[name] for name in order if name in entries] + [
+    prog = _wire.program(ProduceResponse, version)
+    ops_at = prog.ops_at
+    body = FRAME_SIZE_BYTES + 4 + (1 if version >= FLEXIBLE_FROM else 0)
+    spans, start, end = _responses.entry_spans(prog, view, body, ops_at["Responses"], (ops_at["Responses.Name"],))
+    names = _responses.field_values(view, spans, 3, 0, _responses.VALUE_STRING, prog.flexible)
+    entries: dict[str, bytes | memoryview] = {
+        str(name or b"", "utf-8", "replace"): view[spans[i * 3] : spans[i * 3 + 1]] for i, name in enumerate(names)
+    }
+    entries.update(refused)
+    ordered = [entries[name] for name in order if name in entries] + [
         entry for name, entry in entries.items() if name not in order
     ]
-    body = bytes(response.encode())
-    header = bytes(view[FRAME_SIZE_BYTES:header_end])
-    return pack(">i", len(header) + len(body)) + header + body
+    responses = encode_count(len(ordered), prog.flexible) + b"".join(ordered)
+    return _responses.splice(view, array("q", (start, end, 0)), [responses], True)
 
 
-def produce_refusal_response(
-    correlation_id: int, version: int, refused: dict[str, tuple[int, ...]], error_code: int, message: str
-) -> bytes:
-    """A whole produce response, made by the proxy, refusing every partition of the request."""
-    response = ProduceResponse(
-        version=version, responses=refusal_entries(version, refused, error_code, message), throttle_time_ms=0
-    )
-    header = pack(">i", correlation_id) + (b"\x00" if version >= FLEXIBLE_FROM else b"")
-    body = bytes(response.encode())
+def produce_refusal_response(correlation_id: int, version: int, refused: list[bytes]) -> bytes:
+    """A whole produce response, made by the proxy, of the refused topics' entries (refused_topic_entry's)."""
+    flexible = version >= FLEXIBLE_FROM
+    header = pack(">i", correlation_id) + (b"\x00" if flexible else b"")
+    throttle = pack(">i", 0) if version >= 1 else b""
+    body = b"".join((encode_count(len(refused), flexible), *refused, throttle, b"\x00" if flexible else b""))
     return pack(">i", len(header) + len(body)) + header + body

@@ -292,7 +292,7 @@ class Admission:
     ):
         self.forwarded = forwarded  # the frame to forward (the original, or one with fewer topics), or None
         self.local = local  # a response the proxy makes itself, sent in the request's turn
-        self.refused = refused  # produce topics refused by their thresholds, merged into the response
+        self.refused = refused  # produce topics refused, name -> its answer (produce.refused_topic_entry)
         self.order = order  # a produce's topics, in the client's order
         self.refusal_wait = refusal_wait  # least throttle the refusals need
         self.mutation = mutation  # MutationInFlight, settled when the response comes

@@ -33,6 +33,7 @@ from quotagate.protocol.produce import (
     produce_response_has_top_level_tags,
     produce_response_throttle_offset,
     produce_response_with_refusals,
+    refused_topic_entry,
 )
 from quotagate.protocol.rewrite import RESPONSE_REWRITERS, response_rewriters
 from quotagate.protocol.sasl import authenticate_user, handshake_mechanism
@@ -82,6 +83,7 @@ def test_produce_request_peeks_raise_only_frame_errors(frame: memoryview, versio
         layout = only_frame_errors(lambda: produce_request_layout(frame, body, version))
         if layout is not None and layout.topics:
             only_frame_errors(lambda: produce_request_keeping(frame, version, layout, {layout.topics[0].name}))
+            only_frame_errors(lambda: refused_topic_entry(frame, version, layout.topics[-1], 89, "refused"))
 
 
 FETCH_SEEDS = [header_only(ApiKey.FETCH, v) + bytes(range(40)) for v in (4, 12, 15)]
@@ -258,9 +260,7 @@ def test_rewriters_raise_only_frame_errors(case: tuple[int, int], data: st.DataO
             return
         only_frame_errors(lambda: produce_response_throttle_offset(frame, body, version))
         only_frame_errors(lambda: produce_response_has_top_level_tags(frame, body, version))
-        only_frame_errors(
-            lambda: produce_response_with_refusals(frame, version, ("topic-0", "x"), {"x": (0,)}, 89, "refused")
-        )
+        only_frame_errors(lambda: produce_response_with_refusals(frame, version, ("topic-0", "x"), {"x": b"x"}))
 
 
 @pytest.mark.parametrize("version", [1, 3, 7])
