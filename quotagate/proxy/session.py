@@ -355,10 +355,15 @@ class SessionPolicy:
             self.sasl_mechanism = handshake_mechanism(frame, body, version)
             self.claimed_user = None  # a new exchange (KIP-368 re-authentication too)
             self.sasl_end_unknown = False
+            self.sasl_handshaken = True
             # A re-authentication's frames are read by the broker's authenticator again.
             self.receive_limit = services.sasl_max_receive_size
             return Admission(frame)
         if api_key == _SASL_AUTHENTICATE:
+            if self.receive_limit is None:
+                # No exchange in progress (authenticated, or a listener without SASL): the broker
+                # answers it ILLEGAL_SASL_STATE, and nothing of it (its size is the client's) is read.
+                return Admission(frame)
             claimed = authenticate_user(self.sasl_mechanism, frame, body, version, services.principal_claim)
             if claimed is not None:
                 self.claimed_user = claimed
@@ -547,7 +552,10 @@ class SessionPolicy:
 
     def _note_authentication(self, request: InFlight, frame: memoryview | bytes) -> None:
         """Adopts the claimed user once the broker says the exchange is over and succeeded; a refusal
-        leaves the principal as it was (the broker closes the connection after it)."""
+        leaves the principal as it was (the broker closes the connection after it). A SaslAuthenticate
+        outside an exchange (the broker refuses it and goes on) changes nothing."""
+        if not self.awaiting_authentication:
+            return
         view = memoryview(frame)
         body = response_body_offset(view, request.api_key, request.api_version)
         outcome = authentication_outcome(self.sasl_mechanism, view, body, request.api_version)

@@ -38,7 +38,7 @@ from confluent_kafka.admin import (
 from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest, DescribeClientQuotasResponse
 
 from quotagate.protocol.client_quotas import CLUSTER_AUTHORIZATION_FAILED
-from tests.support import attack_frames
+from tests.support import attack_frames, sasl_messages
 from tests.support.attack_frames import answered_then_closed, closed_without_answer
 from tests.support.canary import sasl_plain_login, side_by_side
 from tests.support.kafka_fixtures import PORT_OFFSET, SASL_USERS, Cluster, fresh_cluster
@@ -258,3 +258,50 @@ def test_a_name_over_32767_bytes_closes_the_connection_as_the_broker_does_and_is
     describe = frame_of(DescribeClientQuotasRequest(version=1, components=[component], strict=False), 8)
     assert closed_without_answer((PROXY_HOST, SASL_PORT), describe, admin)
     assert closed_without_answer((PROXY_HOST, sasl_proxy.port), describe, admin)
+
+
+# item 2 again: a stray request after a SaslHandshake, as the broker answers it ----------------------
+ILLEGAL_SASL_STATE = 34
+STRAYS = {
+    "metadata": lambda cid: attack_frames.metadata_naming(2, correlation_id=cid),
+    "describe-client-quotas": describe_everything,  # the proxy answers it itself once authenticated
+    "api-versions": lambda cid: attack_frames.framed(attack_frames.header_v1(API_VERSIONS, 0, cid)),
+    "second-handshake": lambda cid: sasl_messages.handshake(cid, "PLAIN"),
+}
+
+
+@pytest.mark.parametrize("stray", list(STRAYS))
+def test_a_request_after_a_sasl_handshake_is_answered_illegal_sasl_state_then_closed_as_by_the_broker(
+    sasl_proxy: ProxyProcess, stray: str
+) -> None:
+    """SaslServerAuthenticator.handleSaslToken: after a SaslHandshake, a request other than
+    SaslAuthenticate is parsed, answered with its API's error response (ILLEGAL_SASL_STATE) and the
+    connection closed; nothing after it is read. The proxy answers byte for byte as the broker does."""
+    data = sasl_messages.handshake(1, "PLAIN") + STRAYS[stray](2) + attack_frames.metadata_naming(1, correlation_id=3)
+    direct = attack_frames.frames_until_closed((PROXY_HOST, SASL_PORT), data)
+    proxied = attack_frames.frames_until_closed((PROXY_HOST, sasl_proxy.port), data)
+    assert [struct.unpack_from(">i", f, 4)[0] for f in direct] == [1, 2], "the broker: the handshake, the stray"
+    assert struct.pack(">h", ILLEGAL_SASL_STATE) in direct[1], "the stray's answer carries ILLEGAL_SASL_STATE"
+    assert proxied == direct, "the proxy's answers are the broker's, byte for byte, and it closes after them"
+    assert refusals(sasl_proxy, "before_sasl_authentication") == 1
+
+
+def test_a_sasl_authenticate_after_authentication_is_refused_as_by_the_broker_and_the_connection_goes_on(
+    sasl_proxy: ProxyProcess,
+) -> None:
+    """KafkaApis answers a SaslAuthenticate after authentication with ILLEGAL_SASL_STATE and reads on:
+    the proxy forwards it unread (a 400 kB token) and drops nothing that follows."""
+    token = b"n,,\x01auth=Bearer " + b"x" * 400_000 + b"\x01\x01"
+    data = sasl_messages.authenticate(7, token) + attack_frames.metadata_naming(1, correlation_id=8)
+    for port in (SASL_PORT, sasl_proxy.port):
+        with socket.create_connection((PROXY_HOST, port), timeout=20) as sock:
+            sasl_plain_login(sock, "alice", SASL_USERS["alice"])
+            sock.sendall(data)
+            answers = [read_frame(sock), read_frame(sock)]
+        assert [struct.unpack_from(">i", a)[0] for a in answers] == [7, 8], port
+        assert struct.unpack_from(">h", answers[0], 4)[0] == ILLEGAL_SASL_STATE, port
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+    return sock.recv(size, socket.MSG_WAITALL)

@@ -109,7 +109,20 @@ def closed_without_answer(
 def answered_then_closed(address: tuple[str, int], data: bytes, timeout: float = 10.0) -> list[int]:
     """Writes `data` on a new connection and reads until the peer closes it: the correlation ids it
     answered, in order. A peer that never closes fails the test (socket timeout)."""
+    return [int.from_bytes(frame[4:8], "big", signed=True) for frame in frames_until_closed(address, data, timeout)]
+
+
+def frames_until_closed(
+    address: tuple[str, int],
+    data: bytes,
+    timeout: float = 10.0,
+    login: Callable[[socket.socket], None] | None = None,
+) -> list[bytes]:
+    """Writes `data` on a new connection (after `login`, if given) and reads until the peer closes it:
+    the frames it answered, whole, in order. A peer that never closes fails the test (socket timeout)."""
     with socket.create_connection(address, timeout=timeout) as sock:
+        if login is not None:
+            login(sock)
         sock.sendall(data)
         received = bytearray()
         try:
@@ -117,9 +130,9 @@ def answered_then_closed(address: tuple[str, int], data: bytes, timeout: float =
                 received += chunk
         except ConnectionResetError:
             pass
-    ids, pos = [], 0
-    while pos + 8 <= len(received):
-        size = int.from_bytes(received[pos : pos + 4], "big")
-        ids.append(int.from_bytes(received[pos + 4 : pos + 8], "big", signed=True))
-        pos += 4 + size
-    return ids
+    frames, pos = [], 0
+    while pos + 4 <= len(received):
+        end = pos + 4 + int.from_bytes(received[pos : pos + 4], "big")
+        frames.append(bytes(received[pos:end]))
+        pos = end
+    return frames

@@ -95,11 +95,24 @@ def test_after_plain_authentication_requests_flow_and_the_limit_is_gone(build: B
     assert session.refusal is None and session.receive_limit is None and session.user == "alice"
 
 
-def test_a_request_before_a_plain_exchange_ends_is_refused(build: Build) -> None:
-    session, _ = build.session_with(SASL_REQUIRED)
-    session.client_data(handshake(1, "PLAIN") + metadata_request(2), now=0.0)
-    assert correlation_ids(taken(session.to_broker), 8) == [1]
-    assert session.refusal_reason == BEFORE_AUTHENTICATION
+def test_a_request_before_a_plain_exchange_ends_is_the_brokers_to_answer_and_nothing_after_it_is_read(
+    build: Build,
+) -> None:
+    """After a SaslHandshake the broker's authenticator answers any request but SaslAuthenticate with
+    that API's error response (ILLEGAL_SASL_STATE) and closes: the proxy forwards it as it came, hooks
+    nothing (DescribeClientQuotas is not the proxy's to answer here), and reads nothing after it."""
+    services = services_for(SASL_REQUIRED)
+    admin = QuotaAdmin(services.engine.table, {}, (), None, lambda quotas, now: None, "anyone")
+    session = build.session(replace(services, quota_admin=admin))
+    session.broker_connected(0.0)
+    stray = framed_request(DescribeClientQuotasRequest(version=1, components=[], strict=False), 2)
+    session.client_data(handshake(1, "PLAIN") + stray + metadata_request(3), now=0.0)
+    assert correlation_ids(taken(session.to_broker), 8) == [1, 2], "the stray as it came, nothing after it"
+    assert session.refusal_reason == BEFORE_AUTHENTICATION and session.awaiting_answers
+    illegal_sasl_state = pack(">i", 2) + b"\x00" + pack(">ih", 0, 34) + b"\x01\x00\x00"  # the broker's answer
+    session.broker_data(handshake_answer(1) + pack(">i", len(illegal_sasl_state)) + illegal_sasl_state, now=0.0)
+    assert correlation_ids(taken(session.to_client), 4) == [1, 2]
+    assert not session.awaiting_answers, "answered: the connection closes, as the broker's does"
 
 
 def test_after_a_successful_gssapi_round_the_first_other_request_ends_the_exchange(build: Build) -> None:
