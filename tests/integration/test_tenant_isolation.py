@@ -107,6 +107,17 @@ ATTACKS = {
     # from User:ANONYMOUS, who may not alter the proxy's quotas (validate_only: the broker changes nothing)
     "alter-client-quotas-200000-entries": lambda: attack_frames.alter_client_quotas(200_000),
     "metadata-naming-50000-topics": lambda: attack_frames.metadata_naming(50_000),
+    # responses a client sizes, which the proxy rewrites (issue 34's follow-ups)
+    "find-coordinator-20000-keys": lambda: attack_frames.find_coordinators(20_000),
+    "describe-configs-of-5000-unknown-topics": lambda: attack_frames.describe_configs(
+        [(attack_frames.TOPIC_RESOURCE, f"ghost-{i:08d}") for i in range(5_000)]
+    ),
+    "describe-configs-of-50000-unknown-topics": lambda: attack_frames.describe_configs(
+        [(attack_frames.TOPIC_RESOURCE, f"ghost-{i:08d}") for i in range(50_000)]
+    ),
+    "describe-configs-of-the-broker-200-times": lambda: attack_frames.describe_configs(
+        [(attack_frames.BROKER_RESOURCE, "1")] * 200
+    ),
 }
 # The slice `make test` runs: the heaviest attack. QUOTAGATE_CANARY_ATTACKS=all runs them all.
 SLICE = ("produce-38mb-tagged-header",)

@@ -65,6 +65,27 @@ def metadata_naming(topics: int, correlation_id: int = 11) -> bytes:
     return framed(payload)
 
 
+FIND_COORDINATOR = 10
+DESCRIBE_CONFIGS = 32
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+
+
+def find_coordinators(keys: int, correlation_id: int = 13) -> bytes:
+    """FindCoordinator v4 (batched, flexible) asking for the coordinators of `keys` made-up groups."""
+    names = b"".join(compact(f"group-{i:08d}") for i in range(keys))
+    body = b"\x00" + uvarint(keys + 1) + names + b"\x00"  # key_type GROUP, the keys, tags
+    return framed(header_v1(FIND_COORDINATOR, 4, correlation_id) + b"\x00" + body)
+
+
+def describe_configs(resources: list[tuple[int, str]], correlation_id: int = 15) -> bytes:
+    """DescribeConfigs v4 (flexible) of `resources` ((type, name) each: topics need not exist), every
+    config of each, with synonyms."""
+    entries = b"".join(bytes([kind]) + compact(name) + b"\x00" + b"\x00" for kind, name in resources)
+    body = uvarint(len(resources) + 1) + entries + b"\x01\x00" + b"\x00"  # synonyms, no documentation
+    return framed(header_v1(DESCRIBE_CONFIGS, 4, correlation_id) + b"\x00" + body)
+
+
 def send_and_wait(address: tuple[str, int], frame: bytes, timeout: float = 30.0) -> str:
     """Writes `frame` on a new connection and reads until the peer answers one frame or closes:
     "answered", "closed" or "timeout"."""
