@@ -56,6 +56,10 @@ _RESPONSES: dict[int, Any] = {
     ApiKey.DELETE_TOPICS: DeleteTopicsResponse,
     ApiKey.CREATE_PARTITIONS: CreatePartitionsResponse,
 }
+# The highest version of each API whose request and response the classes above read (version_caps.py).
+READABLE_UP_TO: dict[int, int] = {
+    key: min(_REQUESTS[key].max_version, _RESPONSES[key].max_version) for key in MUTATION_APIS
+}
 # The array of topics in each request, and of results in each response (DeleteTopics below v6: its
 # topics are an array of names).
 _REQUEST_TOPICS = {ApiKey.CREATE_TOPICS: "Topics", ApiKey.DELETE_TOPICS: "Topics", ApiKey.CREATE_PARTITIONS: "Topics"}

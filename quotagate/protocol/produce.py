@@ -16,6 +16,7 @@ from typing import NamedTuple
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from quotagate import compiled
+from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
 from quotagate.protocol.headers import encode_count, encode_string, read_count, read_uvarint, skip_string
 from quotagate.protocol.limits import DECODED_ELEMENTS_KEY, NO_LIMIT, tagged_fields_problem
@@ -26,9 +27,12 @@ ElementsOverLimit = _wire.ElementsOverLimit
 _responses = compiled.load("quotagate.protocol.response_walk")
 usual_flexible_throttle_offset = _walk.usual_flexible_throttle_offset
 
+TRANSACTIONAL_ID_FROM = 3  # as produce_walk's (its C constants are not Python's to import)
 FLEXIBLE_FROM = 9
 TOPIC_ID_FROM = 13
 NODE_ENDPOINTS_TAG = 0
+# The highest version whose request the walks here read and whose response the class decodes (version_caps.py).
+READABLE_UP_TO: dict[int, int] = {ApiKey.PRODUCE: min(ProduceRequest.max_version, ProduceResponse.max_version)}
 
 
 def _node_endpoints_schema() -> dict:
@@ -152,12 +156,19 @@ class ProduceRequestLayout(NamedTuple):
     topics: tuple[ProduceTopic, ...]
 
 
+def _topics_offset(frame: memoryview, body_offset: int, version: int) -> int:
+    """Where a produce request's topic array starts: after transactional_id (v3+), acks and timeout_ms."""
+    pos = skip_string(frame, body_offset, version >= FLEXIBLE_FROM) if version >= TRANSACTIONAL_ID_FROM else body_offset
+    return pos + 2 + 4
+
+
 def produce_request_layout(
     frame: memoryview, body_offset: int, version: int, max_topics: int = NO_LIMIT
 ) -> ProduceRequestLayout:
-    """Where each topic of a produce request (v3..v12) sits, without touching the record batches or
-    reading a partition (produce_walk, in C). A client sizes it: a request of more than `max_topics`
-    topics (the proxy's max_decoded_elements) is refused (ElementsOverLimit) before a name is decoded."""
+    """Where each topic of a produce request sits, without touching the record batches (or message
+    sets) or reading a partition (produce_walk, in C). A client sizes it: a request of more than
+    `max_topics` topics (the proxy's max_decoded_elements) is refused (ElementsOverLimit) before a
+    name is decoded."""
     topics = _walk.produce_topics_of(frame, body_offset, len(frame), version, False)
     if topics is None:
         raise FrameError("truncated produce request")
@@ -165,7 +176,7 @@ def produce_request_layout(
         raise ElementsOverLimit(
             f"a produce request of {len(topics)} topics: more than {max_topics} (proxy.{DECODED_ELEMENTS_KEY})"
         )
-    pos = skip_string(frame, body_offset, version >= FLEXIBLE_FROM) + 2 + 4  # transactional_id, acks, timeout_ms
+    pos = _topics_offset(frame, body_offset, version)
     return ProduceRequestLayout(
         pos,
         topics[-1][2] if topics else read_count(frame, pos, version >= FLEXIBLE_FROM)[1],
@@ -182,9 +193,11 @@ NO_PRODUCER_ID = -1
 
 @frame_errors("Produce request")
 def produce_producer_id(frame: memoryview, body_offset: int, version: int) -> int:
-    """The producer ID of a produce request's first record batch (v3..v12), or -1 when it has none
-    or is not idempotent. One producer sends one request, so its first batch speaks for all; only
-    the lengths on the way are read (produce_walk, in C), never the records."""
+    """The producer ID of a produce request's first record batch, or -1 when it has none or is not
+    idempotent. One producer sends one request, so its first batch speaks for all; only the lengths
+    on the way are read (produce_walk, in C), never the records. Message sets (magic 0 and 1, all
+    Produce v0-v2 carries) have no producer ID: -1, as the broker's ProducerIdQuotaManager sees them
+    (it counts only batches with one)."""
     at = _walk.first_batch_of(frame, body_offset, len(frame), version, BATCH_HEADER_BYTES)
     if at == -2:
         raise FrameError("truncated produce request")

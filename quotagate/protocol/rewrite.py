@@ -8,7 +8,7 @@ for that node, queueing in `seen` a node named for the first time; `observe_topi
 partition counts that Metadata responses carry. A rewrite does no I/O: whoever rewrote takes `seen`
 and has the listeners opened before the response leaves.
 
-ApiVersions is rewritten too: the proxy caps the versions it lets clients use (see apis.py).
+ApiVersions is rewritten too: the proxy caps the versions it lets clients use (version_caps.py).
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from struct import pack, unpack_from
 from typing import Any, Protocol
 
 from quotagate import compiled
-from quotagate.protocol.apis import MAX_VERSIONS, RESPONSE_CLASSES, ApiKey
+from quotagate.protocol.apis import RESPONSE_CLASSES, ApiKey
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
 from quotagate.protocol.headers import encode_count, encode_string, encode_uvarint, response_body_offset
 from quotagate.protocol.produce import node_endpoints_edits
 from quotagate.protocol.share import share_response_node_endpoints
+from quotagate.protocol.version_caps import UNSUPPORTED_VERSION, cap_api_versions
 
 RewriteMemo = compiled.load("quotagate.protocol.rewrite_memo").RewriteMemo
 _wire = compiled.load("quotagate.protocol.wire_walk")
@@ -43,7 +44,6 @@ class ClusterView(Protocol):
 Rewriter = Callable[[memoryview, int, ClusterView], "bytes | None"]
 
 DESCRIBE_CLUSTER_ENDPOINT_CONTROLLERS = 2
-UNSUPPORTED_VERSION = 35
 
 # Broker configs whose values name broker or controller addresses. DescribeConfigs answers them, and
 # any other config whose value holds a host:port, as the broker answers a secret: value null and
@@ -245,19 +245,6 @@ def rewrite_describe_configs(frame: memoryview, version: int, cluster: ClusterVi
     body = response_body_offset(frame, ApiKey.DESCRIBE_CONFIGS, version)
     edits = _walk.config_edits(prog, frame, body, _ADDRESS_CONFIG_NAMES)
     return _walk.splice(frame, edits, _HIDDEN[prog.flexible], True) if edits else None
-
-
-def cap_api_versions(api_keys: list) -> list:
-    """Lowers max_version to what the proxy can handle (drops an API it cannot); keeps the order."""
-    kept = []
-    for entry in api_keys:
-        cap = MAX_VERSIONS.get(entry.api_key)
-        if cap is not None:
-            if cap < entry.min_version:
-                continue
-            entry.max_version = min(entry.max_version, cap)
-        kept.append(entry)
-    return kept
 
 
 RESPONSE_REWRITERS: dict[int, Rewriter] = {

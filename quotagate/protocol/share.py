@@ -22,6 +22,9 @@ from quotagate.protocol.headers import skip_string
 
 _wire = compiled.load("quotagate.protocol.wire_walk")
 _responses = compiled.load("quotagate.protocol.response_walk")
+# The layouts of SCHEMAS: the walk reads these versions and no later one (version_caps.py).
+LAST_KNOWN_VERSION = 2
+READABLE_UP_TO: dict[int, int] = {ApiKey.SHARE_FETCH: LAST_KNOWN_VERSION, ApiKey.SHARE_ACKNOWLEDGE: LAST_KNOWN_VERSION}
 
 
 def _field(name: str, kind: str, versions: str = "0+", nullable: bool = False, fields: list | None = None) -> dict:
