@@ -12,11 +12,17 @@ from __future__ import annotations
 from struct import unpack_from
 
 import pytest
-from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse, DescribeConfigsResponse
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DescribeClientQuotasResponse,
+    DescribeConfigsResponse,
+)
 from kafka.protocol.metadata import FindCoordinatorResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from quotagate.protocol.apis import ApiKey
+from quotagate.protocol.client_quotas import DescribeResult, describe_response
 from quotagate.protocol.framing import FrameError
 from quotagate.protocol.headers import peek_request_header, response_body_offset
 from quotagate.protocol.mutations import decode_mutation, decode_results, refusal_response
@@ -305,3 +311,50 @@ def test_a_refused_topic_is_answered_and_merged_in_c_whatever_the_number_of_its_
         return handle
 
     assert_bounded(refuse, 3, 300, f"Produce v{version} refusal")
+
+
+# The proxy's own DescribeClientQuotas answer: as many entries as its quotas match.
+def described(count: int) -> DescribeResult:
+    entries = tuple(
+        (
+            (("user", f"tenant-{i}"), ("client-id", None if i % 3 else f"app-{i}")),
+            {"producer_byte_rate": 1000.0 * i, "request_percentage": 12.5},
+        )
+        for i in range(count)
+    )
+    return DescribeResult(0, None, entries)
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_the_proxys_describe_answer_is_what_kafka_python_encodes(version: int) -> None:
+    result = described(50)
+    cls = DescribeClientQuotasResponse
+    expected = cls(
+        version=version,
+        throttle_time_ms=7,
+        error_code=0,
+        error_message=None,
+        entries=[
+            cls.EntryData(
+                version=version,
+                entity=[cls.EntryData.EntityData(version=version, entity_type=t, entity_name=n) for t, n in entity],
+                values=[cls.EntryData.ValueData(version=version, key=k, value=v) for k, v in values.items()],
+            )
+            for entity, values in result.entries
+        ],
+    )
+    frame = describe_response(5, version, result, 7)
+    assert unpack_from(">i", frame, 0)[0] == len(frame) - 4
+    assert frame[8 + version :] == bytes(expected.encode()), "the answer's body, byte for byte"
+    refused = describe_response(5, version, DescribeResult(31, "Cluster authorization failed.", ()))
+    assert DescribeClientQuotasResponse.decode(memoryview(refused)[8 + version :], version=version).entries is None
+
+
+@compiled_only
+@pytest.mark.parametrize("version", [0, 1])
+def test_the_proxys_describe_answer_runs_no_python_an_entry(version: int) -> None:
+    def answer(count: int):
+        result = described(count)
+        return lambda: describe_response(5, version, result)
+
+    assert_bounded(answer, 3, 300, f"DescribeClientQuotas v{version} answer")
