@@ -31,6 +31,7 @@ from quotagate.protocol.limits import DECODED_ELEMENTS_KEY, MAX_ARRAY_ELEMENTS, 
 
 _wire = compiled.load("quotagate.protocol.wire_walk")
 CLUSTER_AUTHORIZATION_FAILED = 31
+SMALL_COUNTS = 16  # counts the describe answer writes from a table: an entity's parts, its values
 
 # The highest versions whose requests the proxy reads and whose responses it writes (version_caps.py).
 _DESCRIBE = (DescribeClientQuotasRequest, DescribeClientQuotasResponse)
@@ -186,20 +187,11 @@ def _described_entries(entries: tuple[tuple[EntityParts, dict[str, float]], ...]
     entry: entity types and keys (a handful) are encoded once, names and counts inline."""
     tags = b"\x00" if flexible else b""
     null = encode_string(None, flexible)
+    small = [encode_count(n, flexible) for n in range(SMALL_COUNTS)]  # an entity's parts, its values
     known: dict[str, bytes] = {}
-
-    def count(n: int) -> bytes:  # what the loop writes inline, for the rare count of 127 or more
-        return encode_count(n, flexible)
-
-    parts = [count(len(entries))]
+    parts = [encode_count(len(entries), flexible)]
     for entity, values in entries:
-        parts.append(
-            pack(">i", len(entity))
-            if not flexible
-            else bytes((len(entity) + 1,))
-            if len(entity) < 0x7F
-            else count(len(entity))
-        )
+        parts.append(small[len(entity)] if len(entity) < SMALL_COUNTS else encode_count(len(entity), flexible))
         for kind, name in entity:
             head = known.get(kind)
             if head is None:
@@ -214,13 +206,7 @@ def _described_entries(entries: tuple[tuple[EntityParts, dict[str, float]], ...]
                 parts += (head, bytes((len(data) + 1,)), data, tags)
             else:
                 parts += (head, encode_uvarint(len(data) + 1), data, tags)
-        parts.append(
-            pack(">i", len(values))
-            if not flexible
-            else bytes((len(values) + 1,))
-            if len(values) < 0x7F
-            else count(len(values))
-        )
+        parts.append(small[len(values)] if len(values) < SMALL_COUNTS else encode_count(len(values), flexible))
         for key, value in values.items():
             head = known.get(key)
             if head is None:

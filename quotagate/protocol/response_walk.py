@@ -27,7 +27,6 @@ except ImportError:  # interpreted without Cython installed: quotagate/_cython_s
 from array import array
 
 from quotagate.protocol.framing import FrameError
-from quotagate.protocol.limits import MAX_STRING_BYTES, string_problem
 
 if not cython.compiled:  # compiled, these are cimported (response_walk_c.pxd)
     from quotagate.protocol.produce_walk import _count, _string_length, i32
@@ -56,7 +55,6 @@ _DOT = 46
 _ZERO = 48
 _NINE = 57
 MAX_PORT_DIGITS = 5
-MAX_STRING = MAX_STRING_BYTES
 # How many distinct addresses of one message address_edits compares byte for byte (a cluster's
 # brokers, nearly always); past them it looks addresses up by their bytes.
 MAX_COMPARED = 16
@@ -344,13 +342,7 @@ def entry_spans(prog, frame, pos, array_at, field_ats):
         if strings:
             if wanted:
                 spans[base + 2] = pos
-            length, pos = walk._length(pos, array_at)
-            if length > MAX_STRING:
-                raise FrameError(walk._where() + string_problem(walk._name(array_at), length))
-            if length > 0:
-                pos += length
-            if pos > walk.end:
-                walk._truncated(array_at)
+            pos = walk.string_element(pos, array_at)
         else:
             at = ops[array_at + 2]
             while at < ops[array_at + 3]:

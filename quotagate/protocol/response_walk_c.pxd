@@ -7,7 +7,6 @@ from quotagate.protocol.produce_walk_c cimport _count, _string_length, i32
 from quotagate.protocol.wire_walk_c cimport OP_ARRAY_STRING, STRIDE, Walk, _put
 
 cdef int HOST_CHAR, HOST_START, _COLON, _DOT, _ZERO, _NINE, MAX_PORT_DIGITS, MAX_COMPARED
-cdef long MAX_STRING
 cdef bytes CHAR_CLASSES
 
 cpdef bint holds_host_port(bytes data) except -1
@@ -46,7 +45,7 @@ cpdef Py_ssize_t fields_end(object prog, object frame, Py_ssize_t pos, int start
 @cython.locals(
     walk=Walk, ops="const int*", wanted=Py_ssize_t, wanted_ops=object, fields="const int[:]", stride=Py_ssize_t,
     array_start=Py_ssize_t, count=long, made_spans=object, spans="long long[:]", strings=bint, e=long,
-    base=Py_ssize_t, k=Py_ssize_t, length=long, at=int,
+    base=Py_ssize_t, k=Py_ssize_t, at=int,
 )
 cpdef tuple entry_spans(object prog, object frame, Py_ssize_t pos, int array_at, tuple field_ats)
 

@@ -49,73 +49,50 @@ _NODE_ENDPOINTS = _field(
         _field("Rack", "string", nullable=True),
     ],
 )
+
+
+def _response(lock_timeout_from: str, partition_fields: list[dict]) -> dict:
+    """A share response's schema: both have the same head, topics and NodeEndpoints, and differ in
+    what follows a partition's error and since which version they carry the acquisition lock."""
+    partition = [
+        _field("PartitionIndex", "int32"),
+        _field("ErrorCode", "int16"),
+        _field("ErrorMessage", "string", nullable=True),
+    ]
+    topics = _field(
+        "Responses",
+        "[]TopicResponse",
+        fields=[
+            _field("TopicId", "uuid"),
+            _field("Partitions", "[]PartitionData", fields=partition + partition_fields),
+        ],
+    )
+    head = [
+        _field("ThrottleTimeMs", "int32"),
+        _field("ErrorCode", "int16"),
+        _field("ErrorMessage", "string", nullable=True),
+    ]
+    lock = _field("AcquisitionLockTimeoutMs", "int32", lock_timeout_from)
+    return {"flexibleVersions": "0+", "fields": [*head, lock, topics, _NODE_ENDPOINTS]}
+
+
+_ACQUIRED = _field(
+    "AcquiredRecords",
+    "[]AcquiredRecords",
+    fields=[_field("FirstOffset", "int64"), _field("LastOffset", "int64"), _field("DeliveryCount", "int16")],
+)
 SCHEMAS: dict[int, dict] = {
-    ApiKey.SHARE_FETCH: {
-        "flexibleVersions": "0+",
-        "fields": [
-            _field("ThrottleTimeMs", "int32"),
-            _field("ErrorCode", "int16"),
-            _field("ErrorMessage", "string", nullable=True),
-            _field("AcquisitionLockTimeoutMs", "int32", "1+"),
-            _field(
-                "Responses",
-                "[]ShareFetchableTopicResponse",
-                fields=[
-                    _field("TopicId", "uuid"),
-                    _field(
-                        "Partitions",
-                        "[]PartitionData",
-                        fields=[
-                            _field("PartitionIndex", "int32"),
-                            _field("ErrorCode", "int16"),
-                            _field("ErrorMessage", "string", nullable=True),
-                            _field("AcknowledgeErrorCode", "int16"),
-                            _field("AcknowledgeErrorMessage", "string", nullable=True),
-                            _LEADER,
-                            _field("Records", "records", nullable=True),
-                            _field(
-                                "AcquiredRecords",
-                                "[]AcquiredRecords",
-                                fields=[
-                                    _field("FirstOffset", "int64"),
-                                    _field("LastOffset", "int64"),
-                                    _field("DeliveryCount", "int16"),
-                                ],
-                            ),
-                        ],
-                    ),
-                ],
-            ),
-            _NODE_ENDPOINTS,
+    ApiKey.SHARE_FETCH: _response(
+        "1+",
+        [
+            _field("AcknowledgeErrorCode", "int16"),
+            _field("AcknowledgeErrorMessage", "string", nullable=True),
+            _LEADER,
+            _field("Records", "records", nullable=True),
+            _ACQUIRED,
         ],
-    },
-    ApiKey.SHARE_ACKNOWLEDGE: {
-        "flexibleVersions": "0+",
-        "fields": [
-            _field("ThrottleTimeMs", "int32"),
-            _field("ErrorCode", "int16"),
-            _field("ErrorMessage", "string", nullable=True),
-            _field("AcquisitionLockTimeoutMs", "int32", "2+"),
-            _field(
-                "Responses",
-                "[]ShareAcknowledgeTopicResponse",
-                fields=[
-                    _field("TopicId", "uuid"),
-                    _field(
-                        "Partitions",
-                        "[]PartitionData",
-                        fields=[
-                            _field("PartitionIndex", "int32"),
-                            _field("ErrorCode", "int16"),
-                            _field("ErrorMessage", "string", nullable=True),
-                            _LEADER,
-                        ],
-                    ),
-                ],
-            ),
-            _NODE_ENDPOINTS,
-        ],
-    },
+    ),
+    ApiKey.SHARE_ACKNOWLEDGE: _response("2+", [_LEADER]),
 }
 
 

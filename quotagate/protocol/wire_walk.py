@@ -239,18 +239,23 @@ class Walk:
                 self._truncated(at)
         elif op == OP_ARRAY_STRING:
             for _i in range(count):
-                length, pos = self._length(pos, at)
-                if length > MAX_STRING:
-                    raise FrameError(self._where() + string_problem(self._name(at), length))
-                if length > 0:
-                    pos += length
-                if pos > self.end:
-                    self._truncated(at)
+                pos = self.string_element(pos, at)
         elif op == OP_ARRAY_STRUCT:
             for _i in range(count):
                 pos = self.struct(pos, ops[at + 2], ops[at + 3])
         else:  # OP_STRUCT: not an array; count() read nothing for it
             pos = self.struct(pos, ops[at + 2], ops[at + 3])
+        return pos
+
+    def string_element(self, pos, at):
+        """Walks one element of the array of strings of op `at` from `pos`; returns where it ends."""
+        length, pos = self._length(pos, at)
+        if length > MAX_STRING:
+            raise FrameError(self._where() + string_problem(self._name(at), length))
+        if length > 0:
+            pos += length
+        if pos > self.end:
+            self._truncated(at)
         return pos
 
     def count(self, pos, at):
