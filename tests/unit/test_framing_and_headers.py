@@ -34,10 +34,11 @@ def test_splitter_reassembles_frames_fed_one_byte_at_a_time() -> None:
 
 def test_a_frame_sent_a_few_bytes_at_a_time_is_held_in_about_its_own_size() -> None:
     """A partial frame's reads were kept one by one: sent three bytes at a time, a 1 MiB frame held
-    a Python object per read, 20 MiB for the 1 MiB partial_frames_max_bytes counted."""
-    frame = pack(">i", 1 << 20) + bytes(range(256)) * 4096
+    a Python object per read, 15.5 MB for the 1 MiB partial_frames_max_bytes counted (a quarter of
+    it here)."""
+    frame = pack(">i", 1 << 18) + bytes(range(256)) * 1024
     last = len(frame) - 3
-    splitter = FrameSplitter(2 << 20)
+    splitter = FrameSplitter(1 << 20)
     tracemalloc.start()
     try:
         for at in range(0, last, 3):

@@ -436,7 +436,7 @@ def _fuzz_session(build: Build, sasl: bool, alter: bool, whole_reads: bool) -> S
     return session
 
 
-@settings(FUZZ, max_examples=150)  # a stream of several APIs: more examples than one decoder needs
+@settings(FUZZ, max_examples=100)  # a stream of several APIs: more examples than one decoder needs
 @given(client_streams(), st.booleans(), st.booleans(), st.booleans(), st.data())
 def test_a_session_fed_any_client_bytes_only_refuses_that_client(
     build: Build, reads: list[bytes], sasl: bool, alter: bool, whole_reads: bool, data: st.DataObject
