@@ -138,14 +138,10 @@ def address_edits(prog, frame, pos, array_at, node_at, error_at, rest):
         at = start
         while at < stop:
             if at == node_at:
-                if pos + 4 > walk.end:
-                    walk._truncated(at)
-                node_id = i32(buf, pos)
+                node_id = walk.int32(pos, at)
                 node_start = pos
             elif at == error_at:
-                if pos + 2 > walk.end:
-                    walk._truncated(at)
-                error = (buf[pos] << 8) | buf[pos + 1]
+                error = walk.int16(pos, at)
             pos = walk.field(pos, at)
             if at == node_at:
                 host_start = pos

@@ -247,6 +247,19 @@ class Walk:
             pos = self.struct(pos, ops[at + 2], ops[at + 3])
         return pos
 
+    def int16(self, pos, at):
+        """The int16 of op `at`'s field at `pos`, which must lie within the frame."""
+        if pos + 2 > self.end:
+            self._truncated(at)
+        value = (self._buf[pos] << 8) | self._buf[pos + 1]
+        return value - 0x10000 if value >= 0x8000 else value
+
+    def int32(self, pos, at):
+        """The int32 of op `at`'s field at `pos`, which must lie within the frame."""
+        if pos + 4 > self.end:
+            self._truncated(at)
+        return i32(self._buf, pos)
+
     def string_element(self, pos, at):
         """Walks one element of the array of strings of op `at` from `pos`; returns where it ends."""
         length, pos = self._length(pos, at)
@@ -393,9 +406,7 @@ def metadata_topics(prog, frame, pos):
         at = start
         while at < stop:
             if at == error_at:
-                if pos + 2 > walk.end:
-                    walk._truncated(at)
-                error = (walk._buf[pos] << 8) | walk._buf[pos + 1]
+                error = walk.int16(pos, at)
             elif at == name_at:
                 name_start = pos
             elif at == id_at:
