@@ -16,6 +16,7 @@ client-id component matches a client id (exact name, or any), and no prefix has 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 
@@ -159,17 +160,23 @@ def describe(quotas: QuotaTable, query: DescribeQuery) -> DescribeResult:
             "Invalid entity filter component combination. IP filter component should not be used with "
             "user or clientId filter component.",
         )
+    # The broker walks its map of every entity and keeps the matches: their order is the map's.
+    entries = [(entity_parts(entity), values) for entity, values in quotas.items()]
     matched = []
-    for entity, values in quotas.items():
-        parts = dict(entity_parts(entity))
-        if query.strict and len(parts) != len(named):
+    for parts, values in java_hashmap.rebuilt_order(entries, lambda entry: _entity_hash(entry[0])):
+        names = dict(parts)
+        if query.strict and len(names) != len(named):
             continue
-        if all(kind in parts and parts[kind] == name for kind, name in exact.items()) and all(
-            kind in parts for kind in any_name
+        if all(kind in names and names[kind] == name for kind, name in exact.items()) and all(
+            kind in names for kind in any_name
         ):
-            matched.append((entity_parts(entity), {key.value: value for key, value in values.items()}))
-    order = java_hashmap.rebuilt_order(matched, lambda entry: java_hashmap.entity_hash(entry[0]))
-    return DescribeResult(NONE, "", tuple((parts, _values_in_kafka_order(values)) for parts, values in order))
+            matched.append((parts, _values_in_kafka_order({key.value: value for key, value in values.items()})))
+    return DescribeResult(NONE, "", tuple(matched))
+
+
+@functools.lru_cache(maxsize=4096)
+def _entity_hash(parts: EntityParts) -> int:
+    return java_hashmap.entity_hash(parts)
 
 
 def _describe_error(code: int, message: str) -> DescribeResult:
