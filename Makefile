@@ -62,7 +62,7 @@ PYTEST_ARGS ?=
 # keeps the Spark tests, the users of the 3-node cluster and the machine-wide runs each on one worker and
 # starts them first; each worker picks its own ports above the ephemeral range (tests/support/proxy_fixtures.py).
 PYTEST_WORKERS ?= 3
-test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools helm-tool chromium redis-tools
+test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools helm-tool chromium redis-tools go-quota-clients
 	$(VENV)/bin/ruff check .
 	QUOTAGATE_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit  # the same sources, interpreted
 	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
@@ -210,6 +210,16 @@ $(HELM):
 
 .PHONY: helm-tool
 helm-tool: $(HELM)
+
+# Go clients' quota admin calls through the proxy and direct (tests/integration/test_quota_admin_go_clients.py):
+# franz-go's kadm driven by tests/go/kadm_quotas, built with its module and build caches under .cache/go-quota-suites.
+GO_QUOTA_SUITES := .cache/go-quota-suites
+GO_QUOTA_ENV := GOMODCACHE=$(CURDIR)/$(GO_QUOTA_SUITES)/mod GOCACHE=$(CURDIR)/$(GO_QUOTA_SUITES)/build GOFLAGS=-modcacherw GOTOOLCHAIN=local
+$(GO_QUOTA_SUITES)/kadm_quotas: tests/go/kadm_quotas/main.go tests/go/kadm_quotas/go.mod tests/go/kadm_quotas/go.sum
+	cd tests/go/kadm_quotas && $(GO_QUOTA_ENV) go build -o $(CURDIR)/$@ .
+
+.PHONY: go-quota-clients
+go-quota-clients: $(GO_QUOTA_SUITES)/kadm_quotas
 
 # Headless Chromium (Debian's package) renders the pipeline's HTML report in its test.
 .PHONY: chromium
