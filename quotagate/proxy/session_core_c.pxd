@@ -7,7 +7,7 @@ from libc.string cimport memcmp
 from quotagate.protocol.produce_walk_c cimport _skip_tags, _uvarint, i32, produce_acks, produce_topics, produce_topics_of, usual_throttle_offset
 from quotagate.proxy.usage_collectors_c cimport AggregateCollector, RequestCollector
 from quotagate.protocol.rewrite_memo_c cimport RewriteMemo
-from quotagate.quotas.charging_c cimport charge_request, charge_response, count_exchange, request_time_ms, shadow_throttle_ms
+from quotagate.quotas.charging_c cimport charge_request, charge_response, count_exchange, fetch_throttle_ms, request_time_ms, shadow_throttle_ms
 
 # Constants (their values and meaning: session_core.py); THRESHOLDS, TOPIC_NAMES, LOCAL_ANSWER,
 # MUTATION and PRODUCER_IDS stay Python objects, for session.py to read.
@@ -69,6 +69,7 @@ cdef class InFlight:
     cdef readonly object answer_after
     cdef readonly double handling_ms
     cdef readonly bint over_quota
+    cdef readonly bint empty_fetch
 
 
 cdef class Admission:
@@ -134,7 +135,7 @@ cdef class SessionCore:
     @cython.locals(
         buf="const unsigned char*", peek_end=Py_ssize_t, api_key=int, version=int, correlation_id=int,
         client_id_len=int, body=Py_ssize_t, known=bint, ends_authentication=bint, flexible_from=int, policy=int, acks=int,
-        max_wait=int, at=Py_ssize_t, refusal_wait=int, stop=bint, handling_ms=double, started=double, throttle=long, over_quota=bint, exempt=bint,
+        max_wait=int, at=Py_ssize_t, refusal_wait=int, stop=bint, replace_answer=bint, epoch=int, handling_ms=double, started=double, throttle=long, over_quota=bint, exempt=bint,
         entry=InFlight, admission=Admission,
     )
     cdef object _peeked_request(self, bytes data, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t size, object frame, double now)
@@ -180,6 +181,7 @@ cdef object _slice(bytes data, Py_ssize_t start, Py_ssize_t end)
 @cython.locals(head=bytes)
 cdef int _correlation_id(object frame) except? -1
 cdef int _short(Py_ssize_t peek_end, Py_ssize_t end) except -1
+cdef bint _within(Py_ssize_t needed, Py_ssize_t peek_end, Py_ssize_t end) except -1
 @cython.locals(count=long, after=Py_ssize_t)
 cdef Py_ssize_t _header_tags_end(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t peek_end, Py_ssize_t end) except -1
 @cython.locals(data=bytes, length=Py_ssize_t, throttle_at=Py_ssize_t)

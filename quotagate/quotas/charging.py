@@ -57,6 +57,25 @@ def charge_request(buckets: EntityBuckets, api_key: int, request_size: int, now:
     return 0
 
 
+def fetch_throttle_ms(buckets: EntityBuckets, now: float) -> int:
+    """The throttle a fetch arriving now would be answered with: the larger of its byte-rate and
+    request-time throttles as they stand (the request-time one capped at one window). Above 0, the
+    broker answers it with no data at once (KIP-219: FetchContext.getThrottledResponse)."""
+    throttle = 0
+    bucket = buckets.fetch
+    if bucket is not None:
+        throttle = bucket.throttle_ms(now)
+    bucket = buckets.request
+    if bucket is not None:
+        time_throttle = bucket.throttle_ms(now)
+        cap = buckets.request_cap_ms
+        if time_throttle > cap:
+            time_throttle = cap
+        if time_throttle > throttle:
+            throttle = time_throttle
+    return throttle
+
+
 def shadow_throttle_ms(buckets: EntityBuckets, api_key: int, charged_request_time: bool, now: float) -> int:
     """The time, in ms, the shadow quotas among `buckets` would have held the entity at their rates
     for what was charged since the last call (the charges that left a bucket in debt, divided by

@@ -7,6 +7,8 @@ cdef int _PRODUCE, _FETCH, _SHARE_FETCH
 @cython.locals(waited=double)
 cpdef double request_time_ms(int api_key, double latency_ms, int fetch_max_wait_ms) except? -1
 cpdef long charge_request(object buckets, int api_key, Py_ssize_t request_size, double now) except? -1
+@cython.locals(throttle=long, time_throttle=long, cap=long)
+cpdef long fetch_throttle_ms(object buckets, double now) except? -1
 cpdef long shadow_throttle_ms(object buckets, int api_key, bint charged_request_time, double now) except? -1
 @cython.locals(throttle=long, time_throttle=long, cap=long)
 cpdef long charge_response(object buckets, int api_key, Py_ssize_t response_size, object request_ms, double now) except? -1
