@@ -1,5 +1,5 @@
-// Consumes a topic from the start for a number of seconds and prints, per poll that returned records,
-// "<seconds since start> <bytes of the values>" (tests/integration/test_fetch_quota_shape.py).
+// Consumes a topic from the start for a number of seconds and prints, per record,
+// "<seconds since start> <bytes of the value> <offset>" (tests/integration/test_fetch_quota_shape.py).
 // Args: bootstrap client-id topic seconds fetch.max.bytes max.partition.fetch.bytes
 import java.time.Duration;
 import java.util.List;
@@ -28,14 +28,11 @@ public class TimedConsume {
             consumer.subscribe(List.of(args[2]));
             while (System.nanoTime() < end) {
                 ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(100));
-                long bytes = 0;
+                double at = (System.nanoTime() - start) / 1e9;
                 for (ConsumerRecord<byte[], byte[]> record : records) {
-                    bytes += record.value().length;
+                    System.out.println(at + " " + record.value().length + " " + record.offset());
                 }
-                if (bytes > 0) {
-                    System.out.println(((System.nanoTime() - start) / 1e9) + " " + bytes);
-                    System.out.flush();
-                }
+                System.out.flush();
             }
         }
     }
