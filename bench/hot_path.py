@@ -15,8 +15,8 @@ deterministically enough to compare two versions of the code. Figures only, noth
 
 Then the cost of usage records on the produce and metadata exchanges (quotas not binding): off,
 one v1 record per request (JSONL), and v2 aggregates (Parquet). The flush work the proxy does in
-its worker thread (the recorder's take_records, the rows or columns with their quota fields, encoding,
-the file write) is counted too, every 10 000 exchanges, since it is CPU the proxy process pays.
+its flush (the recorder's take_records, the columns with their quota fields and their encoding, slice by
+slice, and the file write) is counted too, every 10 000 exchanges, since it is CPU the proxy process pays.
 The figures, and the usage ones over usage off, go to bench/results/hot_path.json
 (`usage.produce.usage_off_us`, `.aggregates_us`, `.per_request_us`, ...).
 
@@ -43,7 +43,7 @@ from kafka.protocol.producer import ProduceRequest
 
 from quotagate.config import parse_config
 from quotagate.proxy.server import Proxy
-from quotagate.proxy.usage import QuotasInForce, UsageRecorder, make_sink
+from quotagate.proxy.usage import SLICE_ROWS, QuotasInForce, UsageRecorder, make_sink
 from tests.support.in_process import connected_pair
 from tests.support.messages import produce_response
 
@@ -125,10 +125,11 @@ def run(config: str, exchange: list[tuple[bytes, list[bytes]]], count: int, prof
                 usage, proxy.metrics, make_sink(usage, "bench", []), "bench", "", quotas
             )
         client, upstream, _, _ = connected_pair(proxy, keep=False)
-        sink_write = getattr(recorder.sink, "_write_blocking", None) if recorder else None
+        sink_write = recorder.sink.write_blocking if recorder else None
 
-        def flush() -> None:  # what UsageRecorder.flush does, in this thread
-            sink_write(recorder.take_records()[2]())
+        def flush() -> None:  # what UsageRecorder.flush does (encoded slice by slice, then written), here
+            batch = recorder.take_records()[2]
+            sink_write([recorder.sink.encode(batch.slice(i, i + SLICE_ROWS)) for i in range(0, len(batch), SLICE_ROWS)])
 
         def exchanges(n: int) -> None:
             for i in range(n):
@@ -158,7 +159,7 @@ def broker_answers() -> tuple[bytes, bytes]:
     """A Metadata v4 and an ApiVersions v3 answer as a broker gives them (one broker, every API)."""
     from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 
-    from quotagate.protocol.apis import MAX_VERSIONS
+    from quotagate.protocol.version_caps import MAX_VERSIONS
 
     metadata = MetadataResponse(
         version=4,

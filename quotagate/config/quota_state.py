@@ -261,6 +261,11 @@ def write_atomically(path: Path, text: str) -> None:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+    fsync_folder(folder)
+
+
+def fsync_folder(folder: Path) -> None:
+    """Makes the names in `folder` durable (a rename into it survives a crash once this returns)."""
     folder_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(folder_fd)

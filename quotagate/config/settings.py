@@ -537,6 +537,16 @@ class UsageConfig:
             "max": 10_000_000,
         },
     )
+    topics_per_entity: int = field(
+        default=1000,
+        metadata={
+            "doc": "Produce topics given a row of their own per (user, client_id), interval and flush (v2 aggregates); "
+            'the others (and names over 249 characters) are summed in one row whose topic is "<other topics>" '
+            "and counted in quotagate_usage_topics_folded_total. Bounds what a client inventing topic names costs.",
+            "min": 1,
+            "max": 1_000_000,
+        },
+    )
     flush_interval_seconds: float = field(
         default=1.0, metadata={"doc": "How often collected records are handed to the sink.", **SECONDS}
     )

@@ -3,34 +3,39 @@
 The proxy reloads its configuration file when it changes (and on SIGHUP), and only the file can mark
 a quota shadow (`shadow = true`: charged and reported, never applied; docs/quotas.md). So `apply`
 writes the recommendations as `[[quotas]]` entries with `shadow = true` in one block of that file,
-between two marker lines, replacing the block a previous apply wrote; `promote` drops the shadow
-flags in that block, making the same quotas binding (the debt run up while shadow is kept). The
-next pipeline run reads the shadow quotas from the usage records and reports, for each, what the
-replay predicts beside what the shadow quota observed on live traffic.
+between two marker lines, replacing the block a previous apply wrote; `promote` makes the same
+quotas binding (the debt run up while shadow is kept). The next pipeline run reads the shadow quotas
+from the usage records and reports, for each, what the replay predicts beside what the shadow quota
+observed on live traffic.
+
+Whatever the client ids in it, the block is found and rewritten the same way: its markers count
+only as whole comment lines, and the block is written from a QuotaTable by the proxy's own TOML
+writer (config.reference), every name a one-line escaped string, so no name can make a line of its
+own; promote reads the block back with the proxy's parser and writes it again without the flags.
 
 Safely: a shadow entry stands in for its entity's whole quota while it is tried, so an entity (and
 key) that has a binding quota in force is left out, and so is an entity the file already gives an
-entry of its own outside the block (edit those by hand, or with kafka-configs.sh at the proxy). The
-new file is checked with the proxy's own parser before it is written, and written by a rename, so
-the proxy never reads half of it. Pure text in, text out, but for `write_config`.
+entry of its own outside the block (edit those by hand, or with kafka-configs.sh at the proxy), and
+one the file cannot name (recommend.unnamable). The new file is checked with the proxy's own parser
+before it is written, and written by a rename, so the proxy never reads half of it. Pure text in,
+text out, but for `write_config`. The quota file is a local path (the proxy reads it from its disk).
 """
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from quotagate.config.quota_state import write_atomically
 from quotagate.config.settings import parse_config
-from quotagate.pipeline.recommend import to_toml
-from quotagate.quotas import ANONYMOUS, QuotaEntity, QuotaKey
+from quotagate.pipeline.recommend import quota_entries, quota_table, shown, unnamable
+from quotagate.quotas import ANONYMOUS, QuotaEntity, QuotaKey, QuotaTable
 
 BEGIN = "# BEGIN quotagate pipeline apply"
 END = "# END quotagate pipeline apply"
-SHADOW_LINE = "shadow = true"
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,7 @@ class Skipped:
     why: str
 
     def __str__(self) -> str:
-        return f"{self.user} / {self.client_id} {self.quota_key}: {self.why}"
+        return f"user {shown(self.user)}, client id {shown(self.client_id)}, {self.quota_key}: {self.why}"
 
 
 def entity_of(user: str, client_id: str) -> QuotaEntity:
@@ -50,15 +55,20 @@ def entity_of(user: str, client_id: str) -> QuotaEntity:
 
 
 def split_block(text: str) -> tuple[str, str | None]:
-    """The file without the applied block, and the block (None if the file has none)."""
-    start = text.find(BEGIN)
-    if start < 0:
+    """The file without the applied block, and the block (None if the file has none). A marker is a
+    whole line (the BEGIN line may go on with a note), lines as TOML has them (split at LF only:
+    str.splitlines would also split inside a value at U+2028, U+0085 ...): text inside a value is
+    never one."""
+    lines = text.split("\n")
+    begins = [i for i, line in enumerate(lines) if line.startswith(BEGIN)]
+    ends = [i for i, line in enumerate(lines) if line.rstrip("\r") == END]
+    if not begins and not ends:
         return text, None
-    end = text.find(END, start)
-    if end < 0:
-        raise ValueError(f"the file has {BEGIN!r} without {END!r}: fix it by hand")
-    end += len(END)
-    return text[:start].rstrip("\n") + "\n" + text[end:].lstrip("\n"), text[start:end]
+    if len(begins) != 1 or len(ends) != 1 or ends[0] < begins[0]:
+        raise ValueError(f"the file needs one {BEGIN!r} line and one {END!r} line after it: fix it by hand")
+    before, block, after = lines[: begins[0]], lines[begins[0] : ends[0] + 1], lines[ends[0] + 1 :]
+    outside = "\n".join(before).rstrip("\n") + "\n" + "\n".join(after).lstrip("\n")
+    return outside, "\n".join(block) + "\n"
 
 
 def shadow_recommendations(recommendations: pd.DataFrame, config_text: str) -> tuple[pd.DataFrame, list[Skipped]]:
@@ -70,7 +80,10 @@ def shadow_recommendations(recommendations: pd.DataFrame, config_text: str) -> t
         current, shadow = row.get("current"), row.get("current_shadow")
         held = current is not None and not (isinstance(current, float) and math.isnan(current))
         tried = shadow is not None and not (isinstance(shadow, float) and math.isnan(shadow)) and bool(shadow)
-        if entity_of(row["user"], row["client_id"]) in in_file:
+        cannot_name = unnamable(row["user"], row["client_id"])
+        if cannot_name is not None:
+            why = cannot_name
+        elif entity_of(row["user"], row["client_id"]) in in_file:
             why = "the file gives this entity quotas of its own; edit them there"
         elif held and not tried:
             why = f"a binding quota {current:g} is in force; a shadow entry would lift it while tried"
@@ -86,40 +99,42 @@ def shadow_recommendations(recommendations: pd.DataFrame, config_text: str) -> t
 def apply_shadow(config_text: str, recommendations: pd.DataFrame) -> str:
     """The config with `recommendations` as the shadow block (replacing a previous one)."""
     outside, _ = split_block(config_text)
-    entries = to_toml(recommendations).split("\n", 1)[1] if len(recommendations) else ""
-    lines = [BEGIN + " (shadow: tried, never applied, until `quotagate pipeline promote`)"]
-    for line in entries.strip("\n").splitlines():
-        lines.append(line)
-        if line.startswith("client_id = "):  # every entry names its client_id, after its user
-            lines.append(SHADOW_LINE)
-    lines.append(END)
-    return outside.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
+    note = " (shadow: tried, never applied, until `quotagate pipeline promote`)"
+    return _with_block(outside, note, quota_table(recommendations, shadow=True))
 
 
 def promote(config_text: str) -> tuple[str, int]:
     """The config with the applied block's quotas made binding, and how many entries that made."""
+    outside, applied = block_quotas(config_text)
+    if applied is None:
+        raise ValueError(f"no {BEGIN!r} block: run `quotagate pipeline apply` first")
+    return _with_block(outside, " (promoted: enforced)", QuotaTable(dict(applied.items()))), len(applied.shadow)
+
+
+def _with_block(outside: str, note: str, table: QuotaTable) -> str:
+    block = [BEGIN + note, *quota_entries(table)[1:], END]
+    return outside.rstrip("\n") + "\n\n" + "\n".join(block) + "\n"
+
+
+def block_quotas(config_text: str) -> tuple[str, QuotaTable | None]:
+    """The file without the applied block, and what the block sets as the proxy reads the file
+    (None if it has no block): the file's entities less those it has outside the block."""
     outside, block = split_block(config_text)
     if block is None:
-        raise ValueError(f"no {BEGIN!r} block: run `quotagate pipeline apply` first")
-    lines = block.splitlines()
-    promoted = sum(1 for line in lines if line.strip() == SHADOW_LINE)
-    lines = [line for line in lines if line.strip() != SHADOW_LINE]
-    lines[0] = BEGIN + " (promoted: enforced)"
-    return outside.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n", promoted
+        return outside, None
+    whole = parse_config(config_text).quotas
+    elsewhere = {entity for entity, _ in parse_config(outside).quotas.items()}
+    mine = {entity: values for entity, values in whole.items() if entity not in elsewhere}
+    return outside, QuotaTable(mine, frozenset(entity for entity in whole.shadow if entity in mine))
 
 
 def applied_entities(config_text: str) -> dict[QuotaEntity, dict[QuotaKey, float]]:
     """What the block sets (for messages and tests)."""
-    _, block = split_block(config_text)
-    if block is None:
-        return {}
-    return dict(parse_config(block).quotas.items())
+    _, applied = block_quotas(config_text)
+    return {} if applied is None else dict(applied.items())
 
 
 def write_config(path: str | Path, text: str) -> None:
-    """Checks `text` with the proxy's parser, then replaces the file by a rename."""
+    """Checks `text` with the proxy's parser, then replaces the file by a rename (fsync'd)."""
     parse_config(text)  # a ConfigError names the key; the file is left as it was
-    target = Path(path)
-    staging = target.with_name(f".{target.name}.apply-{os.getpid()}")
-    staging.write_text(text, encoding="utf-8")
-    os.replace(staging, target)
+    write_atomically(Path(path), text)

@@ -194,8 +194,8 @@ def _recommend(spark, args: argparse.Namespace, whatif_path: str, out: str) -> o
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     found.to_parquet(folder / "recommendations.parquet")
-    (folder / "quotas.toml").write_text(to_toml(found))
-    (folder / "kafka-configs.sh").write_text("#!/bin/sh\n" + to_kafka_configs(found, args.bootstrap))
+    (folder / "quotas.toml").write_text(to_toml(found), encoding="utf-8")
+    (folder / "kafka-configs.sh").write_text("#!/bin/sh\n" + to_kafka_configs(found, args.bootstrap), encoding="utf-8")
     print(f"recommendations: {folder / 'quotas.toml'} and {folder / 'kafka-configs.sh'}")
     return found
 
@@ -282,6 +282,7 @@ def _run_apply(_spark, args) -> int:
     import pandas as pd
 
     from quotagate.pipeline.apply import apply_shadow, shadow_recommendations, write_config
+    from quotagate.pipeline.recommend import by_entity
     from quotagate.quotas import QuotaKey
 
     recommendations = pd.read_parquet(Path(args.recommendations) / "recommendations.parquet")
@@ -293,7 +294,7 @@ def _run_apply(_spark, args) -> int:
     for reason in skipped:
         print(f"not applied: {reason}", file=sys.stderr)
     write_config(args.config, apply_shadow(text, tried))
-    entities = tried.groupby(["user", "client_id"]).ngroups if len(tried) else 0
+    entities = len(by_entity(tried))
     print(
         f"applied as shadow quotas: {len(tried)} quotas of {entities} entities in {args.config} (the proxy reloads it)"
     )

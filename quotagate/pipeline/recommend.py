@@ -20,7 +20,8 @@ import pandas as pd
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from quotagate.quotas import ANONYMOUS, QuotaKey, QuotaTable
+from quotagate.config.reference import toml_data, toml_value
+from quotagate.quotas import ANONYMOUS, DEFAULT, QuotaEntity, QuotaKey, QuotaTable
 from quotagate.quotas.engine import tokens_per_second
 
 INTEGER_KEYS = {QuotaKey.PRODUCER_BYTE_RATE.value, QuotaKey.CONSUMER_BYTE_RATE.value}
@@ -115,27 +116,93 @@ def _format(key: str, value: float) -> str:
     return str(int(value)) if key in INTEGER_KEYS or value == int(value) else f"{value:g}"
 
 
+def shown(name: str) -> str:
+    """A name as one line of ASCII (JSON's escapes), for comments and messages: a tenant's client id
+    can hold newlines, terminal escapes or anything else, and must not end a comment or reach a
+    terminal as control characters."""
+    return json.dumps(name)
+
+
+def unnamable(user: str, client_id: str) -> str | None:
+    """Why the proxy's quota file cannot name this entity (None: it can). `<default>` is its default
+    entity and an empty name is refused, so a tenant calling itself either must be left out rather
+    than given (or breaking) everyone's quota. An ANONYMOUS user is a client-id quota (to_toml)."""
+    for part, name in (("user", None if user == ANONYMOUS else user), ("client id", client_id)):
+        if name == "":
+            return f"its {part} is empty: the proxy's file has no name for it"
+        if name == DEFAULT:
+            return f"its {part} is spelled {DEFAULT}, which the proxy's file reads as the default entity"
+    return None
+
+
+def by_entity(recommendations: pd.DataFrame) -> dict[tuple[str, str], dict[str, float]]:
+    """(user, client_id) -> {quota key: recommended}, sorted by entity. Grouped in Python: pandas'
+    groupby hashes strings as C strings, so it takes client ids "" and "\\0" for one."""
+    entities: dict[tuple[str, str], dict[str, float]] = {}
+    for user, client_id, key, value in zip(
+        recommendations["user"],
+        recommendations["client_id"],
+        recommendations["quota_key"],
+        recommendations["recommended"],
+        strict=True,
+    ):
+        entities.setdefault((user, client_id), {})[key] = float(value)
+    return dict(sorted(entities.items()))
+
+
+def quota_table(recommendations: pd.DataFrame, shadow: bool = False) -> QuotaTable:
+    """The recommendations the proxy's file can name, as its QuotaTable (all shadow if `shadow`)."""
+    quotas = {
+        QuotaEntity(None if user == ANONYMOUS else user, client_id): {QuotaKey(k): v for k, v in values.items()}
+        for (user, client_id), values in by_entity(recommendations).items()
+        if unnamable(user, client_id) is None
+    }
+    return QuotaTable(quotas, frozenset(quotas) if shadow else frozenset())
+
+
+def quota_entries(table: QuotaTable) -> list[str]:
+    """`table` as [[quotas]] entries of the proxy's TOML, written by its own writer (every string a
+    one-line basic string, so no name can make a line of its own), keys in a fixed order."""
+    lines = []
+    for entry in toml_data(table):
+        lines += ["", "[[quotas]]", *(f"{key} = {toml_value(value)}" for key, value in entry.items())]
+    return lines
+
+
 def to_toml(recommendations: pd.DataFrame) -> str:
     """[[quotas]] entries for the proxy's configuration, one per entity. An ANONYMOUS user (no SASL)
-    gets a client-id quota, as on a Kafka cluster without authentication."""
+    gets a client-id quota, as on a Kafka cluster without authentication. An entity the file cannot
+    name (unnamable) is a comment saying why."""
     lines = ["# Recommended by `quotagate pipeline recommend`"]
-    for (user, client_id), rows in recommendations.groupby(["user", "client_id"], sort=True):
-        lines.append("\n[[quotas]]")
-        if user != ANONYMOUS:  # names as TOML basic strings (JSON's escapes are TOML's): any client id is safe
-            lines.append(f"user = {json.dumps(user)}")
-        lines.append(f"client_id = {json.dumps(client_id)}")
-        for key, value in sorted(zip(rows["quota_key"], rows["recommended"], strict=True)):
-            lines.append(f"{key} = {_format(key, value)}")
+    for user, client_id in by_entity(recommendations):
+        why = unnamable(user, client_id)
+        if why is not None:
+            lines.append(f"# not written: user {shown(user)}, client id {shown(client_id)}: {why}")
+    lines += quota_entries(quota_table(recommendations))
     return "\n".join(lines) + "\n"
 
 
+def kafka_configs_problem(user: str, client_id: str) -> str | None:
+    """Why kafka-configs.sh cannot be given this entity (None: it can): no argument can carry a NUL,
+    and the tool reads an empty --entity-name as the default entity."""
+    names = [client_id] if user == ANONYMOUS else [user, client_id]
+    if any("\0" in name for name in names):
+        return "a name holds a NUL character, which no command-line argument can carry"
+    if "" in names:
+        return "an empty name: kafka-configs.sh reads an empty --entity-name as the default entity"
+    return None
+
+
 def to_kafka_configs(recommendations: pd.DataFrame, bootstrap: str = "BROKER:9092") -> str:
-    """The same quotas as kafka-configs.sh commands, for a cluster without the proxy."""
+    """The same quotas as kafka-configs.sh commands, for a cluster without the proxy. Every name is
+    one shell word (shlex.quote); an entity the tool cannot be given is a comment saying why."""
     commands = []
-    for (user, client_id), rows in recommendations.groupby(["user", "client_id"], sort=True):
-        config = ",".join(
-            f"{k}={_format(k, v)}" for k, v in sorted(zip(rows["quota_key"], rows["recommended"], strict=True))
-        )
+    for (user, client_id), values in by_entity(recommendations).items():
+        why = kafka_configs_problem(user, client_id)
+        if why is not None:
+            commands.append(f"# not written: user {shown(user)}, client id {shown(client_id)}: {why}")
+            continue
+        config = ",".join(f"{k}={_format(k, v)}" for k, v in sorted(values.items()))
         entity = "" if user == ANONYMOUS else f"--entity-type users --entity-name {shlex.quote(user)} "
         commands.append(
             f"kafka-configs.sh --bootstrap-server {shlex.quote(bootstrap)} --alter --add-config {shlex.quote(config)} "

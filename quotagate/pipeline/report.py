@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 
 import pandas as pd
 from pyspark.sql import DataFrame
@@ -110,8 +111,23 @@ def render_report(data: dict, title: str = "quotagate usage report") -> str:
         + "</tr>"
         for _, row in recommendations.sort_values(["user", "client_id", "quota_key"]).iterrows()
     )
-    payload = json.dumps({"entities": entities}).replace("</", "<\\/")
-    return PAGE.replace("__TITLE__", html.escape(title)).replace("__DATA__", payload).replace("__ROWS__", table_rows)
+    parts = {"__TITLE__": html.escape(title), "__DATA__": script_json({"entities": entities}), "__ROWS__": table_rows}
+    # One pass over the template: a placeholder's text inside a name is data, never replaced again.
+    return _PLACEHOLDER.sub(lambda match: parts[match.group(0)], PAGE)
+
+
+_PLACEHOLDER = re.compile("__TITLE__|__DATA__|__ROWS__")
+# Inside a <script> element the HTML parser looks for `</script`, and `<!--` with `<script` sends it
+# into a state where the next `</script>` no longer ends the element; U+2028/9 end a line in older
+# JavaScript. JSON may spell every one of these characters as an escape, and then none can occur.
+_SCRIPT_UNSAFE = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+
+
+def script_json(data: object) -> str:
+    """`data` as JSON that can stand inside an HTML <script> element whatever its strings hold."""
+    return json.dumps(data, ensure_ascii=False).translate(_SCRIPT_UNSAFE)
 
 
 def _value(row: pd.Series, name: str) -> object:

@@ -86,6 +86,7 @@ class ClientGlue:
         self.listener = listener
         self.upstreams = upstreams
         self.session = self.session_class(proxy.session_services())
+        self.session.answer_ready = self._local_answer_ready
         self.clock = proxy.loop.time
         self.transport: asyncio.Transport | None = None
         self.reading: ReadGate | None = None
@@ -118,6 +119,7 @@ class ClientGlue:
             return
         if principal is not None:
             self.session = self.session_class(self.proxy.session_services(), principal)
+            self.session.answer_ready = self._local_answer_ready
         connecting = asyncio.get_running_loop().create_task(self._connect_upstream())
         connecting.add_done_callback(self._connect_upstream_done)
 
@@ -178,6 +180,12 @@ class ClientGlue:
         if self.closed or self.reading is None:
             return
         self._resume(self.session.unmute)
+
+    def _local_answer_ready(self) -> None:
+        """An answer the proxy was making (an alter being persisted) is ready: written in its turn."""
+        if self.closed or self.reading is None:
+            return
+        self._resume(self.session.local_answered)
 
     def _broker_connected(self) -> None:
         self._resume(self.session.broker_connected)

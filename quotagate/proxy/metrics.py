@@ -176,11 +176,21 @@ class ProxyMetrics:
             registry=self.registry,
         )
         self.usage_written_total = Counter(
-            "quotagate_usage_records_written", "Usage records written to the sink", registry=self.registry
+            "quotagate_usage_records_written",
+            "Usage records (rows) written: Parquet rows once their file is closed and renamed into place, "
+            "JSONL lines and Kafka messages once written",
+            registry=self.registry,
         )
         self.usage_dropped_total = Counter(
             "quotagate_usage_records_dropped",
-            "Usage records dropped because the buffer was full or the sink failed",
+            "Requests whose usage records were lost: the buffer was full, or the sink failed (a Parquet file "
+            "that could not be completed loses all its requests)",
+            registry=self.registry,
+        )
+        self.usage_topics_folded_total = Counter(
+            "quotagate_usage_topics_folded",
+            'Produce topics counted in the "<other topics>" row of their entity and interval, beyond '
+            "usage.topics_per_entity (each topic of each request)",
             registry=self.registry,
         )
         # Series that alerts take increase() of exist from the start, so the first event counts.

@@ -42,7 +42,7 @@ from quotagate.proxy.delay_queue import DelayQueue
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.flow_control import ByteBudget
 from quotagate.proxy.metrics import ProxyMetrics
-from quotagate.proxy.quota_admin import QuotaAdmin
+from quotagate.proxy.quota_admin import QuotaAdmin, StateWriter
 from quotagate.proxy.session import SessionServices
 from quotagate.proxy.supervisor import Supervisor, TaskFactory
 from quotagate.proxy.topics import TopicCatalog
@@ -116,6 +116,8 @@ class Proxy:
             self._quotas_altered,
             config.admin.describe_access,
             config.proxy.max_decoded_elements,
+            # Written in a worker thread, alters arriving together in one write; each answered once durable.
+            StateWriter(state_path, self.loop) if state_path is not None else None,
         )
         # One engine and one delay queue for every listener: an entity's connections to all the
         # brokers draw on the same buckets, so quotas hold for the cluster.

@@ -48,6 +48,7 @@ cut through: their head is charged and patched and the rest is passed on as it a
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -191,6 +192,10 @@ class SessionPolicy:
         # put in lives that long): a producer sends its one ID request after request.
         self._producer_seen: tuple[int, str, str, int] | None = None
         self._producer_seen_until = 0.0
+        # An answer the proxy is making (an alter being persisted), and what the glue has called
+        # when it is ready (it then calls `local_answered` and writes what that queued).
+        self.pending_answer: asyncio.Future[bytes] | None = None
+        self.answer_ready: Callable[[], None] | None = None
 
     # hooks: reads the core does not take whole (SessionCore.feed_client, feed_broker) ------------
     def _client_data(self, data: bytes, now: float) -> None:
@@ -210,7 +215,7 @@ class SessionPolicy:
         if self.partial_counted or splitter.buffered:
             self._count_partial()
         self.client_partial = splitter.buffered > 0
-        if self.held or not self.connected or self.muted_until > now or self.awaiting_authentication:
+        if self.held or not self.connected or self.muted_until > now or self.awaiting_answer:
             # A read may land after a mute (or before the broker is connected): hold it, in order.
             self.held.extend(frames)
         else:
@@ -254,7 +259,7 @@ class SessionPolicy:
     def _check_partial(self) -> None:
         """Refuses what follows the whole frames once none of them waits any more: a refusal held
         back behind them, or a partial frame over the limit before authentication."""
-        if self.refusal is not None or self.held or self.awaiting_authentication:
+        if self.refusal is not None or self.held or self.awaiting_answer:
             return  # checked again when they have gone (the partial grows by one read at most meanwhile)
         if self.pending_refusal is None:
             self.pending_refusal = self._partial_refusal()
@@ -306,7 +311,7 @@ class SessionPolicy:
 
     # requests ------------------------------------------------------------------------------------
     def _release_held(self, now: float) -> None:
-        if self.held and self.connected and self.muted_until <= now and not self.awaiting_authentication:
+        if self.held and self.connected and self.muted_until <= now and not self.awaiting_answer:
             frames = list(self.held)
             self.held.clear()
             self._requests(frames, now)
@@ -367,9 +372,28 @@ class SessionPolicy:
             return Admission(frame, stop=True)  # what follows waits for the broker's answer
         return Admission(frame)
 
+    @property
+    def awaiting_answer(self) -> bool:
+        """Reading stops until an answer: the broker's to a SaslAuthenticate, or one the proxy is making."""
+        return self.awaiting_authentication or self.awaiting_local_answer
+
+    def _pending_answer_done(self, _answer: asyncio.Future[bytes]) -> None:
+        if self.answer_ready is not None:
+            self.answer_ready()
+
+    def local_answered(self, now: float) -> None:
+        """The answer the proxy was making is ready (`answer_ready` said so): it goes in its turn,
+        then what the client sent after it."""
+        answer = self.pending_answer
+        if answer is None or not answer.done():
+            return
+        self.pending_answer = None
+        self._answer_ready(answer.result(), now)
+
     def _admit_quota_admin(self, frame: memoryview, header: RequestHeader, now: float) -> Admission:
         """DescribeClientQuotas: the proxy's answer, or the broker asked first (its verdict on the
-        principal decides: `_answered`); AlterClientQuotas: the proxy's answer."""
+        principal decides: `_answered`); AlterClientQuotas: the proxy's answer, now or once its state is
+        durable."""
         admin = self.services.quota_admin
         assert admin is not None
         if header.api_key == _DESCRIBE_CLIENT_QUOTAS:
@@ -377,7 +401,14 @@ class SessionPolicy:
             if isinstance(answer, PendingDescribe):
                 return Admission(frame, answer_after=answer)
             return Admission(None, answer)
-        return Admission(None, admin.alter(frame, header, self.user, now))
+        answer = admin.alter(frame, header, self.user, now)
+        if isinstance(answer, bytes):
+            return Admission(None, answer)
+        # Answered once the state file holds it (QuotaAdmin's StateWriter): what follows waits.
+        self.awaiting_local_answer = True
+        self.pending_answer = answer
+        answer.add_done_callback(self._pending_answer_done)
+        return Admission(None, stop=True)
 
     def quotas_changed(self) -> None:
         """The quotas changed live (a reload, AlterClientQuotas): Produce is given to the

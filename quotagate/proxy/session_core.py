@@ -30,7 +30,7 @@ except ImportError:  # interpreted without Cython installed: quotagate/_cython_s
 
 from collections import deque
 
-from quotagate.protocol.apis import MAX_VERSIONS, ApiKey, api_name, is_flexible
+from quotagate.protocol.apis import ApiKey, api_name, is_flexible
 from quotagate.protocol.fetch import (
     MAX_BYTES_AFTER,
     MAX_BYTES_FROM,
@@ -48,6 +48,7 @@ from quotagate.protocol.limits import MAX_TAGGED_FIELDS, tagged_fields_problem
 from quotagate.protocol.mutations import MUTATION_APIS
 from quotagate.protocol.share import share_fetch_max_wait_ms
 from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time, throttle_time_offset
+from quotagate.protocol.version_caps import MAX_VERSIONS, unsupported_api_versions
 from quotagate.proxy.metrics import BEFORE_AUTHENTICATION, LATENCY_BUCKETS, SASL_RECEIVE_LIMIT
 from quotagate.proxy.quota_admin import CLIENT_QUOTA_APIS
 from quotagate.quotas.entities import QuotaKey
@@ -120,9 +121,9 @@ def _policies() -> dict:
 # POLICY[api_key]: the policies of each API (0: forwarded and charged request time, nothing else).
 POLICIES = _policies()
 POLICY = [POLICIES.get(key, 0) for key in range(KEYS)]
-# MAX_VERSION[api_key]: the version cap ApiVersions advertises (-1: none); ApiVersions itself is
-# never refused (the broker answers it, KIP-511).
-MAX_VERSION = [-1 if key == API_API_VERSIONS else MAX_VERSIONS.get(key, -1) for key in range(KEYS)]
+# MAX_VERSION[api_key]: the version cap ApiVersions advertises (-1: none); ApiVersions above its
+# cap is answered by the proxy, never refused (version_caps.unsupported_api_versions, KIP-511).
+MAX_VERSION = [MAX_VERSIONS.get(key, -1) for key in range(KEYS)]
 
 
 def _flexible_from() -> list:
@@ -173,6 +174,7 @@ OPEN = 1  # requests flow; a mute or a hold may still stop them for a while
 AUTHENTICATING = 2  # SASL: frames before authentication completes are limited in size (receive_limit)
 AWAITING_AUTHENTICATION = 3  # a SaslAuthenticate is at the broker: what follows waits for its answer
 REFUSING = 4  # the client sent what the broker closes a connection for: nothing more is read
+AWAITING_LOCAL_ANSWER = 5  # the proxy is making an answer (an alter being persisted): what follows waits for it
 
 # The reason of a refusal for a request the broker cannot parse (counted as a protocol error).
 PROTOCOL_ERROR = FrameError.reason
@@ -364,6 +366,11 @@ class SessionCore:
         # A SaslAuthenticate is in flight: what the client sent after it waits for the broker's
         # answer, to be charged to the user that answer establishes (never to the one before).
         self.awaiting_authentication = False
+        # The proxy is making the answer to a request (an AlterClientQuotas whose quotas are being
+        # written to the state file): what the client sent after it waits, as the broker reads
+        # nothing more from a connection until it has answered. `_answer_later` is its in-flight entry.
+        self.awaiting_local_answer = False
+        self._answer_later = None
         # Until the first request that is not ApiVersions or SASL, the client is authenticating:
         # Kafka does not charge that exchange to request-time quotas.
         self.authenticating = True
@@ -399,6 +406,8 @@ class SessionCore:
             self.phase = CONNECTING
         elif self.awaiting_authentication:
             self.phase = AWAITING_AUTHENTICATION
+        elif self.awaiting_local_answer:
+            self.phase = AWAITING_LOCAL_ANSWER
         elif self.receive_limit is not None:
             self.phase = AUTHENTICATING
         else:
@@ -411,7 +420,7 @@ class SessionCore:
         return self.is_holding()
 
     def is_holding(self):
-        return bool(self.held) or (self.awaiting_authentication and self.client_partial)
+        return bool(self.held) or ((self.awaiting_authentication or self.awaiting_local_answer) and self.client_partial)
 
     # the interface -----------------------------------------------------------------------------
     def client_data(self, data, now):
@@ -452,6 +461,17 @@ class SessionCore:
 
     def unmute(self, now):
         """The mute is over (`now` >= muted_until): forwards what was held while it lasted."""
+        self._release_held(now)
+        self._set_phase()
+
+    def _answer_ready(self, response, now):
+        """The answer the proxy was making is `response`: it goes in its turn, then what waited for it."""
+        entry = self._answer_later
+        self._answer_later = None
+        entry.local_response = response
+        self.awaiting_local_answer = False
+        self._local_turn(now)
+        self._set_phase()
         self._release_held(now)
         self._set_phase()
 
@@ -626,6 +646,10 @@ class SessionCore:
         answer_after = None
         handling_ms = 0.0
         stop = False
+        if api_key == API_API_VERSIONS and version > MAX_VERSION[API_API_VERSIONS]:
+            # Above what the proxy reads: answered as the broker answers one above what it speaks.
+            forwarded = None
+            local = unsupported_api_versions(correlation_id)
         replace_answer = False
         if policy & FETCH_WAIT and api_key == API_FETCH and self._engine.limits_anyone:
             # A consumer's fetch under a quota, as the broker takes it: answered with no data at once
@@ -705,7 +729,7 @@ class SessionCore:
             # Past the authentication exchange, which Kafka does not charge to request-time quotas.
             self.authenticating = False
         exempt = bool(policy & EXEMPT) or (api_key == API_API_VERSIONS and self.authenticating)
-        if local is None and forwarded is None:
+        if local is None and forwarded is None and not self.awaiting_local_answer:
             raise AssertionError("a hook refused everything and made no answer")
         entry = _in_flight(correlation_id, api_key, version, client_id, size, now, max_wait, exempt, over_quota)
         entry.handling_ms = handling_ms
@@ -725,6 +749,8 @@ class SessionCore:
             entry.answer_after = answer_after
             entry.empty_fetch = replace_answer
         self._in_flight_append(entry)
+        if local is None and forwarded is None:  # answered when ready (`_answer_ready`), in its turn
+            self._answer_later = entry
         self._step = STOP if stop else GO_ON
         return forwarded
 
@@ -735,8 +761,9 @@ class SessionCore:
         if known:
             cap = MAX_VERSION[api_key]
         else:
-            cap = MAX_VERSIONS.get(api_key, -1) if api_key != API_API_VERSIONS else -1
-        if cap >= 0 and version > cap:  # the broker closes on a version it lacks (apis.exceeds_advertised_cap)
+            cap = MAX_VERSIONS.get(api_key, -1)
+        # The broker closes on a version it lacks (version_caps.exceeds_advertised_cap); ApiVersions is answered.
+        if cap >= 0 and version > cap and api_key != API_API_VERSIONS:
             raise FrameError(f"{api_name(api_key)} v{version} is above what ApiVersions offered")
         return self._before_authentication(api_key, policy)
 

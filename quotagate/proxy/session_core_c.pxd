@@ -14,7 +14,7 @@ from quotagate.quotas.charging_c cimport charge_request, charge_response, count_
 cdef int KEYS, VERSIONS
 cdef int CHARGE_BYTES_IN, FETCH_WAIT, SASL, EXEMPT, TOPIC_NAMES
 cdef int API_PRODUCE, API_FETCH, API_SASL_HANDSHAKE, API_API_VERSIONS, API_SASL_AUTHENTICATE, API_SHARE_FETCH
-cdef int CONNECTING, OPEN, AUTHENTICATING, AWAITING_AUTHENTICATION, REFUSING
+cdef int CONNECTING, OPEN, AUTHENTICATING, AWAITING_AUTHENTICATION, REFUSING, AWAITING_LOCAL_ANSWER
 cdef int GO_ON, STOP, REFUSED
 cdef Py_ssize_t PEEK_BYTES
 cdef long MAX_TAGS
@@ -94,6 +94,8 @@ cdef class SessionCore:
     cdef public bint connected
     cdef public bint authenticating
     cdef public bint awaiting_authentication
+    cdef public bint awaiting_local_answer
+    cdef InFlight _answer_later
     cdef public bint sasl_end_unknown
     cdef public object receive_limit
     cdef public object pending_refusal

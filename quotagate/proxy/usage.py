@@ -2,17 +2,22 @@
 
 Two kinds of record (schema: docs/usage-records.md):
 - v2, the default: one aggregate per interval (1 s by default) per (user, client_id, api_key) and,
-  for produce, per topic. The hot path updates one list in a dict per request (per topic for a
-  multi-topic produce): no encoding, no I/O, no allocation once the key exists.
+  for produce, per topic: at most `topics_per_entity` topics per entity, interval and flush, the
+  others summed under OTHER_TOPICS, whatever names a client invents. The hot path updates one
+  aggregate in a dict per request (per topic for a multi-topic produce): no encoding, no I/O, no
+  allocation once the key exists.
 - v1: one record per request, for debugging (`records = "request"`). The hot path appends its
   fields to one list per field; the flush writes them from those columns straight into the sink's
   format (JSON text, or an Arrow table), with no dict per record.
 
 A background task takes what was collected every `flush_interval_seconds` and hands it to the sink:
-turning it into rows, encoding (JSON or Arrow) and file writes run in a worker thread, Kafka sends
-through aiokafka. A slow or failing sink never slows forwarding: while a flush is under way
-collection goes on, and what does not fit (`buffer_records` records, or distinct aggregate keys) is
-dropped and counted in quotagate_usage_records_dropped_total.
+encoded (columns, JSON or Arrow) SLICE_ROWS rows at a time on the loop, which serves other
+connections between two slices; file writes run in a worker thread, Kafka sends through aiokafka.
+Python run in a worker thread would hold the GIL as long and stall every connection's reads. A slow
+or failing sink never slows forwarding: while a flush is under way collection goes on, and what does
+not fit (`buffer_records` records, or distinct aggregate keys) is dropped and counted in
+quotagate_usage_records_dropped_total. Files are whole or absent (ParquetSink, JsonlSink), and what
+they lose is counted exactly.
 
 Every row also says which quota was in force for each key its API is charged to, and whether that
 entry was shadow (`quota_<key>`, `quota_<key>_shadow`): resolved when the rows are made, off the
@@ -27,16 +32,19 @@ and a sequence number, which the pipeline's ingest deduplicates on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
 import ssl
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from quotagate import compiled
+from quotagate.config.quota_state import fsync_folder
 from quotagate.config.settings import ConfigError
 from quotagate.quotas.engine import QuotaWindows
 from quotagate.quotas.entities import RECORDED_KEYS, QuotaKey, QuotaTable
@@ -53,6 +61,10 @@ _json_line = _collectors.json_text
 UsageRecord = _collectors.UsageRecord
 RequestCollector = _collectors.RequestCollector
 AggregateCollector = _collectors.AggregateCollector
+aggregate_rows = _collectors.aggregate_rows
+aggregate_columns = _collectors.aggregate_columns
+quota_groups = _collectors.quota_groups
+OTHER_TOPICS = _collectors.OTHER_TOPICS
 request_row = _collectors.request_row
 request_lines = _collectors.request_lines
 Row = _collectors.Row
@@ -82,8 +94,8 @@ QUOTA_HISTORY_MS = 60_000  # how long a replaced quota table is kept for rows st
 
 class QuotasInForce:
     """The quota tables (and windows) in force over time (wall-clock epoch ms), so that rows made
-    after a change still name the quota of their own interval. Read in the worker thread that makes
-    rows; the tables and windows themselves are immutable."""
+    after a change still name the quota of their own interval. Read as rows are encoded; the
+    tables and windows themselves are immutable."""
 
     def __init__(self, table: QuotaTable, windows: QuotaWindows | None = None, since_ms: int = 0) -> None:
         self._history: list[tuple[int, QuotaTable, QuotaWindows]] = [(since_ms, table, windows or QuotaWindows())]
@@ -201,7 +213,32 @@ def by_partition(times_ms: list[int], items: list) -> dict[str, list]:
     return grouped
 
 
-class RequestBatch:
+class RowsOf:
+    """What a flush's rows add to what was collected: the proxy, the writer and its first sequence
+    number, the quotas in force."""
+
+    def __init__(self, proxy_id: str, writer: str, first_seq: int, quotas: QuotasInForce | None) -> None:
+        self.proxy_id = proxy_id
+        self.writer = writer
+        self.first_seq = first_seq
+        self.quotas = quotas
+
+    def identity_columns(self, version: int, ts: list, user: list, client_id: list, api_key: list) -> dict[str, Any]:
+        """The columns both versions start with (the schema puts them in its own order)."""
+        count = len(ts)
+        return {
+            "v": [version] * count,
+            "ts": ts,
+            "proxy": [self.proxy_id] * count,
+            "writer": [self.writer] * count,
+            "seq": range(self.first_seq, self.first_seq + count),
+            "user": user,
+            "client_id": client_id,
+            "api_key": api_key,
+        }
+
+
+class RequestBatch(RowsOf):
     """One flush's v1 records: RequestCollector's columns, and what their rows add (the proxy, the
     writer and its first sequence number, the quotas in force). The sinks write them from the
     columns (`json_lines`, `arrow_table`) exactly as they would write the collector's rows
@@ -210,14 +247,16 @@ class RequestBatch:
     def __init__(
         self, columns: tuple[list, ...], proxy_id: str, writer: str, first_seq: int, quotas: QuotasInForce | None
     ) -> None:
+        super().__init__(proxy_id, writer, first_seq, quotas)
         self.columns = columns
-        self.proxy_id = proxy_id
-        self.writer = writer
-        self.first_seq = first_seq
-        self.quotas = quotas
 
     def __len__(self) -> int:
         return len(self.columns[0])
+
+    def slice(self, start: int, stop: int) -> RequestBatch:
+        """Rows start..stop-1, as their own batch (their sequence numbers kept)."""
+        columns = tuple(column[start:stop] for column in self.columns)
+        return RequestBatch(columns, self.proxy_id, self.writer, self.first_seq + start, self.quotas)
 
     @property
     def times_ms(self) -> list[int]:
@@ -226,6 +265,10 @@ class RequestBatch:
     @property
     def client_ids(self) -> list[str]:
         return self.columns[2]
+
+    def requests(self) -> list[int] | None:
+        """The requests each row counts; None: one each."""
+        return None
 
     def _quota_states(self) -> list[tuple[int, QuotaTable | None, QuotaWindows | None]]:
         return [(0, None, None)] if self.quotas is None else self.quotas.history()
@@ -245,32 +288,10 @@ class RequestBatch:
     def arrow_table(self) -> Any:
         """The rows as an Arrow table of the v1 schema, made column by column; the quota fields once
         per (quota state, user, client_id, api_key) and taken from there per row."""
-        import pyarrow as pa
-
         (ts, user, client_id, api_key, api_version, topics, bytes_in, bytes_out, partitions_mutated, latency,
          throttle, decision, _shadow, over_quota) = self.columns  # fmt: skip
-        count = len(ts)
-        cache = QuotaFieldCache(self.quotas)
-        groups: dict[int, int] = {}  # id of a row's quota fields -> their index in `fields`
-        fields: list[Row] = []
-        group_of_row = []
-        for row_ts, row_user, row_client_id, row_api_key in zip(ts, user, client_id, api_key, strict=True):
-            found = cache.fields(row_ts, row_user, row_client_id, row_api_key)
-            group = groups.get(id(found))
-            if group is None:
-                group = groups[id(found)] = len(fields)
-                fields.append(found)
-            group_of_row.append(group)
-        schema = _arrow_schema(REQUEST_SCHEMA_VERSION)
         values = {
-            "v": [REQUEST_SCHEMA_VERSION] * count,
-            "ts": ts,
-            "proxy": [self.proxy_id] * count,
-            "writer": [self.writer] * count,
-            "seq": range(self.first_seq, self.first_seq + count),
-            "user": user,
-            "client_id": client_id,
-            "api_key": api_key,
+            **self.identity_columns(REQUEST_SCHEMA_VERSION, ts, user, client_id, api_key),
             "api_version": api_version,
             "topics": topics,
             "bytes_in": bytes_in,
@@ -281,20 +302,210 @@ class RequestBatch:
             "decision": decision,
             "throttled_bytes": [size if over else 0 for size, over in zip(bytes_in, over_quota, strict=True)],
         }
-        rows_group = pa.array(group_of_row, pa.int32())
-        arrays = []
-        for field in schema:
-            if field.name in values:
-                arrays.append(pa.array(values[field.name], field.type))
-            else:  # a quota field: once per group
-                arrays.append(pa.array([found[field.name] for found in fields], field.type).take(rows_group))
-        return pa.Table.from_arrays(arrays, schema=schema)
+        return _arrow_table(REQUEST_SCHEMA_VERSION, values, self.quotas, ts, user, client_id, api_key)
+
+
+class AggregateBatch(RowsOf):
+    """One flush's v2 records: AggregateCollector.take_aggregates' items, and what their rows add
+    (as RequestBatch). Written as Arrow from columns (`arrow_table`, no dict per row), or as rows."""
+
+    def __init__(
+        self, items: list, interval_ms: int, proxy_id: str, writer: str, first_seq: int, quotas: QuotasInForce | None
+    ) -> None:
+        super().__init__(proxy_id, writer, first_seq, quotas)
+        self.items = items
+        self.interval_ms = interval_ms
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def slice(self, start: int, stop: int) -> AggregateBatch:
+        items = self.items[start:stop]
+        return AggregateBatch(items, self.interval_ms, self.proxy_id, self.writer, self.first_seq + start, self.quotas)
+
+    @property
+    def times_ms(self) -> list[int]:
+        interval_ms = self.interval_ms
+        return [key[0] * interval_ms for key, _ in self.items]
+
+    @property
+    def client_ids(self) -> list[str]:
+        return [key[2] for key, _ in self.items]
+
+    def requests(self) -> list[int]:
+        return [counters.requests for _, counters in self.items]
+
+    def rows(self) -> list[Row]:
+        rows = aggregate_rows(self.items, self.proxy_id, self.writer, self.first_seq, self.interval_ms)
+        return add_quota_fields(rows, self.quotas)
+
+    def json_lines(self) -> list[str]:
+        return [_json_line(row) for row in self.rows()]
+
+    def arrow_table(self) -> Any:
+        ts, user, client_id, api_key, topic, counters = aggregate_columns(self.items, self.interval_ms)
+        count = len(ts)
+        values: dict[str, Any] = {
+            **self.identity_columns(AGGREGATE_SCHEMA_VERSION, ts, user, client_id, api_key),
+            "interval_ms": [self.interval_ms] * count,
+            "topic": topic,
+            **dict(zip(AGGREGATE_COUNTERS, counters, strict=True)),
+        }
+        # The quota in force at a row's last charge, as add_quota_fields names it.
+        return _arrow_table(AGGREGATE_SCHEMA_VERSION, values, self.quotas, values["last_ms"], user, client_id, api_key)
+
+
+class RowBatch:
+    """Rows already made (v1 or v2, with their quota fields), as the batches above."""
+
+    def __init__(self, rows: list[Row]) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def slice(self, start: int, stop: int) -> RowBatch:
+        return RowBatch(self.rows[start:stop])
+
+    @property
+    def times_ms(self) -> list[int]:
+        return [row["ts"] for row in self.rows]
+
+    @property
+    def client_ids(self) -> list[str]:
+        return [row["client_id"] for row in self.rows]
+
+    def requests(self) -> list[int] | None:
+        return [row["requests"] for row in self.rows] if self.rows and "requests" in self.rows[0] else None
+
+    def json_lines(self) -> list[str]:
+        return [_json_line(row) for row in self.rows]
+
+    def arrow_table(self) -> Any:
+        import pyarrow as pa
+
+        return pa.Table.from_pylist(self.rows, schema=_arrow_schema(self.rows[0]["v"]))
+
+
+UsageBatch = RequestBatch | AggregateBatch | RowBatch
+
+
+def as_batch(records: list[Row] | UsageBatch) -> UsageBatch:
+    return RowBatch(records) if isinstance(records, list) else records
+
+
+def _arrow_table(
+    version: int,
+    values: dict[str, Any],
+    quotas: QuotasInForce | None,
+    at_ms: list,
+    users: list[str],
+    client_ids: list[str],
+    api_keys: list[int],
+) -> Any:
+    """An Arrow table of `version`'s schema from its columns in `values`, and the quota fields in
+    force at each row's `at_ms`: made once per (quota state, user, client_id, api_key), taken per row."""
+    import pyarrow as pa
+
+    history = [(0, None, None)] if quotas is None else quotas.history()
+    group_of_row, groups = quota_groups(at_ms, users, client_ids, api_keys, [since for since, _, _ in history])
+    fields = []
+    for state, user, client_id, api_key in groups:
+        _, table, windows = history[state]
+        fields.append(NO_QUOTA_FIELDS if table is None else quota_fields(table, user, client_id, api_key, windows))
+    rows_group = pa.array(group_of_row, pa.int32())
+    arrays = []
+    schema = _arrow_schema(version)
+    for column in schema:
+        if column.name in values:
+            arrays.append(pa.array(values[column.name], column.type))
+        else:  # a quota field: once per group
+            arrays.append(pa.array([found[column.name] for found in fields], column.type).take(rows_group))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+class Piece(NamedTuple):
+    """Part of a flush, encoded for a sink: rows of one partition (files) or their messages (Kafka)."""
+
+    partition: str
+    payload: Any  # an Arrow table (Parquet), bytes (JSONL), [(key, value)] (Kafka)
+    rows: int
+    requests: int  # the requests the rows count: what is lost with them
+
+
+@dataclass
+class SinkResult:
+    """What a write did: rows now readable (or sent), requests whose rows were lost, and why."""
+
+    written: int = 0
+    lost_requests: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def lost(self, requests: int, problem: BaseException | str) -> None:
+        self.lost_requests += requests
+        self.problems.append(str(problem))
 
 
 class UsageSink(Protocol):
-    async def write(self, rows: list[Row] | RequestBatch) -> None: ...
+    def encode(self, records: list[Row] | UsageBatch) -> list[Piece]: ...
 
-    async def close(self) -> None: ...
+    async def write_encoded(self, pieces: list[list[Piece]]) -> SinkResult: ...
+
+    def pending(self) -> bool: ...
+
+    async def prepare(self) -> None: ...
+
+    async def close(self) -> SinkResult: ...
+
+
+def _pieces(batch: UsageBatch, encode: Callable[[list[int] | None], Any]) -> list[Piece]:
+    """The batch's rows by hourly partition, each partition's encoded by `encode(row indexes, or
+    None for all)`, with the requests they count."""
+    count = len(batch)
+    if not count:
+        return []
+    requests = batch.requests()
+    pieces = []
+    for partition, indices in by_partition(batch.times_ms, list(range(count))).items():
+        whole = len(indices) == count
+        counted = len(indices) if requests is None else sum(requests[i] for i in indices)
+        pieces.append(Piece(partition, encode(None if whole else indices), len(indices), counted))
+    return pieces
+
+
+class Sink:
+    """What every sink does unless it says otherwise (UsageSink). The recorder encodes a flush slice
+    by slice on the loop (`encode`), then hands the pieces to `write_encoded`; `write` does both at
+    once (tests, tools)."""
+
+    async def write(self, records: list[Row] | UsageBatch) -> SinkResult:
+        return await self.write_encoded([self.encode(records)])
+
+    def encode(self, records: list[Row] | UsageBatch) -> list[Piece]:
+        raise NotImplementedError
+
+    async def write_encoded(self, pieces: list[list[Piece]]) -> SinkResult:
+        raise NotImplementedError
+
+    def pending(self) -> bool:
+        """Something is held that a write with no rows would finish (open files to close)."""
+        return False
+
+    async def prepare(self) -> None:
+        """Before the first flush (leftovers of earlier runs)."""
+
+    async def close(self) -> SinkResult:
+        return SinkResult()
+
+
+class FileSink(Sink):
+    """The file sinks: the pieces are written in a worker thread (`write_blocking`)."""
+
+    async def write_encoded(self, pieces: list[list[Piece]]) -> SinkResult:
+        return await asyncio.get_running_loop().run_in_executor(None, self.write_blocking, pieces)
+
+    def write_blocking(self, pieces: list[list[Piece]]) -> SinkResult:
+        raise NotImplementedError
 
 
 class RotatingFiles:
@@ -313,29 +524,53 @@ class RotatingFiles:
         return folder / f"usage-{self.writer}-{self._sequence:06d}{self.suffix}"
 
 
-class JsonlSink:
-    """Appends rows to hourly-partitioned JSONL files, in a worker thread."""
+class JsonlSink(FileSink):
+    """Appends whole lines to hourly-partitioned JSONL files, in a worker thread. A write that fails
+    (ENOSPC...) is cut back to the file's size before it, so no partial line is left to glue to the
+    next; its rows are counted lost."""
 
     def __init__(self, directory: str | Path, writer: str, max_file_bytes: int) -> None:
         self.files = RotatingFiles(directory, writer, ".jsonl")
         self.max_file_bytes = max_file_bytes
         self._current: tuple[str, Path] | None = None  # (partition, file)
 
-    async def write(self, rows: list[Row] | RequestBatch) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self._write_blocking, rows)
+    def encode(self, records: list[Row] | UsageBatch) -> list[Piece]:
+        batch = as_batch(records)
+        lines = batch.json_lines()
 
-    async def close(self) -> None:
-        return None
+        def text(indices: list[int] | None) -> bytes:
+            chosen = lines if indices is None else [lines[i] for i in indices]
+            return ("\n".join(chosen) + "\n").encode()
 
-    def _write_blocking(self, rows: list[Row] | RequestBatch) -> None:
-        if isinstance(rows, RequestBatch):
-            lines, times_ms = rows.json_lines(), rows.times_ms
-        else:
-            lines, times_ms = [_json_line(row) for row in rows], [row["ts"] for row in rows]
-        for partition, partition_lines in by_partition(times_ms, lines).items():
-            with self._file_for(partition).open("a", encoding="utf-8") as out:
-                out.write("\n".join(partition_lines))  # not + "\n": a second copy of megabytes
-                out.write("\n")
+        return _pieces(batch, text)
+
+    def write_blocking(self, pieces: list[list[Piece]]) -> SinkResult:
+        result = SinkResult()
+        for piece in (piece for encoded in pieces for piece in encoded):
+            try:
+                self._append(self._file_for(piece.partition), piece.payload)
+            except OSError as exc:
+                result.lost(piece.requests, exc)
+            else:
+                result.written += piece.rows
+        return result
+
+    def _append(self, path: Path, data: bytes) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            view = memoryview(data)
+            try:
+                while view:
+                    view = view[os.write(fd, view) :]
+            except OSError:
+                try:
+                    os.ftruncate(fd, size)  # whole lines only: what this write added goes
+                except OSError:
+                    self._current = None  # cannot cut it back: the next write starts a new file
+                raise
+        finally:
+            os.close(fd)
 
     def _file_for(self, partition: str) -> Path:
         current = self._current
@@ -350,66 +585,176 @@ class JsonlSink:
         return path
 
 
-class ParquetSink:
+class OpenParquet(NamedTuple):
+    writer: Any  # pyarrow.parquet.ParquetWriter
+    path: Path  # where it goes once whole
+    opened: float  # time.monotonic()
+    rows: int
+    requests: int
+
+
+HIDDEN_PREFIX, HIDDEN_SUFFIX = ".usage-", ".parquet.open"
+LEFTOVER_GRACE_SECONDS = 60.0  # beyond max_file_seconds: a hidden file untouched that long has no writer
+
+
+class ParquetSink(FileSink):
     """Writes rows to hourly-partitioned Parquet files, one row group per flush, in a worker thread.
 
-    A file is written under a hidden name (`.usage-...parquet.open`, which Spark and pyarrow skip) and
-    renamed when closed: at the hour, at max_file_bytes, after max_file_seconds and on shutdown, so
-    a reader never sees a file without its footer. A crash loses the file being written."""
+    A file is written under a hidden name (`.usage-...parquet.open`, which Spark and pyarrow skip)
+    and renamed into place only when whole: closed (footer written), fsync'd and its footer read back
+    with the rows it should hold; then its folder is fsync'd. It is closed at the hour, at
+    max_file_bytes, after max_file_seconds (traffic or not) and on shutdown. A file
+    that fails on the way (ENOSPC...) is removed and the requests of all its rows counted lost; a
+    crash loses the file being written, and the next start removes it (`prepare`)."""
 
     def __init__(self, directory: str | Path, writer: str, max_file_bytes: int, max_file_seconds: float) -> None:
+        import pyarrow.parquet  # noqa: F401  (now, at start: imported by the first flush, it held the loop ~1 s)
+
         self.files = RotatingFiles(directory, writer, ".parquet")
+        self.writer = writer
         self.max_file_bytes = max_file_bytes
         self.max_file_seconds = max_file_seconds
-        self._open: dict[str, tuple[Any, Path, float]] = {}  # partition -> (ParquetWriter, final path, opened)
+        self._open: dict[str, OpenParquet] = {}  # partition -> its open file
 
-    async def write(self, rows: list[Row] | RequestBatch) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self._write_blocking, rows)
+    def encode(self, records: list[Row] | UsageBatch) -> list[Piece]:
+        batch = as_batch(records)
+        if not len(batch):
+            return []
+        table = batch.arrow_table()
+        return _pieces(batch, lambda indices: table if indices is None else table.take(indices))
 
-    async def close(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self._close_blocking, list(self._open))
+    def pending(self) -> bool:
+        return bool(self._open)
 
-    def _write_blocking(self, rows: list[Row] | RequestBatch) -> None:
+    async def prepare(self) -> None:
+        removed = await asyncio.get_running_loop().run_in_executor(None, self.remove_leftovers)
+        if removed:
+            log.warning("removed %d unfinished usage files of earlier runs from %s", removed, self.files.directory)
+
+    async def close(self) -> SinkResult:
+        return await asyncio.get_running_loop().run_in_executor(None, self._close_all)
+
+    def write_blocking(self, pieces: list[list[Piece]]) -> SinkResult:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if isinstance(rows, RequestBatch):
-            whole = rows.arrow_table()
-            tables = {
-                partition: whole if len(indices) == len(whole) else whole.take(indices)
-                for partition, indices in by_partition(rows.times_ms, list(range(len(rows)))).items()
-            }
-        else:
-            tables = {
-                partition: pa.Table.from_pylist(partition_rows, schema=_arrow_schema(partition_rows[0]["v"]))
-                for partition, partition_rows in by_partition([row["ts"] for row in rows], rows).items()
-            }
+        result = SinkResult()
+        tables: dict[str, list[Piece]] = {}
+        for piece in (piece for encoded in pieces for piece in encoded):
+            tables.setdefault(piece.partition, []).append(piece)
         now = time.monotonic()
-        # Close what is old or from another hour before writing (an hour's last flush lands first).
-        self._close_blocking(
-            [
-                partition
-                for partition, (_, path, opened) in self._open.items()
-                if partition not in tables
-                or now - opened >= self.max_file_seconds
-                or self._hidden(path).stat().st_size >= self.max_file_bytes
-            ]
-        )
-        for partition, table in tables.items():
-            if partition not in self._open:
-                path = self.files.new_path(partition)
-                self._open[partition] = (pq.ParquetWriter(self._hidden(path), table.schema), path, now)
-            self._open[partition][0].write_table(table)
+        # Close what is old, or of an hour no longer written, before writing (an hour's last flush
+        # lands first). A flush with no rows closes only what is old: sparse traffic, few files.
+        for partition, open_file in list(self._open.items()):
+            if (
+                (tables and partition not in tables)
+                or now - open_file.opened >= self.max_file_seconds
+                or self._size(open_file.path) >= self.max_file_bytes
+            ):
+                self._close(partition, result)
+        for partition, parts in tables.items():
+            rows = sum(part.rows for part in parts)
+            requests = sum(part.requests for part in parts)
+            table = parts[0].payload if len(parts) == 1 else pa.concat_tables([part.payload for part in parts])
+            open_file = self._open.get(partition)
+            try:
+                if open_file is None:  # registered first: a writer that fails to start is removed too
+                    path = self.files.new_path(partition)
+                    open_file = self._open[partition] = OpenParquet(None, path, now, 0, 0)
+                    open_file = self._open[partition] = open_file._replace(
+                        writer=pq.ParquetWriter(self._hidden(path), table.schema)
+                    )
+                open_file.writer.write_table(table)
+            except Exception as exc:  # ENOSPC, EIO...: the file may hold part of it, so all of it goes
+                result.lost(requests, exc)
+                self._abandon(partition, result)
+                continue
+            added = open_file._replace(rows=open_file.rows + rows, requests=open_file.requests + requests)
+            self._open[partition] = added
+        return result
 
-    def _close_blocking(self, partitions: list[str]) -> None:
-        for partition in partitions:
-            parquet_writer, path, _ = self._open.pop(partition)
-            parquet_writer.close()
-            self._hidden(path).rename(path)
+    def _close_all(self) -> SinkResult:
+        result = SinkResult()
+        for partition in list(self._open):
+            self._close(partition, result)
+        return result
+
+    def _close(self, partition: str, result: SinkResult) -> None:
+        """Renames the partition's file into place if it is whole and readable; else removes it."""
+        import pyarrow.parquet as pq
+
+        open_file = self._open.pop(partition)
+        hidden = self._hidden(open_file.path)
+        try:
+            open_file.writer.close()
+            fd = os.open(hidden, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            held = pq.read_metadata(hidden).num_rows
+            if held != open_file.rows:
+                raise OSError(f"{hidden} holds {held} rows, {open_file.rows} were written to it")
+            os.rename(hidden, open_file.path)
+        except Exception as exc:
+            hidden.unlink(missing_ok=True)
+            result.lost(open_file.requests, exc)
+            return
+        result.written += open_file.rows
+        with contextlib.suppress(OSError):  # the file is whole either way; this makes its name durable
+            fsync_folder(open_file.path.parent)
+
+    def _abandon(self, partition: str, result: SinkResult) -> None:
+        """The partition's file failed: closed as it is, removed, the requests of its rows lost."""
+        open_file = self._open.pop(partition)
+        try:
+            if open_file.writer is not None:
+                open_file.writer.close()
+        except Exception:  # the file is removed either way
+            pass
+        self._hidden(open_file.path).unlink(missing_ok=True)
+        if open_file.requests:
+            result.lost(open_file.requests, f"{open_file.path.name} removed unfinished")
+
+    def _size(self, path: Path) -> int:
+        try:
+            return self._hidden(path).stat().st_size
+        except OSError:
+            return 0
+
+    def remove_leftovers(self) -> int:
+        """Removes hidden files no live writer will finish: of an earlier run of this proxy (its pid,
+        or a pid no longer running), or untouched for longer than a writer keeps a file open."""
+        proxy_id, pid, _ = self.writer.rsplit("-", 2)
+        stale_before = time.time() - self.max_file_seconds - LEFTOVER_GRACE_SECONDS
+        removed = 0
+        for hidden in self.files.directory.glob(f"date=*/hour=*/{HIDDEN_PREFIX}*{HIDDEN_SUFFIX}"):
+            name = hidden.name[len(HIDDEN_PREFIX) : -len(HIDDEN_SUFFIX)]
+            parts = name.rsplit("-", 3)  # proxy id, pid, start ms, file number
+            if name.startswith(self.writer + "-") or len(parts) != 4:
+                continue
+            try:
+                earlier_run = parts[0] == proxy_id and (parts[1] == pid or not _running(int(parts[1])))
+                if earlier_run or hidden.stat().st_mtime < stale_before:
+                    hidden.unlink()
+                    removed += 1
+            except (OSError, ValueError):
+                continue
+        return removed
 
     @staticmethod
     def _hidden(path: Path) -> Path:
         return path.with_name(f".{path.name}.open")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _quota_field_type(name: str) -> Any:
@@ -454,7 +799,7 @@ def _arrow_schema(version: int) -> Any:
     return pa.schema([*fields, *quotas])
 
 
-class KafkaSink:
+class KafkaSink(Sink):
     """Sends rows as JSON to a Kafka topic (directly to the cluster, not through the proxy), over the
     cluster's own security: TLS ([upstream.tls], else the system's CAs) and SASL PLAIN or SCRAM."""
 
@@ -487,7 +832,16 @@ class KafkaSink:
         )
         self._started = False
 
-    async def write(self, rows: list[Row] | RequestBatch) -> None:
+    def encode(self, records: list[Row] | UsageBatch) -> list[Piece]:
+        """One piece: the rows' (key, JSON value) messages, keyed by client id."""
+        batch = as_batch(records)
+        if not len(batch):
+            return []
+        requests = batch.requests()
+        return [Piece("", _encode_for_kafka(batch), len(batch), len(batch) if requests is None else sum(requests))]
+
+    async def write_encoded(self, pieces: list[list[Piece]]) -> SinkResult:
+        """Sends every piece's messages; raises (all of them lost) if the cluster cannot be reached."""
         if not self._started:
             try:
                 await self._producer.start()
@@ -497,19 +851,71 @@ class KafkaSink:
                     "usage.kafka_security_protocol and the SASL user and password (usage.kafka_sasl_*)"
                 ) from exc
             self._started = True
-        encoded = await asyncio.get_running_loop().run_in_executor(None, _encode_for_kafka, rows)
-        sends = [await self._producer.send(self.topic, value=value, key=key) for key, value in encoded]
-        await asyncio.gather(*sends)
+        result = SinkResult()
+        for piece in (piece for encoded in pieces for piece in encoded):
+            sends = [await self._producer.send(self.topic, value=value, key=key) for key, value in piece.payload]
+            await asyncio.gather(*sends)
+            result.written += piece.rows
+        return result
 
-    async def close(self) -> None:
+    async def close(self) -> SinkResult:
         if self._started:
             await self._producer.stop()
+        return SinkResult()
 
 
-def _encode_for_kafka(rows: list[Row] | RequestBatch) -> list[tuple[bytes, bytes]]:
-    if isinstance(rows, RequestBatch):
-        return [(key.encode(), line.encode()) for key, line in zip(rows.client_ids, rows.json_lines(), strict=True)]
-    return [(row["client_id"].encode(), _json_line(row).encode()) for row in rows]
+def _encode_for_kafka(records: list[Row] | UsageBatch) -> list[tuple[bytes, bytes]]:
+    batch = as_batch(records)
+    return [(key.encode(), line.encode()) for key, line in zip(batch.client_ids, batch.json_lines(), strict=True)]
+
+
+# Rows a flush turns into the sink's format at a time on the loop, before it lets other callbacks
+# run: a slice costs ~1-3 ms (columns, quota fields, Arrow or JSON), so a flush of 100 000 rows never
+# holds the loop longer than that at once. (Made in a worker thread instead, the same Python held the
+# GIL and every other connection's read waited for it: issue 34 item 4.)
+SLICE_ROWS = 1000
+WARN_EVERY_SECONDS = 30.0  # a failing sink logs at once, then this often while it keeps failing
+
+
+class SinkTrouble:
+    """Warnings about a failing sink for as long as it fails: the first failure at once, then one
+    line every WARN_EVERY_SECONDS with what was lost meanwhile, and one when it works again."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.failing_since: float | None = None
+        self._warned_at = 0.0
+        self._lost = self._failures = 0  # since the last warning
+
+    def failed(self, lost_requests: int, problems: list[str]) -> None:
+        now = self.clock()
+        self._lost += lost_requests
+        self._failures += 1
+        if self.failing_since is None:
+            self.failing_since = now
+        elif now - self._warned_at < WARN_EVERY_SECONDS:
+            return
+        log.warning(
+            "usage sink failing (for %.0f s): the records of %d requests lost in %d failed writes since the last "
+            "warning; latest: %s",
+            now - self.failing_since,
+            self._lost,
+            self._failures,
+            problems[-1] if problems else "?",
+        )
+        self._warned_at = now
+        self._lost = self._failures = 0
+
+    def succeeded(self) -> None:
+        if self.failing_since is None:
+            return
+        log.warning(
+            "usage sink writing again after %.0f s; the records of %d requests lost since the last warning",
+            self.clock() - self.failing_since,
+            self._lost,
+        )
+        self.failing_since = None
+        self._lost = self._failures = 0
 
 
 class UsageRecorder:
@@ -532,10 +938,13 @@ class UsageRecorder:
         self.collector: RequestCollector | AggregateCollector = (
             RequestCollector(config.buffer_records)
             if config.records == "request"
-            else AggregateCollector(config.buffer_records, config.interval_ms)
+            else AggregateCollector(config.buffer_records, config.interval_ms, config.topics_per_entity)
         )
         self._seq = 0
-        self._failures_logged = 0
+        self._folded_counted = 0
+        self.trouble = SinkTrouble()
+        self._prepared = False
+        self._flushing: asyncio.Future[None] | None = None
 
     def add(self, record: UsageRecord) -> None:
         """Counts the record in, or counts it as dropped when the collector is full. (The session
@@ -547,15 +956,23 @@ class UsageRecorder:
         self.metrics.usage_dropped_total.inc()
 
     async def run(self) -> None:
-        """Flushes every flush_interval_seconds; at shutdown (cancelled), flushes and closes the sink.
-        A failure leaves the sink open: the supervisor starts this again and records keep going."""
+        """Flushes every flush_interval_seconds; at shutdown (cancelled), lets a flush under way end,
+        flushes and closes the sink. A failure leaves the sink open: the supervisor starts this again
+        and records keep going."""
         try:
+            if not self._prepared:
+                await self.sink.prepare()
+                self._prepared = True
             while True:
                 await asyncio.sleep(self.config.flush_interval_seconds)
-                await self.flush()
+                self._flushing = asyncio.ensure_future(self.flush())
+                await asyncio.shield(self._flushing)
         except asyncio.CancelledError:
+            if self._flushing is not None and not self._flushing.done():
+                with contextlib.suppress(Exception):
+                    await self._flushing  # one write at a time: the sink's files are not shared
             await self.flush()
-            await self.sink.close()
+            self._account(await self.sink.close(), 0)
             raise
 
     def quotas_changed(self, table: QuotaTable, at_ms: int, windows: QuotaWindows | None = None) -> None:
@@ -563,36 +980,66 @@ class UsageRecorder:
         if self.quotas is not None:
             self.quotas.changed(table, at_ms, windows)
 
-    def take_records(self) -> tuple[int, int, Callable[[], list[Row] | RequestBatch]]:
-        """Empties the collector: (requests, rows, what makes the records for the sink, to be run
-        off the loop). v1 records go as their columns (the sink writes them), v2 as rows."""
+    def take_records(self) -> tuple[int, int, RequestBatch | AggregateBatch]:
+        """Empties the collector: (requests, rows, the batch the sink encodes, slice by slice)."""
         quotas = self.quotas
         first_seq = self._seq
-        if isinstance(self.collector, RequestCollector):
-            requests = len(self.collector)
-            batch = RequestBatch(self.collector.take_columns(), self.proxy_id, self.writer, first_seq, quotas)
-            self._seq += requests
-            return requests, requests, lambda: batch
-        requests, row_count, make_rows = self.collector.take(self.proxy_id, self.writer, first_seq)
-        self._seq += row_count
-        return requests, row_count, lambda: add_quota_fields(make_rows(), quotas)
+        collector = self.collector
+        if isinstance(collector, RequestCollector):
+            requests = len(collector)
+            batch: RequestBatch | AggregateBatch = RequestBatch(
+                collector.take_columns(), self.proxy_id, self.writer, first_seq, quotas
+            )
+        else:
+            requests, items = collector.take_aggregates()
+            batch = AggregateBatch(items, collector.interval_ms, self.proxy_id, self.writer, first_seq, quotas)
+        self._seq += len(batch)
+        return requests, len(batch), batch
 
     async def flush(self) -> None:
+        """Hands what was collected to the sink: encoded SLICE_ROWS rows at a time on the loop (other
+        connections are served between two slices), written in a worker thread."""
         if self.quotas is not None:  # no row to come is older than a minute (a request's latency)
             self.quotas.forget_before(time.time() * 1000 - QUOTA_HISTORY_MS)
+        self._count_folded()
         if not len(self.collector):
+            if self.sink.pending():  # files to close (aged, or their hour over) though nothing came
+                await self._write([], 0)
             return
-        requests, row_count, make_records = self.take_records()
+        requests, _rows, batch = self.take_records()
         try:
-            records = await asyncio.get_running_loop().run_in_executor(None, make_records)
-            await self.sink.write(records)
-        except Exception as exc:  # a failing sink must not take the proxy down
-            self.metrics.usage_dropped_total.inc(requests)
-            if self._failures_logged < 10:  # do not flood the log while the sink stays down
-                self._failures_logged += 1
-                log.warning("usage sink failed, %d records dropped: %s", requests, exc)
+            pieces = []
+            for start in range(0, len(batch), SLICE_ROWS):
+                pieces.append(self.sink.encode(batch.slice(start, start + SLICE_ROWS)))
+                await asyncio.sleep(0)
+        except Exception as exc:  # a failing encoder must not take the proxy down
+            self._account(SinkResult(0, requests, [repr(exc)]), requests)
             return
-        self.metrics.usage_written_total.inc(row_count)
+        await self._write(pieces, requests)
+
+    async def _write(self, pieces: list[list[Piece]], requests: int) -> None:
+        try:
+            result = await self.sink.write_encoded(pieces)
+        except Exception as exc:  # a failing sink must not take the proxy down
+            result = SinkResult(0, requests, [str(exc)])
+        self._account(result, requests)
+
+    def _account(self, result: SinkResult, requests: int) -> None:
+        """Counts what a write made readable and what it lost; warns while the sink fails."""
+        if result.written:
+            self.metrics.usage_written_total.inc(result.written)
+        if result.lost_requests:
+            self.metrics.usage_dropped_total.inc(result.lost_requests)
+        if result.problems:
+            self.trouble.failed(result.lost_requests, result.problems)
+        elif requests:
+            self.trouble.succeeded()
+
+    def _count_folded(self) -> None:
+        folded = getattr(self.collector, "topics_folded", 0)
+        if folded > self._folded_counted:
+            self.metrics.usage_topics_folded_total.inc(folded - self._folded_counted)
+            self._folded_counted = folded
 
 
 def writer_id(proxy_id: str) -> str:

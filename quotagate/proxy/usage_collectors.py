@@ -14,6 +14,10 @@ from typing import Any, NamedTuple
 REQUEST_SCHEMA_VERSION = 1  # one record per request
 AGGREGATE_SCHEMA_VERSION = 2  # one record per interval and key
 PRODUCE = 0  # ApiKey.PRODUCE, the only API whose aggregates are kept per topic
+# The topic of the row that sums an entity's produce topics beyond usage.topics_per_entity in an
+# interval (and names longer than Kafka's TOPIC_NAME_MAX): not a name Kafka accepts for a topic.
+OTHER_TOPICS = "<other topics>"
+TOPIC_NAME_MAX = 249  # Kafka's limit on a topic name (Topic.MAX_NAME_LENGTH)
 
 Row = dict[str, Any]
 # The JSON text of one value as the sinks' encoder writes it (json.dumps, no spaces): made once.
@@ -328,6 +332,15 @@ class Counters:
             self.shadow_throttle_ms, self.throttled_bytes, self.first_ms, self.last_ms, self.charge_offset_ms,
         ]  # fmt: skip
 
+    def written(self) -> list:
+        """values() as rows carry them: sizes and times whole, the two float sums to the µs."""
+        return [
+            self.requests, round(self.bytes_in), self.bytes_out, round(self.request_time_ms, 3), self.throttle_ms,
+            self.throttle_ms_max, self.throttled_requests, self.refusals, self.partitions_mutated,
+            self.shadow_throttle_ms, round(self.throttled_bytes), round(self.first_ms), round(self.last_ms),
+            round(self.charge_offset_ms, 3),
+        ]  # fmt: skip
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Counters) and self.values() == other.values()
 
@@ -342,11 +355,16 @@ class AggregateCollector:
     per-topic sizes) and counts the request, its time, throttle and refusal on its first topic's
     row, so that sums over topics are exact."""
 
-    def __init__(self, limit: int, interval_ms: int) -> None:
+    def __init__(self, limit: int, interval_ms: int, topics_per_entity: int = 1000) -> None:
         self.limit = limit
         self.interval_ms = interval_ms
+        self.topics_per_entity = topics_per_entity
         self.aggregates: dict[tuple[int, str, str, int, str], Counters] = {}
         self.requests = 0
+        # Produce topics with a row of their own, per (interval, user, client_id): past
+        # topics_per_entity, the others go to the OTHER_TOPICS row, whatever names a client invents.
+        self._topics_named: dict[tuple[int, str, str], int] = {}
+        self.topics_folded = 0  # topics of requests counted under OTHER_TOPICS, since the collector began
         # The last single-topic row added to, and its key's parts: a connection's next exchange
         # nearly always adds to it again (no key to build, hash and look up).
         self._last = None
@@ -399,11 +417,22 @@ class AggregateCollector:
             ):
                 key = (interval, user, client_id, api_key, topic)
                 counters = self.aggregates.get(key)
+                folded = False
+                if counters is None and api_key == PRODUCE and len(topic) > 0:  # a topic new to the interval
+                    entity = (interval, user, client_id)
+                    named = self._topics_named.get(entity, 0)
+                    if named >= self.topics_per_entity or len(topic) > TOPIC_NAME_MAX:
+                        folded = True
+                        self.topics_folded += 1
+                        key = (interval, user, client_id, api_key, OTHER_TOPICS)
+                        counters = self.aggregates.get(key)
+                    else:
+                        self._topics_named[entity] = named + 1
                 if counters is None:
                     if len(self.aggregates) >= self.limit:
                         return False
                     counters = self.aggregates[key] = Counters(charged_ms)
-                if share == 1:
+                if share == 1 and not folded:  # a folded topic is looked up (and counted) again
                     self._last = counters
                     self._last_interval = interval
                     self._last_user = user
@@ -438,37 +467,108 @@ class AggregateCollector:
     def __len__(self) -> int:
         return self.requests
 
-    def take(self, proxy_id: str, writer: str, first_seq: int) -> tuple[int, int, Callable[[], list[Row]]]:
+    def take_aggregates(self) -> tuple[int, list]:
+        """Empties the collector: (requests, [((interval, user, client_id, api_key, topic), Counters)])."""
         aggregates, requests = self.aggregates, self.requests
         self.aggregates, self.requests = {}, 0
+        self._topics_named = {}
         self._last = None
+        return requests, list(aggregates.items())
+
+    def take(self, proxy_id: str, writer: str, first_seq: int) -> tuple[int, int, Callable[[], list[Row]]]:
+        """Empties the collector; returns (requests, rows, a function making the rows)."""
+        requests, items = self.take_aggregates()
         interval_ms = self.interval_ms
+        return requests, len(items), lambda: aggregate_rows(items, proxy_id, writer, first_seq, interval_ms)
 
-        def rows() -> list[Row]:
-            out = []
-            for seq, ((interval, user, client_id, api_key, topic), counters) in enumerate(
-                aggregates.items(), first_seq
-            ):
-                row: Row = {
-                    "v": AGGREGATE_SCHEMA_VERSION,
-                    "ts": interval * interval_ms,
-                    "interval_ms": interval_ms,
-                    "proxy": proxy_id,
-                    "writer": writer,
-                    "seq": seq,
-                    "user": user,
-                    "client_id": client_id,
-                    "api_key": api_key,
-                    "topic": topic,
-                }
-                row.update(zip(AGGREGATE_COUNTERS, counters.values(), strict=True))
-                row["bytes_in"] = round(row["bytes_in"])
-                row["throttled_bytes"] = round(row["throttled_bytes"])
-                row["request_time_ms"] = round(row["request_time_ms"], 3)
-                row["first_ms"] = round(row["first_ms"])
-                row["last_ms"] = round(row["last_ms"])
-                row["charge_offset_ms"] = round(row["charge_offset_ms"], 3)
-                out.append(row)
-            return out
 
-        return requests, len(aggregates), rows
+def aggregate_rows(items: list, proxy_id: str, writer: str, first_seq: int, interval_ms: int) -> list[Row]:
+    """The v2 rows of AggregateCollector.take_aggregates' items, without their quota fields."""
+    out = []
+    for seq, ((interval, user, client_id, api_key, topic), counters) in enumerate(items, first_seq):
+        row: Row = {
+            "v": AGGREGATE_SCHEMA_VERSION,
+            "ts": interval * interval_ms,
+            "interval_ms": interval_ms,
+            "proxy": proxy_id,
+            "writer": writer,
+            "seq": seq,
+            "user": user,
+            "client_id": client_id,
+            "api_key": api_key,
+            "topic": topic,
+        }
+        row.update(zip(AGGREGATE_COUNTERS, counters.written(), strict=True))
+        out.append(row)
+    return out
+
+
+def aggregate_columns(items: list, interval_ms: int) -> tuple:
+    """The columns of the same rows, for Arrow: ts, user, client_id, api_key, topic, and one list per
+    counter in AGGREGATE_COUNTERS' order, valued as aggregate_rows writes them (Counters.written)."""
+    ts = []
+    users = []
+    client_ids = []
+    api_keys = []
+    topics = []
+    requests = []
+    bytes_in = []
+    bytes_out = []
+    request_time_ms = []
+    throttle_ms = []
+    throttle_ms_max = []
+    throttled_requests = []
+    refusals = []
+    partitions_mutated = []
+    shadow_throttle_ms = []
+    throttled_bytes = []
+    first_ms = []
+    last_ms = []
+    charge_offset_ms = []
+    for (interval, user, client_id, api_key, topic), counters in items:
+        ts.append(interval * interval_ms)
+        users.append(user)
+        client_ids.append(client_id)
+        api_keys.append(api_key)
+        topics.append(topic)
+        requests.append(counters.requests)
+        bytes_in.append(round(counters.bytes_in))
+        bytes_out.append(counters.bytes_out)
+        request_time_ms.append(round(counters.request_time_ms, 3))
+        throttle_ms.append(counters.throttle_ms)
+        throttle_ms_max.append(counters.throttle_ms_max)
+        throttled_requests.append(counters.throttled_requests)
+        refusals.append(counters.refusals)
+        partitions_mutated.append(counters.partitions_mutated)
+        shadow_throttle_ms.append(counters.shadow_throttle_ms)
+        throttled_bytes.append(round(counters.throttled_bytes))
+        first_ms.append(round(counters.first_ms))
+        last_ms.append(round(counters.last_ms))
+        charge_offset_ms.append(round(counters.charge_offset_ms, 3))
+    counter_columns = [
+        requests, bytes_in, bytes_out, request_time_ms, throttle_ms, throttle_ms_max, throttled_requests, refusals,
+        partitions_mutated, shadow_throttle_ms, throttled_bytes, first_ms, last_ms, charge_offset_ms,
+    ]  # fmt: skip
+    return ts, users, client_ids, api_keys, topics, counter_columns
+
+
+def quota_groups(at_ms: list, users: list, client_ids: list, api_keys: list, quota_since: list) -> tuple:
+    """Rows by what names their quota fields: (group of each row, [(quota state, user, client_id,
+    api_key)] of each group), the state the last of `quota_since` (QuotasInForce's history) in force
+    at the row's `at_ms`, as QuotasInForce.state_at finds it."""
+    states = len(quota_since)
+    groups = {}
+    keys = []
+    group_of_row = []
+    for i in range(len(at_ms)):
+        at = at_ms[i]
+        state = states - 1
+        while state > 0 and quota_since[state] > at:
+            state -= 1
+        key = (state, users[i], client_ids[i], api_keys[i])
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = len(keys)
+            keys.append(key)
+        group_of_row.append(group)
+    return group_of_row, keys

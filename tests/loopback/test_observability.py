@@ -9,20 +9,21 @@ import json
 from quotagate.config.settings import UsageConfig
 from quotagate.protocol.apis import ApiKey
 from quotagate.proxy.metrics import ProxyMetrics
-from quotagate.proxy.usage import UsageRecorder
+from quotagate.proxy.usage import Piece, Sink, SinkResult, UsageRecorder
 from tests.support.http import http_get
 from tests.support.usage import record
 
 
-class StuckSink:
+class StuckSink(Sink):
     def __init__(self) -> None:
         self.release = asyncio.Event()
 
-    async def write(self, records: list[dict]) -> None:
-        await self.release.wait()
+    def encode(self, records: object) -> list[Piece]:
+        return [Piece("", None, len(records), len(records))]  # type: ignore[arg-type]
 
-    async def close(self) -> None:
-        return None
+    async def write_encoded(self, pieces: list[list[Piece]]) -> SinkResult:
+        await self.release.wait()
+        return SinkResult()
 
 
 async def test_a_stuck_sink_bounds_memory_and_counts_what_it_drops() -> None:

@@ -119,3 +119,38 @@ def test_the_report_opens_offline_and_its_charts_draw(spark, tmp_path: Path) -> 
     assert (width, height) == (1000, 1200)
     assert count_colour(rows, BUCKET_BLUE) > 500 and count_colour(rows, KAFKA_PURPLE) > 200, f"see {SCREENSHOT}"
     print(f"screenshot: {SCREENSHOT}")
+
+
+# Client ids that broke the page's script or its template: `<!--<script>` put the HTML parser in its
+# "double escaped" script state (no chart drew), `</script>` ends a script element, U+2028/9 end a
+# line in old JavaScript, and the template's own placeholders were replaced inside the data.
+HOSTILE_IDS = [
+    "<!--<script>",
+    "</script><script>document.title='pwned'</script>",
+    "\u2028\u2029 -->",
+    "__ROWS__ __DATA__ __TITLE__",
+    "emoji \U0001f600 \"quoted\" back\\slash 'single' &amp; <b>bold</b>",
+    "]]> <![CDATA[ <!-- x",
+]
+
+
+def test_every_chart_draws_whatever_the_client_ids(spark, tmp_path: Path) -> None:
+    entities = [
+        SyntheticEntity("ANONYMOUS" if i % 2 else f"user <{i}>", client_id, 100_000 * (i + 1), 10)
+        for i, client_id in enumerate(HOSTILE_IDS)
+    ]
+    table = synthetic_aggregates(spark, entities, 30).cache()
+    results = whatif(table, keys=["producer_byte_rate"]).cache()
+    recommendations = with_current(recommend(results).toPandas(), None)
+    data = report_data(table, results, recommendations)
+    report = tmp_path / "report.html"
+    report.write_text(render_report(data), encoding="utf-8")
+
+    dom = chromium("--dump-dom", report.as_uri())
+    charts = len(data["order"]) * 2  # per entity: its usage over time, and one what-if curve (one key)
+    assert len(data["order"]) == len(HOSTILE_IDS)
+    assert f'data-charts="{charts}"' in dom, "the script ran and made every chart"
+    assert dom.count('data-drawn="2"') == charts, "every chart drew its two lines"
+    assert "<title>quotagate usage report</title>" in dom and "pwned" not in dom.split("</title>")[0]
+    assert "<b>bold</b>" not in dom, "a name is text, never markup"
+    assert dom.count("<table>") == 1 and dom.count("<tr>") == 1 + len(HOSTILE_IDS)

@@ -18,6 +18,7 @@ from quotagate.proxy.usage import (
     ParquetSink,
     QuotasInForce,
     RequestCollector,
+    SinkResult,
     UsageRecord,
     UsageRecorder,
     add_quota_fields,
@@ -261,12 +262,14 @@ async def test_aggregates_land_in_hourly_parquet_files_readable_once_closed(tmp_
     assert [(r["v"], r["requests"], r["bytes_in"], r["topic"]) for r in first] == [(2, 2, 2400, "orders")]
 
 
-class BrokenSink:
-    async def write(self, records: list[dict]) -> None:
-        raise OSError("disk full")
+class BrokenSink(JsonlSink):
+    """Encodes as the JSONL sink does; every write fails."""
 
-    async def close(self) -> None:
-        return None
+    def __init__(self) -> None:
+        super().__init__("/nonexistent", "w", 1)
+
+    async def write_encoded(self, pieces: list) -> SinkResult:  # type: ignore[type-arg]
+        raise OSError("disk full")
 
 
 async def test_a_failing_sink_drops_the_batch_and_keeps_going() -> None:
@@ -275,6 +278,7 @@ async def test_a_failing_sink_drops_the_batch_and_keeps_going() -> None:
     recorder.add(record(1))
     await recorder.flush()
     assert metrics.usage_dropped_total._value.get() == 1 and not len(recorder.collector)
+    assert recorder.trouble.failing_since is not None
 
 
 def test_usage_config_is_validated_with_the_key_named() -> None:

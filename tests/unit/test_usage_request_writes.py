@@ -180,11 +180,10 @@ def test_a_flush_of_request_records_hands_the_sink_columns_with_their_sequence_n
     )
     for r in varied_records(1, 4):
         recorder.add(r)
-    requests, row_count, make = recorder.take_records()
-    first = make()
+    requests, row_count, first = recorder.take_records()
     assert (requests, row_count, len(first), first.first_seq) == (3, 3, 3, 0)  # the 4th was dropped
     recorder.add(varied_records(2, 1)[0])
-    assert recorder.take_records()[2]().first_seq == 3
+    assert recorder.take_records()[2].first_seq == 3
     assert not len(recorder.collector)
 
 
@@ -204,3 +203,24 @@ def test_a_latency_is_written_as_the_encoder_writes_it_rounded_to_the_microsecon
         text = importlib.import_module(name).milliseconds_text
         wrong = [(v, text(v)) for v in values if text(v) != json.dumps(round(v, 3))]
         assert not wrong, f"{name}: {wrong[:5]}"
+
+
+@pytest.mark.parametrize("quotas", QUOTAS.values(), ids=QUOTAS.keys())
+def test_v2_arrow_from_columns_is_the_table_from_rows(quotas) -> None:
+    """v2 aggregates are written to Parquet from columns (AggregateBatch.arrow_table); they must be
+    the table its rows (with their quota fields) made, field for field, slice by slice."""
+    import pyarrow as pa
+
+    from quotagate.proxy.usage import AggregateBatch, AggregateCollector, _arrow_schema
+
+    in_force = quotas()
+    collector = AggregateCollector(10_000, 1000, topics_per_entity=3)
+    for r in varied_records(3, 600):
+        collector.add(r)
+    _, items = collector.take_aggregates()
+    batch = AggregateBatch(items, 1000, "proxy-1", "proxy-1-7-1", 40, in_force)
+    for start in (0, 7, 100):
+        part = batch.slice(start, start + 150)
+        want = pa.Table.from_pylist(part.rows(), schema=_arrow_schema(2))
+        have = part.arrow_table()
+        assert have.schema.equals(want.schema) and have.to_pylist() == want.to_pylist()
