@@ -97,9 +97,6 @@ class ProxyMetrics:
             ["session"],
             registry=self.registry,
         )
-        # Looked up once: the core counts through these.
-        self.throttled_full_fetches = self.throttled_fetches_total.labels(session="full")
-        self.throttled_incremental_fetches = self.throttled_fetches_total.labels(session="incremental")
         self.tls_handshake_failures_total = Counter(
             "quotagate_tls_handshake_failures",
             "Client TLS handshakes that failed, by reason (OpenSSL's, or timeout, closed_by_client)",

@@ -666,7 +666,7 @@ class SessionCore:
                         # Full or sessionless: nothing at the broker depends on it; the proxy answers.
                         local = throttled_fetch_response(correlation_id, version)
                         forwarded = None
-                        self._metrics.throttled_full_fetches.inc()
+                        self._metrics.throttled_fetches_total.labels(session="full").inc()
                     else:
                         # Incremental: the broker's session must take it (its changes, its next epoch),
                         # as the client's will when it reads the answer; asked to answer at once with
@@ -674,7 +674,7 @@ class SessionCore:
                         replace_answer = True
                         view = frame if frame is not None else memoryview(data)[pos:end]
                         forwarded = patched_fetch_request(view, at - pos, 0, True)
-                        self._metrics.throttled_incremental_fetches.inc()
+                        self._metrics.throttled_fetches_total.labels(session="incremental").inc()
                     self._mute(refusal_wait, now)
                     stop = True
                 elif (
