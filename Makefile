@@ -261,14 +261,23 @@ $(HELM):
 helm-tool: $(HELM)
 
 # Go clients' quota admin calls through the proxy and direct (tests/integration/test_quota_admin_go_clients.py):
-# franz-go's kadm driven by tests/go/kadm_quotas, built with its module and build caches under .cache/go-quota-suites.
+# franz-go's kadm driven by tests/go/kadm_quotas, and IBM/sarama's own functional TestFuncAdminQuotas with the
+# toxiproxy server its suite needs (run in a network namespace by tests/go/sarama_quotas.py), built from their Go
+# modules with the module and build caches under .cache/go-quota-suites (~3 min the first time).
 GO_QUOTA_SUITES := .cache/go-quota-suites
 GO_QUOTA_ENV := GOMODCACHE=$(CURDIR)/$(GO_QUOTA_SUITES)/mod GOCACHE=$(CURDIR)/$(GO_QUOTA_SUITES)/build GOFLAGS=-modcacherw GOTOOLCHAIN=local
+SARAMA_VERSION := v1.61.1
+TOXIPROXY_VERSION := v2.12.0
 $(GO_QUOTA_SUITES)/kadm_quotas: tests/go/kadm_quotas/main.go tests/go/kadm_quotas/go.mod tests/go/kadm_quotas/go.sum
 	cd tests/go/kadm_quotas && $(GO_QUOTA_ENV) go build -o $(CURDIR)/$@ .
+$(GO_QUOTA_SUITES)/sarama_functional.test:
+	$(GO_QUOTA_ENV) go mod download github.com/IBM/sarama@$(SARAMA_VERSION)
+	cd $(GO_QUOTA_SUITES)/mod/github.com/\!i\!b\!m/sarama@$(SARAMA_VERSION) && $(GO_QUOTA_ENV) nice go test -c -tags functional -o $(CURDIR)/$@ .
+$(GO_QUOTA_SUITES)/bin/server:
+	$(GO_QUOTA_ENV) GOBIN=$(CURDIR)/$(GO_QUOTA_SUITES)/bin nice go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
 
 .PHONY: go-quota-clients
-go-quota-clients: $(GO_QUOTA_SUITES)/kadm_quotas
+go-quota-clients: $(GO_QUOTA_SUITES)/kadm_quotas $(GO_QUOTA_SUITES)/sarama_functional.test $(GO_QUOTA_SUITES)/bin/server
 
 # Headless Chromium (Debian's package) renders the pipeline's HTML report in its test.
 .PHONY: chromium
