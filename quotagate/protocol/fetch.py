@@ -4,8 +4,9 @@ decoding it (never its topics or records).
 - A request's fixed fields all follow max_wait_ms at fixed distances, in every version the proxy
   passes (flexible versions encode int fields as they are): min_bytes, max_bytes (v3+),
   isolation_level (v4+), session_id and session_epoch (v7+, KIP-227).
-- `patched_fetch_request`: the frame with max_bytes lowered (a consumer_byte_rate's cap, KAFKA-9677),
-  and max_wait_ms and min_bytes too for a fetch whose answer will be replaced (below).
+- The session core (proxy/session_core.py, compiled) writes a lowered max_bytes (a consumer_byte_rate's
+  cap, KAFKA-9677) into a copy of the frame, and max_wait_ms and min_bytes 0 for a fetch whose answer
+  will be replaced (below), at these offsets.
 - `throttled_fetch_response`: what the broker answers a fetch that arrives while its client is
   throttled (KIP-219, FetchContext.getThrottledResponse): no data, error NONE, session id 0 for a
   full or sessionless fetch; `throttled_fetch_replacement` makes the same from the broker's answer
@@ -15,7 +16,7 @@ decoding it (never its topics or records).
 
 from __future__ import annotations
 
-from struct import pack, pack_into, unpack_from
+from struct import pack, unpack_from
 
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
 from quotagate.protocol.headers import response_body_offset
@@ -43,18 +44,6 @@ def fetch_max_wait_ms(frame: memoryview, body_offset: int, version: int) -> int:
     if offset + 4 > len(frame):
         raise FrameError("fetch request too short to hold max_wait_ms")
     return max(unpack_from(">i", frame, offset)[0], 0)
-
-
-def patched_fetch_request(frame: bytes | memoryview, max_wait_at: int, max_bytes: int, answer_replaced: bool) -> bytes:
-    """A copy of the fetch request `frame` (size prefix included; max_wait_ms at `max_wait_at`, a
-    v3+ request) asking for at most `max_bytes`; with `answer_replaced`, also asking the broker to
-    answer at once with as little as it can (max_wait_ms and min_bytes 0: it then returns at most
-    the first record batch it finds, KIP-74), because the proxy answers the client without it."""
-    patched = bytearray(frame)
-    pack_into(">i", patched, max_wait_at + MAX_BYTES_AFTER, max_bytes)
-    if answer_replaced:
-        pack_into(">ii", patched, max_wait_at, 0, 0)
-    return bytes(patched)
 
 
 def throttled_fetch_response(correlation_id: int, version: int, error_code: int = 0, session_id: int = 0) -> bytes:

@@ -34,11 +34,11 @@ from quotagate.protocol.apis import ApiKey, api_name, is_flexible
 from quotagate.protocol.fetch import (
     MAX_BYTES_AFTER,
     MAX_BYTES_FROM,
+    MIN_BYTES_AFTER,
     REPLICA_ID_IN_BODY_UNTIL,
     SESSION_EPOCH_AFTER,
     SESSIONS_FROM,
     max_wait_offset,
-    patched_fetch_request,
     throttled_fetch_replacement,
     throttled_fetch_response,
 )
@@ -673,7 +673,7 @@ class SessionCore:
                         # next to nothing, and that answer emptied (`_respond`).
                         replace_answer = True
                         view = frame if frame is not None else memoryview(data)[pos:end]
-                        forwarded = patched_fetch_request(view, at - pos, 0, True)
+                        forwarded = _patched_fetch(view, at - pos, 0, True)
                         self._metrics.throttled_fetches_total.labels(session="incremental").inc()
                     self._mute(refusal_wait, now)
                     stop = True
@@ -683,7 +683,7 @@ class SessionCore:
                     and i32(buf, at + MAX_BYTES_AFTER) > buckets.fetch_max_bytes
                 ):
                     view = frame if frame is not None else memoryview(data)[pos:end]
-                    forwarded = patched_fetch_request(view, at - pos, buckets.fetch_max_bytes, False)
+                    forwarded = _patched_fetch(view, at - pos, buckets.fetch_max_bytes, False)
         if policy & self.hooked:
             view = frame if frame is not None else memoryview(data)[pos:end]
             header = RequestHeader(
@@ -1137,6 +1137,26 @@ def _short(peek_end, end):
     """A read past the bytes peeked at: _ShortPeek when the frame has more of them."""
     if peek_end < end:
         raise _ShortPeek()
+
+
+def _patched_fetch(frame, max_wait_at, max_bytes, answer_replaced):
+    """A copy of the fetch request `frame` (size prefix included, max_wait_ms at `max_wait_at`, v3+)
+    asking for at most `max_bytes`, its other bytes the client's; with `answer_replaced`, also asking
+    the broker to answer at once with as little as it can (max_wait_ms and min_bytes 0: at most the
+    first record batch it finds, KIP-74), because the proxy answers the client without it."""
+    patched = bytearray(frame)
+    _put_i32(patched, max_wait_at + MAX_BYTES_AFTER, max_bytes)
+    if answer_replaced:
+        _put_i32(patched, max_wait_at, 0)
+        _put_i32(patched, max_wait_at + MIN_BYTES_AFTER, 0)
+    return patched
+
+
+def _put_i32(buf, pos, value):
+    buf[pos] = (value >> 24) & 0xFF
+    buf[pos + 1] = (value >> 16) & 0xFF
+    buf[pos + 2] = (value >> 8) & 0xFF
+    buf[pos + 3] = value & 0xFF
 
 
 def _within(needed, peek_end, end):

@@ -183,6 +183,8 @@ cdef object _slice(bytes data, Py_ssize_t start, Py_ssize_t end)
 @cython.locals(head=bytes)
 cdef int _correlation_id(object frame) except? -1
 cdef int _short(Py_ssize_t peek_end, Py_ssize_t end) except -1
+cdef bytearray _patched_fetch(object frame, Py_ssize_t max_wait_at, long max_bytes, bint answer_replaced)
+cdef void _put_i32(bytearray buf, Py_ssize_t pos, long value) except *
 cdef bint _within(Py_ssize_t needed, Py_ssize_t peek_end, Py_ssize_t end) except -1
 @cython.locals(count=long, after=Py_ssize_t)
 cdef Py_ssize_t _header_tags_end(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t peek_end, Py_ssize_t end) except -1

@@ -62,11 +62,13 @@ def fetch_throttle_ms(buckets: EntityBuckets, now: float) -> int:
     request-time throttles as they stand (the request-time one capped at one window). Above 0, the
     broker answers it with no data at once (KIP-219: FetchContext.getThrottledResponse)."""
     throttle = 0
+    # A bucket's tokens only grow until the next charge: one not in debt when last charged is not now
+    # (an attribute read, where throttle_ms is a call: this runs for every fetch under a quota).
     bucket = buckets.fetch
-    if bucket is not None:
+    if bucket is not None and bucket.tokens < 0:
         throttle = bucket.throttle_ms(now)
     bucket = buckets.request
-    if bucket is not None:
+    if bucket is not None and bucket.tokens < 0:
         time_throttle = bucket.throttle_ms(now)
         cap = buckets.request_cap_ms
         if time_throttle > cap:
