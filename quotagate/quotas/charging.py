@@ -69,13 +69,15 @@ def fetch_throttle_ms(buckets: EntityBuckets, now: float) -> int:
         throttle = bucket.throttle_ms(now)
     bucket = buckets.request
     if bucket is not None and bucket.tokens < 0:
-        time_throttle = bucket.throttle_ms(now)
-        cap = buckets.request_cap_ms
-        if time_throttle > cap:
-            time_throttle = cap
-        if time_throttle > throttle:
-            throttle = time_throttle
+        throttle = _with_request_time(throttle, bucket.throttle_ms(now), buckets.request_cap_ms)
     return throttle
+
+
+def _with_request_time(throttle: int, time_throttle: int, cap: int) -> int:
+    """The larger of a byte-rate throttle and a request-time one, this capped at one window (KIP-124)."""
+    if time_throttle > cap:
+        time_throttle = cap
+    return time_throttle if time_throttle > throttle else throttle
 
 
 def shadow_throttle_ms(buckets: EntityBuckets, api_key: int, charged_request_time: bool, now: float) -> int:
@@ -111,12 +113,7 @@ def charge_response(
             throttle = bucket.charge(response_size, now)
     bucket = buckets.request
     if request_ms is not None and bucket is not None:
-        time_throttle = bucket.charge(request_ms, now)
-        cap = buckets.request_cap_ms
-        if time_throttle > cap:
-            time_throttle = cap
-        if time_throttle > throttle:
-            throttle = time_throttle
+        throttle = _with_request_time(throttle, bucket.charge(request_ms, now), buckets.request_cap_ms)
     return throttle
 
 
