@@ -30,18 +30,9 @@ except ImportError:  # interpreted without Cython installed: quotagate/_cython_s
 
 from collections import deque
 
+from quotagate.protocol import fetch
 from quotagate.protocol.apis import ApiKey, api_name, is_flexible
-from quotagate.protocol.fetch import (
-    MAX_BYTES_AFTER,
-    MAX_BYTES_FROM,
-    MIN_BYTES_AFTER,
-    REPLICA_ID_IN_BODY_UNTIL,
-    SESSION_EPOCH_AFTER,
-    SESSIONS_FROM,
-    max_wait_offset,
-    throttled_fetch_replacement,
-    throttled_fetch_response,
-)
+from quotagate.protocol.fetch import max_wait_offset, throttled_fetch_replacement, throttled_fetch_response
 from quotagate.protocol.framing import FrameError, Piece, StreamingFrameSplitter, frame_body_size
 from quotagate.protocol.headers import RequestHeader
 from quotagate.protocol.limits import MAX_TAGGED_FIELDS, tagged_fields_problem
@@ -191,6 +182,14 @@ PEEK_BYTES = 512
 
 # A request header's tagged fields beyond this many are refused, not walked (protocol/limits.py).
 MAX_TAGS = MAX_TAGGED_FIELDS
+# A fetch request's fields after max_wait_ms, and the versions that have them (protocol/fetch.py):
+# C ints here, read for every fetch.
+MIN_BYTES_AFTER = fetch.MIN_BYTES_AFTER
+MAX_BYTES_AFTER = fetch.MAX_BYTES_AFTER
+SESSION_EPOCH_AFTER = fetch.SESSION_EPOCH_AFTER
+MAX_BYTES_FROM = fetch.MAX_BYTES_FROM
+SESSIONS_FROM = fetch.SESSIONS_FROM
+REPLICA_ID_IN_BODY_UNTIL = fetch.REPLICA_ID_IN_BODY_UNTIL
 
 
 class BeforeAuthentication(FrameError):
