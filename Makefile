@@ -92,7 +92,7 @@ PYTEST_WORKERS ?= 3
 test: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars prometheus-tools compose-tools helm-tool chromium redis-tools franz-go-suite go-quota-clients
 	$(VENV)/bin/ruff check .
 	QUOTAGATE_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit  # the same sources, interpreted
-	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m "not matrix_only and not storage_only" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m "not matrix_only and not storage_only and not fetch_shape_only" $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-slice
 
 # The version_slice tests against each Kafka of KAFKA_SLICE, all at once: each run's ports SLICE_PORT_STEP above
@@ -143,6 +143,14 @@ test-canary: venv kafka-jars
 .PHONY: test-storage
 test-storage: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars
 	$(PY) -m pytest -q -rs --durations=10 -p no:randomly tests/pipeline/test_storage.py $(PYTEST_ARGS)
+
+# Consumers at a small quota with large fetches (tests/integration/test_fetch_quota_shape.py): each client
+# library's received rate and longest gap, proxied and direct with a broker-side quota, and two connections of
+# one client sharing a quota with their fetch sessions kept. 1-2 min a test, so not in make test, whose slice of
+# the same decisions is tests/unit/test_throttled_fetch.py (both compiled and interpreted).
+.PHONY: test-fetch-shape
+test-fetch-shape: venv kafka-jars
+	$(PY) -m pytest -q -rs -s --durations=10 -p no:randomly tests/integration/test_fetch_quota_shape.py $(PYTEST_ARGS)
 
 # The inner loop: tests/unit alone, no Kafka, JVM, socket, process, tool or sleep (tests/unit/conftest.py
 # fails a test that uses one), well under a minute. The rest: tests/loopback (sockets on 127.0.0.1,

@@ -36,6 +36,8 @@ from kafka import KafkaConsumer
 from kafka_rig import java_program
 from tests.support.kafka_helpers import create_topic, unique_topic
 
+pytestmark = pytest.mark.fetch_shape_only  # a minute or more a test: make test-fetch-shape
+
 QUOTA = 50_000  # consumer_byte_rate, bytes/s
 RECORD = 20_000  # bytes per record: 25 records fill one window's cap of 500 kB
 SECONDS = 65.0
