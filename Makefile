@@ -89,10 +89,10 @@ PYTEST_ARGS ?=
 # keeps the Spark tests, the users of the 3-node cluster and the machine-wide runs each on one worker and
 # starts them first; each worker picks its own ports above the ephemeral range (tests/support/proxy_fixtures.py).
 PYTEST_WORKERS ?= 3
-test: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars prometheus-tools compose-tools helm-tool chromium redis-tools franz-go-suite go-quota-clients
+test: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars prometheus-tools compose-tools helm-tool chromium redis-tools franz-go-suite go-kadm-quotas
 	$(VENV)/bin/ruff check .
 	QUOTAGATE_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit  # the same sources, interpreted
-	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m "not matrix_only and not storage_only and not fetch_shape_only" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m "not matrix_only and not storage_only and not fetch_shape_only and not sarama_only" $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-slice
 
 # The version_slice tests against each Kafka of KAFKA_SLICE, all at once: each run's ports SLICE_PORT_STEP above
@@ -319,8 +319,14 @@ $(GO_QUOTA_SUITES)/sarama_functional.test:
 $(GO_QUOTA_SUITES)/bin/server:
 	$(GO_QUOTA_ENV) GOBIN=$(CURDIR)/$(GO_QUOTA_SUITES)/bin nice go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
 
-.PHONY: go-quota-clients
+.PHONY: go-kadm-quotas go-quota-clients
+go-kadm-quotas: $(GO_QUOTA_SUITES)/kadm_quotas
 go-quota-clients: $(GO_QUOTA_SUITES)/kadm_quotas $(GO_QUOTA_SUITES)/sarama_functional.test $(GO_QUOTA_SUITES)/bin/server
+
+# sarama's run (a 3-node cluster in a network namespace, about a minute) is not in make test, which runs kadm's.
+.PHONY: test-sarama-quotas
+test-sarama-quotas: venv kafka-jars go-quota-clients
+	$(PY) -m pytest -q -rs -s --durations=5 -m sarama_only tests/integration/test_quota_admin_go_clients.py $(PYTEST_ARGS)
 
 # Headless Chromium (Debian's package) renders the pipeline's HTML report in its test.
 .PHONY: chromium

@@ -1,6 +1,6 @@
 """IBM/sarama's own functional quota test (TestFuncAdminQuotas) against a 3-broker Kafka, direct and
-through quotagate (tests/integration/test_quota_admin_go_clients.py runs this; `make go-quota-clients`
-builds what it needs).
+through quotagate (tests/integration/test_quota_admin_go_clients.py runs this, `make test-sarama-quotas`;
+`make go-quota-clients` builds what it needs).
 
 Sarama's functional suite wants its brokers behind a toxiproxy (TOXIPROXY_ADDR) at 127.0.0.1:29091-
 29095, fixed ports, and topics of replication factor 3. Those ports belong to other checkouts' test

@@ -7,7 +7,8 @@ item 5), built by `make go-quota-clients`:
   returns, errors and their messages, values in order. kadm ships no client-quota tests of its own
   (v1.20.0's tests need no broker), hence the program.
 - IBM/sarama's own functional TestFuncAdminQuotas, direct and through the proxy, in a network
-  namespace of its own (tests/go/sarama_quotas.py says why and how).
+  namespace of its own (tests/go/sarama_quotas.py says why and how): about a minute, so run by
+  `make test-sarama-quotas`, not by make test.
 
 Without what they need the tests fail, naming the make target, rather than skip."""
 
@@ -54,6 +55,7 @@ def test_kadm_client_quota_calls_return_through_the_proxy_what_they_return_direc
     assert through == direct
 
 
+@pytest.mark.sarama_only  # a minute: make test-sarama-quotas
 def test_saramas_own_functional_quota_test_passes_through_the_proxy_as_it_passes_direct(tmp_path: Path) -> None:
     for binary in ("sarama_functional.test", "bin/server"):
         built(SUITES / binary)
