@@ -13,6 +13,7 @@ from setuptools import Extension, setup
 COMPILED_MODULES = (
     "quotagate.protocol.produce_walk",
     "quotagate.protocol.wire_walk",
+    "quotagate.protocol.response_walk",
     "quotagate.protocol.rewrite_memo",
     "quotagate.quotas.token_bucket",
     "quotagate.quotas.charging",

@@ -7,7 +7,7 @@ from libc.string cimport memcmp
 from quotagate.protocol.produce_walk_c cimport _skip_tags, _uvarint, i32, produce_acks, produce_topics, produce_topics_of, usual_throttle_offset
 from quotagate.proxy.usage_collectors_c cimport AggregateCollector, RequestCollector
 from quotagate.protocol.rewrite_memo_c cimport RewriteMemo
-from quotagate.quotas.charging_c cimport charge_request, charge_response, count_exchange, request_time_ms, shadow_throttle_ms
+from quotagate.quotas.charging_c cimport charge_request, charge_response, count_exchange, fetch_throttle_ms, request_time_ms, shadow_throttle_ms
 
 # Constants (their values and meaning: session_core.py); THRESHOLDS, TOPIC_NAMES, LOCAL_ANSWER,
 # MUTATION and PRODUCER_IDS stay Python objects, for session.py to read.
@@ -16,8 +16,10 @@ cdef int CHARGE_BYTES_IN, FETCH_WAIT, SASL, EXEMPT, TOPIC_NAMES
 cdef int API_PRODUCE, API_FETCH, API_SASL_HANDSHAKE, API_API_VERSIONS, API_SASL_AUTHENTICATE, API_SHARE_FETCH
 cdef int CONNECTING, OPEN, AUTHENTICATING, AWAITING_AUTHENTICATION, REFUSING, AWAITING_LOCAL_ANSWER
 cdef int GO_ON, STOP, REFUSED
+cdef int READS_IT, ENDS_EXCHANGE, STRAY_IN_EXCHANGE
 cdef Py_ssize_t PEEK_BYTES
 cdef long MAX_TAGS
+cdef int MIN_BYTES_AFTER, MAX_BYTES_AFTER, SESSION_EPOCH_AFTER, MAX_BYTES_FROM, SESSIONS_FROM, REPLICA_ID_IN_BODY_UNTIL
 
 cdef int POLICY[128]
 cdef int MAX_VERSION[128]
@@ -69,6 +71,7 @@ cdef class InFlight:
     cdef readonly object answer_after
     cdef readonly double handling_ms
     cdef readonly bint over_quota
+    cdef readonly bint empty_fetch
 
 
 cdef class Admission:
@@ -96,6 +99,7 @@ cdef class SessionCore:
     cdef public bint awaiting_local_answer
     cdef InFlight _answer_later
     cdef public bint sasl_end_unknown
+    cdef public bint sasl_handshaken
     cdef public object receive_limit
     cdef public object pending_refusal
     cdef public object refusal
@@ -135,16 +139,17 @@ cdef class SessionCore:
     cdef object _request(self, bytes data, Py_ssize_t pos, Py_ssize_t end, object frame, double now)
     @cython.locals(
         buf="const unsigned char*", peek_end=Py_ssize_t, api_key=int, version=int, correlation_id=int,
-        client_id_len=int, body=Py_ssize_t, known=bint, ends_authentication=bint, flexible_from=int, policy=int, acks=int,
-        max_wait=int, at=Py_ssize_t, refusal_wait=int, stop=bint, handling_ms=double, started=double, throttle=long, over_quota=bint, exempt=bint,
+        client_id_len=int, body=Py_ssize_t, known=bint, authentication=int, flexible_from=int, policy=int, acks=int,
+        max_wait=int, at=Py_ssize_t, refusal_wait=int, stop=bint, replace_answer=bint, epoch=int, handling_ms=double, started=double, throttle=long, over_quota=bint, exempt=bint,
         entry=InFlight, admission=Admission,
     )
     cdef object _peeked_request(self, bytes data, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t size, object frame, double now)
+    cdef int _refuse_after_stray(self, int api_key) except -1
     @cython.locals(cap=int)
-    cdef bint _refuse_first(self, int api_key, int version, int policy, bint known) except -1
+    cdef int _refuse_first(self, int api_key, int version, int policy, bint known) except -1
     @cython.locals(api_key=int, version=int, known=bint)
     cpdef void check_partial_head(self, bytes head) except *
-    cdef bint _before_authentication(self, int api_key, int policy) except -1
+    cdef int _before_authentication(self, int api_key, int policy) except -1
     @cython.locals(raw=bytes, buf="const unsigned char*", kept="const unsigned char*")
     cdef object _decode_client_id(self, bytes data, Py_ssize_t at, Py_ssize_t length)
     @cython.locals(sent=list, names=dict, order=list, raw=bytes)
@@ -182,6 +187,9 @@ cdef object _slice(bytes data, Py_ssize_t start, Py_ssize_t end)
 @cython.locals(head=bytes)
 cdef int _correlation_id(object frame) except? -1
 cdef int _short(Py_ssize_t peek_end, Py_ssize_t end) except -1
+cdef bytearray _patched_fetch(object frame, Py_ssize_t max_wait_at, long max_bytes, bint answer_replaced)
+cdef void _put_i32(bytearray buf, Py_ssize_t pos, long value) except *
+cdef bint _within(Py_ssize_t needed, Py_ssize_t peek_end, Py_ssize_t end) except -1
 @cython.locals(count=long, after=Py_ssize_t)
 cdef Py_ssize_t _header_tags_end(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t peek_end, Py_ssize_t end) except -1
 @cython.locals(data=bytes, length=Py_ssize_t, throttle_at=Py_ssize_t)
