@@ -7,8 +7,9 @@ quotagate reaches the executors as a zip, its jars through spark.jars, and every
 to the store. Then a second application ingests the same files and topic again: nothing changes.
 
 One end-to-end run per store, run by `make test-storage` (storage_only): each takes minutes on the
-shared two-core machine, over ten under a load average of 25-30 (the HDFS run: 612 s when stopped
-in the report, its last job), too long for `make test`.
+shared two-core machine (HDFS: 546 s, and 121 s to start the stores, the cluster and Kafka, at a
+load average of 15-24; an earlier run under 25-30 was still in the report, its last job, at 600 s),
+too long for `make test`.
 """
 
 from __future__ import annotations
