@@ -20,7 +20,7 @@ _walk = compiled.load("quotagate.protocol.produce_walk")
 usual_flexible_throttle_offset = _walk.usual_flexible_throttle_offset
 
 FLEXIBLE_FROM = 9
-TOPIC_ID_FROM = 13
+TOPIC_ID_FROM = _walk.PRODUCE_TOPIC_ID_FROM
 
 
 def produce_request_acks(frame: memoryview, body_offset: int, version: int) -> int:
