@@ -92,6 +92,7 @@ docs: venv
 	mv docs/configuration.md.tmp docs/configuration.md
 	$(PY) -m quotagate metrics-reference > docs/metrics.md.tmp
 	mv docs/metrics.md.tmp docs/metrics.md
+	$(PY) -m quotagate.proxy.usage_fields  # the usage fields' tables and the collectors' generated sections
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

@@ -28,7 +28,7 @@ from quotagate.proxy.usage import (
     SinkTrouble,
     UsageRecorder,
 )
-from tests.support.usage import record
+from tests.support.usage import flushed_rows, record
 
 NOW_MS = 1_700_000_000_000
 
@@ -45,8 +45,7 @@ def test_a_client_inventing_topic_names_gets_at_most_topics_per_entity_rows_the_
         produce(collector, "flood", tuple(f"made-up-{4 * i + j}" for j in range(4)))
     produce(collector, "flood", ("x" * 250,))  # longer than any Kafka topic name: never a row of its own
     produce(collector, "quiet", ("orders", "audit", "made-up-0"))
-    _, _, make_rows = collector.take("p", "p-1-1", 0)
-    rows = make_rows()
+    rows = flushed_rows(collector)
     flood = {row["topic"]: row for row in rows if row["client_id"] == "flood"}
     assert len(flood) == 11 and OTHER_TOPICS in flood, sorted(flood)
     assert flood[OTHER_TOPICS]["bytes_in"] == 90 * 100 + 400  # 90 topics' shares of 400-byte requests, and one
@@ -113,12 +112,12 @@ def test_a_parquet_file_that_fails_is_removed_and_all_its_requests_counted_lost(
     sink = ParquetSink(tmp_path, "p-1-1", 1 << 26, 60.0)
     first = sink.write_blocking([sink.encode([dict(row) for row in rows_of(3)])])
     assert (first.written, first.lost_requests) == (0, 0)  # open, not readable yet: nothing counted
-    writer = next(iter(sink._open.values())).writer
+    file = next(iter(sink._open.values())).file
 
-    def full(_table: object) -> None:
+    def full(_slices: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(writer, "write_table", full)
+    monkeypatch.setattr(file, "write_row_group", full)
     second = sink.write_blocking([sink.encode(rows_of(2))])
     assert second.lost_requests == 5 and second.written == 0 and second.problems
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == [], "the unfinished file was left"
@@ -135,7 +134,7 @@ def rows_of(count: int) -> list[dict]:
     collector = RequestCollector(100)
     for i in range(count):
         collector.add(record(NOW_MS + i))
-    return collector.take("p", "p-1-1", 0)[2]()
+    return flushed_rows(collector)
 
 
 def test_a_jsonl_write_that_fails_midway_is_cut_back_to_whole_lines(
