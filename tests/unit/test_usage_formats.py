@@ -23,16 +23,12 @@ from quotagate.proxy.usage import (
     ParquetSink,
     QuotasInForce,
     RequestCollector,
-    UsageRecord,
     _encode_for_kafka,
     quota_fields,
 )
-from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
-from tests.support.usage import flushed
+from tests.support.usage import FIRST_SEQ, PROXY, WRITER, flushed, quotas, records
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "usage-records.md"
-START_MS = 1_700_000_000_000  # 22:13:20 UTC
-PROXY, WRITER, FIRST_SEQ = "proxy-1", "proxy-1-7-1", 5
 INTERVAL_MS = 1000
 # The documented type words, and what each is in Arrow and in JSON.
 ARROW = {"int": pa.int32(), "int64": pa.int64(), "double": pa.float64(), "string": pa.string(), "bool": pa.bool_()}
@@ -53,31 +49,6 @@ def documented(version: int) -> dict[str, set[str]]:
             fields[name] = {word.strip() for word in cells[1].split(",")}
     assert fields, f"no field table under '## v{version} fields' in {DOCS}"
     return fields
-
-
-def records() -> list[UsageRecord]:
-    """Requests that fill every field with something a format could get wrong: a name to escape,
-    non-ASCII, an empty topic list and two topics, −1 and fractional latencies, throttles, refusals,
-    shadow throttles, over-quota produces, a mutation, a fetch; two on one v2 key (summed)."""
-    at = START_MS
-    return [
-        UsageRecord(at + 10, "alice", "app", 0, 9, ("orders",), 1000, 60, 0, 2.5, 0, "ok", 0, False),
-        UsageRecord(at + 500, "alice", "app", 0, 9, ("orders",), 3000, 60, 0, 1.25, 40, "throttled", 120, True),
-        UsageRecord(at + 1200, 'q"uote\\d', "ünï ✓", 1, 12, (), 90, 52_000, 0, 333.3337, 0, "ok", 0, False),
-        UsageRecord(at + 2100, "bob", "", 19, 7, ("t1", "t2"), 700, 40, 6, 12.0, 0, "partially_refused", 0, False),
-        UsageRecord(at + 3000, "bob", "admin", 49, 1, (), 50, 30, 0, -1.0, 0, "refused", 0, False),
-    ]
-
-
-def quotas() -> QuotasInForce:
-    alice, everyone = QuotaEntity("alice", None), QuotaEntity(None, "<default>")
-    in_force = QuotasInForce(QuotaTable({alice: {QuotaKey.PRODUCER_BYTE_RATE: 300_000}}))
-    table = QuotaTable(
-        {alice: {QuotaKey.PRODUCER_BYTE_RATE: 250_000.5}, everyone: {QuotaKey.REQUEST_PERCENTAGE: 50}},
-        frozenset({everyone}),
-    )
-    in_force.changed(table, START_MS + 1500, QuotaWindows(quota_window_num=5))
-    return in_force
 
 
 def expected_v1(in_force: QuotasInForce) -> list[dict]:
