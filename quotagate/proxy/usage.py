@@ -854,9 +854,11 @@ class UsageRecorder:
         self.proxy_id = proxy_id
         self.writer = writer or writer_id(proxy_id)
         self.collector: RequestCollector | AggregateCollector = (
-            RequestCollector(config.buffer_records)
+            RequestCollector(config.buffer_records, config.buffer_records_per_user)
             if config.records == "request"
-            else AggregateCollector(config.buffer_records, config.interval_ms, config.topics_per_entity)
+            else AggregateCollector(
+                config.buffer_records, config.interval_ms, config.topics_per_entity, config.buffer_records_per_user
+            )
         )
         self._seq = 0
         self._folded_counted = 0

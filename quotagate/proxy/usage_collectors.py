@@ -41,14 +41,17 @@ class UsageRecord(NamedTuple):
 
 
 class RequestCollector:
-    """v1: keeps every request's record, up to `limit` of them, as one list per field: no object per
-    record while they wait for the flush (records made as the flush reads them, off the loop)."""
+    """v1: keeps every request's record, up to `limit` of them and `user_limit` of one user's, as one
+    list per field: no object per record while they wait for the flush (records made as the flush
+    reads them, off the loop)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, user_limit: int = -1) -> None:
         self.limit = limit
+        self.user_limit = limit if user_limit < 0 else user_limit
         self._clear()
 
     def _clear(self) -> None:
+        self._held: dict[str, int] = {}  # user -> records held (usage.buffer_records_per_user)
         self._ts_ms: list[int] = []
         self._user: list[str] = []
         self._client_id: list[str] = []
@@ -87,6 +90,10 @@ class RequestCollector:
         """add() of the record these fields make (the session core's call: no record is made)."""
         if len(self._ts_ms) >= self.limit:
             return False
+        held = self._held.get(user, 0)
+        if held >= self.user_limit:
+            return False
+        self._held[user] = held + 1
         self._ts_ms.append(ts_ms)
         self._user.append(user)
         self._client_id.append(client_id)
@@ -384,8 +391,12 @@ class AggregateCollector:
     per-topic sizes) and counts the request, its time, throttle and refusal on its first topic's
     row, so that sums over topics are exact."""
 
-    def __init__(self, limit: int, interval_ms: int, topics_per_entity: int = 1000) -> None:
+    def __init__(self, limit: int, interval_ms: int, topics_per_entity: int = 1000, user_limit: int = -1) -> None:
         self.limit = limit
+        # One user's keys at most (usage.buffer_records_per_user): a tenant inventing client ids
+        # fills its own share, not the buffer every other tenant's records need.
+        self.user_limit = limit if user_limit < 0 else user_limit
+        self._held: dict[str, int] = {}  # user -> keys held
         self.interval_ms = interval_ms
         self.topics_per_entity = topics_per_entity
         self.aggregates: dict[tuple[int, str, str, int, str], Counters] = {}
@@ -460,6 +471,10 @@ class AggregateCollector:
                 if counters is None:
                     if len(self.aggregates) >= self.limit:
                         return False
+                    held = self._held.get(user, 0)
+                    if held >= self.user_limit:
+                        return False
+                    self._held[user] = held + 1
                     counters = self.aggregates[key] = Counters(charged_ms)
                 if share == 1 and not folded:  # a folded topic is looked up (and counted) again
                     self._last = counters
@@ -501,6 +516,7 @@ class AggregateCollector:
         aggregates, requests = self.aggregates, self.requests
         self.aggregates, self.requests = {}, 0
         self._topics_named = {}
+        self._held = {}
         self._last = None
         return requests, list(aggregates.items())
 

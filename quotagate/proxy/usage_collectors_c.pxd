@@ -8,10 +8,12 @@ cdef Py_ssize_t TOPIC_NAME_MAX
 
 
 cdef class RequestCollector:
-    cdef public Py_ssize_t limit
+    cdef public Py_ssize_t limit, user_limit
+    cdef dict _held
     cdef list _ts_ms, _user, _client_id, _api_key, _api_version, _topics, _bytes_in, _bytes_out
     cdef list _partitions_mutated, _latency_ms, _throttle_ms, _decision, _shadow_ms, _over_quota
 
+    @cython.locals(held=Py_ssize_t)
     cpdef bint add_exchange(self, long long ts_ms, object user, object client_id, int api_key, int api_version,
                             tuple topics, Py_ssize_t bytes_in, Py_ssize_t bytes_out, long partitions_mutated,
                             double latency_ms, long throttle_ms, str decision, long shadow_ms, bint over_quota) except -1
@@ -37,7 +39,8 @@ cdef class Counters:
 
 
 cdef class AggregateCollector:
-    cdef public Py_ssize_t limit
+    cdef public Py_ssize_t limit, user_limit
+    cdef dict _held
     cdef public long interval_ms
     cdef public Py_ssize_t topics_per_entity
     cdef public dict aggregates
@@ -50,7 +53,7 @@ cdef class AggregateCollector:
     cdef int _last_api_key
 
     @cython.locals(charged_ms=double, interval=long, share=Py_ssize_t, bytes_in_share=double, throttled_bytes=double,
-                   first=bint, counters=Counters, folded=bint, named=Py_ssize_t)
+                   first=bint, counters=Counters, folded=bint, named=Py_ssize_t, held=Py_ssize_t)
     cpdef bint add_exchange(self, long long ts_ms, object user, object client_id, int api_key, int api_version,
                             tuple topics, Py_ssize_t bytes_in, Py_ssize_t bytes_out, long partitions_mutated,
                             double latency_ms, long throttle_ms, str decision, long shadow_ms, bint over_quota) except -1

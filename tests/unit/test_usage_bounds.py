@@ -25,7 +25,9 @@ from quotagate.proxy.usage import (
     AggregateCollector,
     JsonlSink,
     ParquetSink,
+    RequestCollector,
     SinkTrouble,
+    UsageRecord,
     UsageRecorder,
 )
 from tests.support.usage import flushed_rows, record
@@ -191,3 +193,39 @@ def test_a_flush_with_no_rows_closes_only_files_past_max_file_seconds(tmp_path: 
     assert sink.write_blocking([]).written == 2 and not sink.pending()
     (path,) = tmp_path.rglob("*.parquet")
     assert pq.read_table(path).num_rows == 2
+
+
+@pytest.mark.parametrize("kind", ["aggregates", "requests"])
+def test_a_user_inventing_client_ids_fills_its_share_of_the_buffer_not_the_others(kind: str) -> None:
+    """usage.buffer_records_per_user: past its share, the inventing user's records are dropped (the
+    recorder counts them); the other users' are kept until the buffer itself is full."""
+    if kind == "aggregates":
+        collector = AggregateCollector(100, 1000, user_limit=40)
+    else:
+        collector = RequestCollector(100, user_limit=40)
+    invented = [
+        collector.add(UsageRecord(NOW_MS, "mallory", f"made-up-{i}", 0, 9, ("t",), 10, 0, 0, 1.0, 0, "ok"))
+        for i in range(1000)
+    ]
+    assert sum(invented) == 40 and not any(invented[40:]), "the inventing user holds only its share"
+    others = [
+        collector.add(UsageRecord(NOW_MS, user, f"app-{i}", 0, 9, ("t",), 10, 0, 0, 1.0, 0, "ok"))
+        for user in ("alice", "bob")
+        for i in range(30)
+    ]
+    assert all(others), "the other users' records still fit"
+    if kind == "aggregates":
+        collector.take_aggregates()
+    else:
+        collector.take_columns()
+    assert collector.add(UsageRecord(NOW_MS, "mallory", "again", 0, 9, ("t",), 10, 0, 0, 1.0, 0, "ok")), (
+        "a flush gives the share back"
+    )
+
+
+def test_buffer_records_per_user_is_half_the_buffer_unless_set() -> None:
+    from quotagate.config import parse_config
+
+    head = '[proxy]\nbootstrap_servers = ["k:1"]\n[usage]\nbuffer_records = 1000\n'
+    assert parse_config(head).usage.buffer_records_per_user == 500
+    assert parse_config(head + "buffer_records_per_user = 1000\n").usage.buffer_records_per_user == 1000
