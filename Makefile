@@ -39,6 +39,33 @@ $(SPARK_KAFKA_JARS)/.fetched: spark/pom.xml
 .PHONY: spark-kafka-jars
 spark-kafka-jars: $(SPARK_KAFKA_JARS)/.fetched
 
+# More jars from Maven Central, each set by a pom of its own into a folder of its own under .cache:
+# Delta Lake (the usage table's format) and S3A (s3a:// URIs), passed to Spark with spark.jars unless
+# the user gives them (docs/pipeline.md, "Jars"); S3Proxy and Hadoop's HDFS daemons, the object
+# store and HDFS the storage tests start on 127.0.0.1.
+define fetch-jars
+	rm -rf $(dir $@)
+	mvn -q -f $< dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(dir $@) -DincludeScope=runtime
+	touch $@
+endef
+SPARK_DELTA_JARS := .cache/spark-delta/jars
+SPARK_S3A_JARS := .cache/spark-s3a/jars
+S3PROXY_JARS := .cache/s3proxy/jars
+HDFS_JARS := .cache/hadoop-hdfs/jars
+$(SPARK_DELTA_JARS)/.fetched: spark/delta/pom.xml
+	$(fetch-jars)
+$(SPARK_S3A_JARS)/.fetched: spark/s3a/pom.xml
+	$(fetch-jars)
+$(S3PROXY_JARS)/.fetched: spark/s3proxy/pom.xml
+	$(fetch-jars)
+$(HDFS_JARS)/.fetched: spark/hdfs/pom.xml
+	$(fetch-jars)
+
+.PHONY: spark-delta-jars spark-s3a-jars storage-test-jars
+spark-delta-jars: $(SPARK_DELTA_JARS)/.fetched
+spark-s3a-jars: $(SPARK_S3A_JARS)/.fetched
+storage-test-jars: $(SPARK_S3A_JARS)/.fetched $(S3PROXY_JARS)/.fetched $(HDFS_JARS)/.fetched
+
 kafka-up: venv kafka-jars
 	$(RIG) up --brokers $(BROKERS)
 
@@ -51,7 +78,7 @@ kafka-cluster-up: venv kafka-jars
 kafka-cluster-down: venv
 	$(RIG) down --name dev3
 
-demo: venv kafka-jars
+demo: venv kafka-jars spark-delta-jars
 	$(PY) -m scripts.demo
 
 # PYTEST_ARGS adds pytest options, e.g. PYTEST_ARGS="--durations=60" for the slowest phases or -m "not slow".
@@ -62,10 +89,44 @@ PYTEST_ARGS ?=
 # keeps the Spark tests, the users of the 3-node cluster and the machine-wide runs each on one worker and
 # starts them first; each worker picks its own ports above the ephemeral range (tests/support/proxy_fixtures.py).
 PYTEST_WORKERS ?= 3
-test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools helm-tool chromium redis-tools
+test: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars prometheus-tools compose-tools helm-tool chromium redis-tools franz-go-suite
 	$(VENV)/bin/ruff check .
 	QUOTAGATE_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit  # the same sources, interpreted
-	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m "not matrix_only and not storage_only" $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-slice
+
+# The version_slice tests against each Kafka of KAFKA_SLICE, all at once: each run's ports SLICE_PORT_STEP above
+# the one before (QUOTAGATE_TEST_PORT_OFFSET), its output in build/slice/VARIANT.log, printed when all are done.
+SLICE_PORT_STEP ?= 50
+.PHONY: test-slice
+test-slice: venv franz-go-suite
+	$(RIG) fetch $(KAFKA_SLICE)
+	mkdir -p build/slice
+	offset=$${QUOTAGATE_TEST_PORT_OFFSET:-0}; pids=""; for kafka in $(KAFKA_SLICE); do \
+		QUOTAGATE_TEST_PORT_OFFSET=$$offset KAFKA_RIG_KAFKA=$$kafka $(PY) -m pytest -q -rs -p no:cacheprovider \
+			-m version_slice tests/integration > build/slice/$$kafka.log 2>&1 & pids="$$pids $$!"; offset=$$((offset + $(SLICE_PORT_STEP))); \
+	done; status=0; for pid in $$pids; do wait $$pid || status=1; done; \
+	for kafka in $(KAFKA_SLICE); do echo "--- Kafka $$kafka"; cat build/slice/$$kafka.log; done; exit $$status
+
+# The Kafka versions the matrix runs, as kafka_rig names them ("-zk": ZooKeeper mode): 3.9 in ZooKeeper and
+# KRaft mode, 4.0, 4.2 (kafka/pom.xml's, the default) and 4.4. `make test` runs the version_slice tests
+# against KAFKA_SLICE besides its whole run against the default (~100 s more: the 3.9 run is the longer).
+KAFKA_MATRIX ?= 3.9.1-zk 3.9.1 4.0.2 4.2.0 4.4.0
+KAFKA_SLICE ?= 3.9.1-zk 4.4.0
+MATRIX_RESULTS := build/matrix
+
+# The protocol-facing integration tests (marker `matrix`) against every Kafka of KAFKA_MATRIX, one after the
+# other (each version's jars fetched once into .cache/kafka-versions); the results table (version x test)
+# lands in build/matrix/table.md for docs/compatibility.md. ~10-15 min per version on this machine.
+.PHONY: test-matrix
+test-matrix: venv kafka-jars redis-tools franz-go-suite
+	$(RIG) fetch $(KAFKA_MATRIX)
+	mkdir -p $(MATRIX_RESULTS)
+	status=0; for kafka in $(KAFKA_MATRIX); do \
+		KAFKA_RIG_KAFKA=$$kafka $(PY) -m pytest -q -rs -m matrix -n $(PYTEST_WORKERS) \
+			--junitxml=$(MATRIX_RESULTS)/$$kafka.xml tests/integration $(PYTEST_ARGS) || status=1; \
+	done; \
+	$(PY) -m scripts.matrix_table $(MATRIX_RESULTS) $(KAFKA_MATRIX) | tee $(MATRIX_RESULTS)/table.md; exit $$status
 
 # Every canary attack of tests/integration/test_tenant_isolation.py (make test runs the heaviest) and the
 # topic flood with usage records on: what each adds, through the proxy, to the p99 of a client on
@@ -74,6 +135,14 @@ test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools helm-tool 
 test-canary: venv kafka-jars
 	QUOTAGATE_CANARY_ATTACKS=all $(PY) -m pytest -q -s -p no:randomly tests/integration/test_tenant_isolation.py \
 		tests/integration/test_usage_topic_flood.py $(PYTEST_ARGS)
+
+# The pipeline where platform teams run it (tests/pipeline/test_storage.py): `quotagate pipeline all` on a
+# standalone Spark cluster of two workers against S3Proxy and against HDFS, both started on 127.0.0.1,
+# then the same ingest again. make test runs its slice, the object store (on a worker of its own);
+# this target runs every store.
+.PHONY: test-storage
+test-storage: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars
+	$(PY) -m pytest -q -rs --durations=10 -p no:randomly tests/pipeline/test_storage.py $(PYTEST_ARGS)
 
 # The inner loop: tests/unit alone, no Kafka, JVM, socket, process, tool or sleep (tests/unit/conftest.py
 # fails a test that uses one), well under a minute. The rest: tests/loopback (sockets on 127.0.0.1,
@@ -152,7 +221,7 @@ bench-hot-path: venv
 
 # The pipeline's rollup and what-if throughput on 10 M synthetic records, local[2] (bench/pipeline.py).
 .PHONY: bench-pipeline
-bench-pipeline: venv
+bench-pipeline: venv spark-delta-jars storage-test-jars
 	$(PY) -m bench.pipeline
 
 # The soak and chaos runs of issue 12 (bench/README.md, "Soak and chaos"); loopback, ports 25092-25809
@@ -202,6 +271,19 @@ $(COMPOSE_CHECK): scripts/compose_check/main.go scripts/compose_check/go.mod scr
 
 .PHONY: compose-tools
 compose-tools: $(COMPOSE_VENV)/.installed $(COMPOSE_CHECK)
+
+# franz-go's own kgo test suite (github.com/twmb/franz-go, pkg/kgo) as a test binary, built from the module
+# (Go module proxy) with the caches above; the version tests run part of it through the proxy against each
+# Kafka (tests/support/franz_go.py; ~2 min the first time).
+FRANZ_GO_VERSION := v1.22.3
+FRANZ_GO_SUITE := .cache/franz-go/$(FRANZ_GO_VERSION)/kgo.test
+$(FRANZ_GO_SUITE):
+	mkdir -p $(dir $(FRANZ_GO_SUITE))
+	$(GO_ENV) go mod download github.com/twmb/franz-go@$(FRANZ_GO_VERSION)
+	cd .cache/go/mod/github.com/twmb/franz-go@$(FRANZ_GO_VERSION) && $(GO_ENV) nice go test -c -o $(CURDIR)/$(FRANZ_GO_SUITE) ./pkg/kgo
+
+.PHONY: franz-go-suite
+franz-go-suite: $(FRANZ_GO_SUITE)
 
 # Helm, built from its Go module (the network reaches only package registries: no release binary), renders
 # and lints deploy/helm/quotagate in its test; cached under .cache/helm like compose-check (~6 min the first time).
