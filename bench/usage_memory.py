@@ -110,7 +110,7 @@ async def measure(name: str, toml: str, tree: Path, seconds: float, port_base: i
             while time.monotonic() < until:
                 await asyncio.sleep(5.0)
                 samples.append(status(process.pid)["VmRSS"])
-            done, stuck = await asyncio.wait(clients, timeout=10.0)
+            _, stuck = await asyncio.wait(clients, timeout=10.0)
             if stuck:
                 raise RuntimeError(
                     f"{len(stuck)} clients unanswered:\n" + (Path(workdir) / "proxy.log").read_text()[-3000:]
