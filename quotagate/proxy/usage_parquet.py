@@ -18,6 +18,7 @@ releases the GIL), writes them and, at `close`, the footer.
 from __future__ import annotations
 
 import os
+import struct
 import zlib
 from array import array
 from collections.abc import Iterable, Sequence
@@ -173,6 +174,25 @@ def _all_present(count: int) -> bytes:
     return len(run).to_bytes(4, "little") + run
 
 
+def _bits(flags: Iterable[bool], count: int) -> bytes:
+    """`count` flags as bits, the first the lowest bit of the first byte (Parquet's bit packing),
+    padded to whole bytes."""
+    text = "".join(["1" if flag else "0" for flag in flags])[::-1]
+    return int(text or "0", 2).to_bytes((count + 7) // 8, "little")
+
+
+def _presence(values: list) -> bytes:
+    """A nullable column's definition levels (bit width 1: 1 present, 0 null) as one bit-packed run,
+    padded to groups of 8, with its 4-byte length."""
+    count = len(values)
+    groups = (count + 7) // 8
+    run = _varint(groups << 1 | 1) + _bits((value is not None for value in values), groups * 8)
+    return len(run).to_bytes(4, "little") + run
+
+
+_U32 = struct.Struct("<I").pack
+
+
 def _plain(kind: str, values: list, memo: dict) -> bytes:
     """PLAIN values (no nulls among them)."""
     if kind == INT64:
@@ -182,17 +202,13 @@ def _plain(kind: str, values: list, memo: dict) -> bytes:
     if kind == INT32:
         return array("i", values).tobytes()
     if kind == BOOL:
-        bits = 0
-        for i, value in enumerate(values):
-            if value:
-                bits |= 1 << i
-        return bits.to_bytes((len(values) + 7) // 8, "little")
-    parts = []  # STRING: each a 4-byte length and its UTF-8, made once per distinct value of the file's slice
+        return _bits(values, len(values))
+    parts = []  # STRING: each a 4-byte length and its UTF-8, made once per distinct value of a slice
     for value in values:
         piece = memo.get(value)
         if piece is None:
             data = value.encode("utf-8", "replace")
-            piece = memo[value] = len(data).to_bytes(4, "little") + data
+            piece = memo[value] = _U32(len(data)) + data
         parts.append(piece)
     return b"".join(parts)
 
@@ -225,7 +241,7 @@ def encode(version: int, columns: dict[str, list], rows: int) -> EncodedRows:
             continue
         if None in values:
             present = [value for value in values if value is not None]
-            levels = _levels(0 if value is None else 1 for value in values)
+            levels = _presence(values)
         else:
             present, levels = values, _all_present(rows)
         pages.append(Page(levels + _plain(field.type, present, memo), rows))
