@@ -214,6 +214,11 @@ bench-preauth-memory: venv
 bench-client-id-memory: venv
 	$(PY) -m bench.client_id_memory
 
+# The proxy's RSS with usage records off, as aggregates (Parquet) and per request (JSONL) (~4 min).
+.PHONY: bench-usage-memory
+bench-usage-memory: venv
+	$(PY) -m bench.usage_memory
+
 # The proxy's Python cost per exchange, in-process, without sockets (~15 s; also the end of make bench).
 .PHONY: bench-hot-path
 bench-hot-path: venv
