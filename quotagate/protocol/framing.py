@@ -19,6 +19,9 @@ from struct import unpack_from
 from typing import ParamSpec, TypeVar
 
 FRAME_SIZE_BYTES = 4
+# A partial frame's reads smaller than this are gathered in one buffer, not kept one by one: a frame
+# sent a few bytes at a time held a Python object per read, twenty times the bytes it counted.
+GATHER_READS_BELOW = 16 * 1024
 
 
 class FrameError(ValueError):
@@ -153,10 +156,21 @@ class FrameSplitter:
             exc.frames = frames
             raise
 
+    def _keep(self, data: bytes | bytearray) -> None:
+        """Keeps a read of the partial frame: a large one as it is (its bytes are copied once, when
+        the frame is whole), a small one gathered with the small ones before it."""
+        chunks = self._chunks
+        if len(data) >= GATHER_READS_BELOW:
+            chunks.append(data)
+        elif chunks and type(chunks[-1]) is bytearray:
+            chunks[-1] += data
+        else:
+            chunks.append(bytearray(data))
+        self._chunk_bytes += len(data)
+
     def _feed(self, data: bytes, frames: list[memoryview]) -> list[memoryview]:
         if self._chunks:
-            self._chunks.append(data)
-            self._chunk_bytes += len(data)
+            self._keep(data)
             if self._needed == 0 and self._chunk_bytes >= FRAME_SIZE_BYTES:
                 self._needed = self._frame_length(b"".join(self._chunks)[:FRAME_SIZE_BYTES], 0)
             if self._needed == 0 or self._chunk_bytes < self._needed:
@@ -178,8 +192,7 @@ class FrameSplitter:
         if pos < end:
             # The read itself when it starts the frame; else a copy of its end (a view would keep
             # the whole read alive, beyond what partial_frames_max_bytes counts).
-            self._chunks.append(data if pos == 0 and type(data) is bytes else bytes(view[pos:]))
-            self._chunk_bytes = end - pos
+            self._keep(data if pos == 0 and type(data) is bytes else bytes(view[pos:]))
             if end - pos >= FRAME_SIZE_BYTES:
                 self._needed = self._frame_length(view, pos)
         return frames

@@ -122,7 +122,8 @@ class ProxyMetrics:
             "sasl_server_max_receive_size (a frame over it before SASL authentication completes), "
             "partial_frames_max_bytes (all connections' partial frames), partial_frames_max_bytes_per_connection "
             "(one connection's), before_sasl_authentication (a request other than ApiVersions or SASL before "
-            "authentication completes), max_decoded_elements (a request the proxy must decode, too large)",
+            "authentication completes: unanswered before a SaslHandshake, the broker's ILLEGAL_SASL_STATE after "
+            "it), max_decoded_elements (a request the proxy must decode, too large)",
             ["reason"],
             registry=self.registry,
         )

@@ -168,6 +168,14 @@ AWAITING_LOCAL_ANSWER = 5  # the proxy is making an answer (an alter being persi
 # The reason of a refusal for a request the broker cannot parse (counted as a protocol error).
 PROTOCOL_ERROR = FrameError.reason
 
+# What the broker's SASL authenticator does with a request before authentication completes
+# (`_before_authentication`): reads it as any other (or no exchange is in progress), takes it as the
+# end of an exchange whose end the proxy cannot read, or, after a SaslHandshake, answers anything but
+# SaslAuthenticate with the API's error response (ILLEGAL_SASL_STATE) and closes the connection.
+READS_IT = 0
+ENDS_EXCHANGE = 1
+STRAY_IN_EXCHANGE = 2
+
 # What one request did to the frames read after it.
 GO_ON = 0  # the next frame may go
 STOP = 1  # reading stops here (a mute, or a SaslAuthenticate waiting for its answer): the rest is held
@@ -294,7 +302,7 @@ class Admission:
     ):
         self.forwarded = forwarded  # the frame to forward (the original, or one with fewer topics), or None
         self.local = local  # a response the proxy makes itself, sent in the request's turn
-        self.refused = refused  # produce topics refused by their thresholds, merged into the response
+        self.refused = refused  # produce topics refused, name -> its answer (produce.refused_topic_entry)
         self.order = order  # a produce's topics, in the client's order
         self.refusal_wait = refusal_wait  # least throttle the refusals need
         self.mutation = mutation  # MutationInFlight, settled when the response comes
@@ -354,6 +362,9 @@ class SessionCore:
         # A SaslAuthenticate is in flight: what the client sent after it waits for the broker's
         # answer, to be charged to the user that answer establishes (never to the one before).
         self.awaiting_authentication = False
+        # A SaslHandshake went to the broker in this exchange: its authenticator reads nothing but
+        # SaslAuthenticate until authentication completes.
+        self.sasl_handshaken = False
         # The proxy is making the answer to a request (an AlterClientQuotas whose quotas are being
         # written to the state file): what the client sent after it waits, as the broker reads
         # nothing more from a connection until it has answered. `_answer_later` is its in-flight entry.
@@ -585,7 +596,9 @@ class SessionCore:
         version = _i16(buf, pos + 6)
         known = 0 <= api_key < KEYS and 0 <= version < VERSIONS
         policy = POLICY[api_key] if known else 0
-        ends_authentication = self._refuse_first(api_key, version, policy, known)
+        authentication = self._refuse_first(api_key, version, policy, known)
+        if authentication == STRAY_IN_EXCHANGE:
+            policy = EXEMPT  # the broker's authenticator answers it: nothing is hooked or charged
         correlation_id = i32(buf, pos + 8)
         client_id_len = _i16(buf, pos + 12)
         body = pos + 14
@@ -603,7 +616,7 @@ class SessionCore:
                 body += 1
             else:
                 body = _header_tags_end(buf, body, peek_end, end)
-        if ends_authentication:
+        if authentication == ENDS_EXCHANGE:
             # The first request past an exchange whose end the proxy cannot read (GSSAPI, or SASL not
             # known to be required yet): the broker would have closed the connection before it.
             self.receive_limit = None
@@ -704,7 +717,21 @@ class SessionCore:
         if local is None and forwarded is None:  # answered when ready (`_answer_ready`), in its turn
             self._answer_later = entry
         self._step = STOP if stop else GO_ON
+        if authentication == STRAY_IN_EXCHANGE:
+            self._refuse_after_stray(api_key)
         return forwarded
+
+    def _refuse_after_stray(self, api_key):
+        """A request other than SaslAuthenticate after a SaslHandshake went to the broker as it came:
+        the broker's authenticator parses it, answers it with that API's error response carrying
+        ILLEGAL_SASL_STATE, and closes the connection (SaslServerAuthenticator.handleSaslToken).
+        The client gets that answer, the broker's own, and nothing after it is read."""
+        self._refuse(
+            BEFORE_AUTHENTICATION,
+            f"{api_name(api_key)} after SaslHandshake, before SASL authentication completed "
+            "(the broker answers it ILLEGAL_SASL_STATE and closes the connection)",
+        )
+        self._step = REFUSED
 
     def _refuse_first(self, api_key, version, policy, known):
         """What a request's API and version alone decide, before any more of it is read: a version
@@ -729,17 +756,23 @@ class SessionCore:
 
     def _before_authentication(self, api_key, policy):
         """Before SASL authentication completes (`receive_limit` set), the broker's authenticator
-        reads ApiVersions, SaslHandshake and SaslAuthenticate only, and closes the connection on
-        anything else (SaslServerAuthenticator: IllegalSaslStateException): so does the proxy,
-        having answered and forwarded nothing of it. True: the request ends an exchange whose end the
-        proxy cannot read (`sasl_end_unknown`), and the limit lifts once it is parsed."""
-        if self.receive_limit is None or policy & SASL or api_key == API_API_VERSIONS:
-            return False
+        reads ApiVersions, SaslHandshake and then SaslAuthenticate only. Anything else before a
+        SaslHandshake closes the connection unanswered (IllegalSaslStateException): so does the
+        proxy, having answered and forwarded nothing of it. After a SaslHandshake, anything but
+        SaslAuthenticate is STRAY_IN_EXCHANGE (`_refuse_after_stray`). ENDS_EXCHANGE: the request
+        ends an exchange whose end the proxy cannot read (`sasl_end_unknown`), and the limit lifts
+        once it is parsed."""
+        if self.receive_limit is None or api_key == API_SASL_AUTHENTICATE:
+            return READS_IT
+        if self.sasl_handshaken and not self.sasl_end_unknown:
+            return STRAY_IN_EXCHANGE
+        if policy & SASL or api_key == API_API_VERSIONS:
+            return READS_IT
         if not self.sasl_end_unknown:
             raise BeforeAuthentication(
                 f"{api_name(api_key)} before SASL authentication completed (the broker closes such a connection)"
             )
-        return True
+        return ENDS_EXCHANGE
 
     def _decode_client_id(self, data, at, length):
         """The client id at data[at:at+length], decoded once per connection (it sends the same one)."""

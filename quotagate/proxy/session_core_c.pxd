@@ -16,6 +16,7 @@ cdef int CHARGE_BYTES_IN, FETCH_WAIT, SASL, EXEMPT, TOPIC_NAMES
 cdef int API_PRODUCE, API_FETCH, API_SASL_HANDSHAKE, API_API_VERSIONS, API_SASL_AUTHENTICATE, API_SHARE_FETCH
 cdef int CONNECTING, OPEN, AUTHENTICATING, AWAITING_AUTHENTICATION, REFUSING, AWAITING_LOCAL_ANSWER
 cdef int GO_ON, STOP, REFUSED
+cdef int READS_IT, ENDS_EXCHANGE, STRAY_IN_EXCHANGE
 cdef Py_ssize_t PEEK_BYTES
 cdef long MAX_TAGS
 
@@ -96,6 +97,7 @@ cdef class SessionCore:
     cdef public bint awaiting_local_answer
     cdef InFlight _answer_later
     cdef public bint sasl_end_unknown
+    cdef public bint sasl_handshaken
     cdef public object receive_limit
     cdef public object pending_refusal
     cdef public object refusal
@@ -135,16 +137,17 @@ cdef class SessionCore:
     cdef object _request(self, bytes data, Py_ssize_t pos, Py_ssize_t end, object frame, double now)
     @cython.locals(
         buf="const unsigned char*", peek_end=Py_ssize_t, api_key=int, version=int, correlation_id=int,
-        client_id_len=int, body=Py_ssize_t, known=bint, ends_authentication=bint, flexible_from=int, policy=int, acks=int,
+        client_id_len=int, body=Py_ssize_t, known=bint, authentication=int, flexible_from=int, policy=int, acks=int,
         max_wait=int, at=Py_ssize_t, refusal_wait=int, stop=bint, handling_ms=double, started=double, throttle=long, over_quota=bint, exempt=bint,
         entry=InFlight, admission=Admission,
     )
     cdef object _peeked_request(self, bytes data, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t size, object frame, double now)
+    cdef int _refuse_after_stray(self, int api_key) except -1
     @cython.locals(cap=int)
-    cdef bint _refuse_first(self, int api_key, int version, int policy, bint known) except -1
+    cdef int _refuse_first(self, int api_key, int version, int policy, bint known) except -1
     @cython.locals(api_key=int, version=int, known=bint)
     cpdef void check_partial_head(self, bytes head) except *
-    cdef bint _before_authentication(self, int api_key, int policy) except -1
+    cdef int _before_authentication(self, int api_key, int policy) except -1
     @cython.locals(raw=bytes, buf="const unsigned char*", kept="const unsigned char*")
     cdef object _decode_client_id(self, bytes data, Py_ssize_t at, Py_ssize_t length)
     @cython.locals(sent=list, names=dict, order=list, raw=bytes)
