@@ -90,6 +90,13 @@ class ProxyMetrics:
             "Produce requests answered THROTTLING_QUOTA_EXCEEDED for a new producer ID over producer_ids_rate",
             registry=self.registry,
         )
+        self.throttled_fetches_total = Counter(
+            "quotagate_throttled_fetches",
+            "Fetches that arrived while their client was throttled, answered with no data and the throttle (KIP-219): "
+            "by the proxy (session: full, sessionless) or with the broker's answer emptied (incremental)",
+            ["session"],
+            registry=self.registry,
+        )
         self.tls_handshake_failures_total = Counter(
             "quotagate_tls_handshake_failures",
             "Client TLS handshakes that failed, by reason (OpenSSL's, or timeout, closed_by_client)",

@@ -30,8 +30,9 @@ except ImportError:  # interpreted without Cython installed: quotagate/_cython_s
 
 from collections import deque
 
+from quotagate.protocol import fetch
 from quotagate.protocol.apis import ApiKey, api_name, is_flexible
-from quotagate.protocol.fetch import max_wait_offset
+from quotagate.protocol.fetch import max_wait_offset, throttled_fetch_replacement, throttled_fetch_response
 from quotagate.protocol.framing import FrameError, Piece, StreamingFrameSplitter, frame_body_size
 from quotagate.protocol.headers import RequestHeader
 from quotagate.protocol.limits import MAX_TAGGED_FIELDS, tagged_fields_problem
@@ -59,6 +60,7 @@ if not cython.compiled:  # compiled, these are cimported (session_core_c.pxd)
         charge_request,
         charge_response,
         count_exchange,
+        fetch_throttle_ms,
         request_time_ms,
         shadow_throttle_ms,
     )
@@ -188,6 +190,14 @@ PEEK_BYTES = 512
 
 # A request header's tagged fields beyond this many are refused, not walked (protocol/limits.py).
 MAX_TAGS = MAX_TAGGED_FIELDS
+# A fetch request's fields after max_wait_ms, and the versions that have them (protocol/fetch.py):
+# C ints here, read for every fetch.
+MIN_BYTES_AFTER = fetch.MIN_BYTES_AFTER
+MAX_BYTES_AFTER = fetch.MAX_BYTES_AFTER
+SESSION_EPOCH_AFTER = fetch.SESSION_EPOCH_AFTER
+MAX_BYTES_FROM = fetch.MAX_BYTES_FROM
+SESSIONS_FROM = fetch.SESSIONS_FROM
+REPLICA_ID_IN_BODY_UNTIL = fetch.REPLICA_ID_IN_BODY_UNTIL
 
 
 class BeforeAuthentication(FrameError):
@@ -277,7 +287,8 @@ class InFlight:
     response must carry: a refusal says when to come back); mutation; answer_after (Admission's);
     handling_ms (the proxy's own time on the exchange where it decodes or rewrites: its hooks, its
     rewrites; charged as request time with the broker's); over_quota (a produce whose charge when read
-    left its entity over quota: usage records)."""
+    left its entity over quota: usage records); empty_fetch (a throttled incremental fetch whose
+    answer goes to the client emptied)."""
 
     def __repr__(self):
         return (
@@ -636,6 +647,7 @@ class SessionCore:
             max_wait = i32(buf, at)
             if max_wait < 0:
                 max_wait = 0
+            _within(at + SESSION_EPOCH_AFTER + 4, peek_end, end)  # what a quota reads of it: peeked now
         self._counters.count_request(api_key)
         forwarded = data  # as it is (the caller has the frame's own object)
         local = None
@@ -650,6 +662,40 @@ class SessionCore:
             # Above what the proxy reads: answered as the broker answers one above what it speaks.
             forwarded = None
             local = unsupported_api_versions(correlation_id)
+        replace_answer = False
+        if policy & FETCH_WAIT and api_key == API_FETCH and self._engine.limits_anyone:
+            # A consumer's fetch under a quota, as the broker takes it: answered with no data at once
+            # while the client would be throttled (KIP-219), else its max_bytes capped (KAFKA-9677).
+            # A follower's (replica_id 0 or more: never a client of the proxy) is the broker's alone.
+            if version > REPLICA_ID_IN_BODY_UNTIL or i32(buf, body) < 0:
+                buckets = self._buckets(client_id, now)
+                refusal_wait = fetch_throttle_ms(buckets, now)
+                if refusal_wait > 0:
+                    epoch = -1
+                    if version >= SESSIONS_FROM and _within(at + SESSION_EPOCH_AFTER + 4, peek_end, end):
+                        epoch = i32(buf, at + SESSION_EPOCH_AFTER)
+                    if epoch <= 0:
+                        # Full or sessionless: nothing at the broker depends on it; the proxy answers.
+                        local = throttled_fetch_response(correlation_id, version)
+                        forwarded = None
+                        self._metrics.throttled_fetches_total.labels(session="full").inc()
+                    else:
+                        # Incremental: the broker's session must take it (its changes, its next epoch),
+                        # as the client's will when it reads the answer; asked to answer at once with
+                        # next to nothing, and that answer emptied (`_respond`).
+                        replace_answer = True
+                        view = frame if frame is not None else memoryview(data)[pos:end]
+                        forwarded = _patched_fetch(view, at - pos, 0, True)
+                        self._metrics.throttled_fetches_total.labels(session="incremental").inc()
+                    self._mute(refusal_wait, now)
+                    stop = True
+                elif (
+                    version >= MAX_BYTES_FROM
+                    and _within(at + MAX_BYTES_AFTER + 4, peek_end, end)
+                    and i32(buf, at + MAX_BYTES_AFTER) > buckets.fetch_max_bytes
+                ):
+                    view = frame if frame is not None else memoryview(data)[pos:end]
+                    forwarded = _patched_fetch(view, at - pos, buckets.fetch_max_bytes, False)
         if policy & self.hooked:
             view = frame if frame is not None else memoryview(data)[pos:end]
             header = RequestHeader(
@@ -713,6 +759,7 @@ class SessionCore:
             entry.min_throttle_ms = refusal_wait
             entry.mutation = mutation
             entry.answer_after = answer_after
+            entry.empty_fetch = replace_answer
         self._in_flight_append(entry)
         if local is None and forwarded is None:  # answered when ready (`_answer_ready`), in its turn
             self._answer_later = entry
@@ -925,6 +972,7 @@ class SessionCore:
             request.refused
             or request.mutation is not None
             or request.answer_after is not None
+            or request.empty_fetch
             or request.api_key == API_SASL_AUTHENTICATE
             or request.api_key in self._rewriters
         ):
@@ -981,6 +1029,8 @@ class SessionCore:
         announces, and only what the session's `_streamable` allows happens to it."""
         api_key = request.api_key
         throttle = request.min_throttle_ms
+        if request.empty_fetch:  # a throttled incremental fetch: the broker's answer, emptied
+            frame = throttled_fetch_replacement(frame, request.api_version)
         if (
             request.refused
             or request.mutation is not None
@@ -1090,6 +1140,7 @@ def _in_flight(correlation_id, api_key, api_version, client_id, request_size, se
     entry.min_throttle_ms = 0
     entry.mutation = None
     entry.answer_after = None
+    entry.empty_fetch = False
     entry.handling_ms = 0.0
     entry.over_quota = over_quota
     return entry
@@ -1118,6 +1169,35 @@ def _short(peek_end, end):
     """A read past the bytes peeked at: _ShortPeek when the frame has more of them."""
     if peek_end < end:
         raise _ShortPeek()
+
+
+def _patched_fetch(frame, max_wait_at, max_bytes, answer_replaced):
+    """A copy of the fetch request `frame` (size prefix included, max_wait_ms at `max_wait_at`, v3+)
+    asking for at most `max_bytes`, its other bytes the client's; with `answer_replaced`, also asking
+    the broker to answer at once with as little as it can (max_wait_ms and min_bytes 0: at most the
+    first record batch it finds, KIP-74), because the proxy answers the client without it."""
+    patched = bytearray(frame)
+    _put_i32(patched, max_wait_at + MAX_BYTES_AFTER, max_bytes)
+    if answer_replaced:
+        _put_i32(patched, max_wait_at, 0)
+        _put_i32(patched, max_wait_at + MIN_BYTES_AFTER, 0)
+    return patched
+
+
+def _put_i32(buf, pos, value):
+    buf[pos] = (value >> 24) & 0xFF
+    buf[pos + 1] = (value >> 16) & 0xFF
+    buf[pos + 2] = (value >> 8) & 0xFF
+    buf[pos + 3] = value & 0xFF
+
+
+def _within(needed, peek_end, end):
+    """Whether a field ending at `needed` lies within the bytes peeked (a short peek starts over
+    when the frame holds it); False when the frame is too short: left to the broker to refuse."""
+    if needed <= peek_end:
+        return True
+    _short(peek_end, end)
+    return False
 
 
 def _header_tags_end(buf, pos, peek_end, end):

@@ -7,7 +7,7 @@ from libc.string cimport memcmp
 from quotagate.protocol.produce_walk_c cimport _skip_tags, _uvarint, i32, produce_acks, produce_topics, produce_topics_of, usual_throttle_offset
 from quotagate.proxy.usage_collectors_c cimport AggregateCollector, RequestCollector
 from quotagate.protocol.rewrite_memo_c cimport RewriteMemo
-from quotagate.quotas.charging_c cimport charge_request, charge_response, count_exchange, request_time_ms, shadow_throttle_ms
+from quotagate.quotas.charging_c cimport charge_request, charge_response, count_exchange, fetch_throttle_ms, request_time_ms, shadow_throttle_ms
 
 # Constants (their values and meaning: session_core.py); THRESHOLDS, TOPIC_NAMES, LOCAL_ANSWER,
 # MUTATION and PRODUCER_IDS stay Python objects, for session.py to read.
@@ -19,6 +19,7 @@ cdef int GO_ON, STOP, REFUSED
 cdef int READS_IT, ENDS_EXCHANGE, STRAY_IN_EXCHANGE
 cdef Py_ssize_t PEEK_BYTES
 cdef long MAX_TAGS
+cdef int MIN_BYTES_AFTER, MAX_BYTES_AFTER, SESSION_EPOCH_AFTER, MAX_BYTES_FROM, SESSIONS_FROM, REPLICA_ID_IN_BODY_UNTIL
 
 cdef int POLICY[128]
 cdef int MAX_VERSION[128]
@@ -70,6 +71,7 @@ cdef class InFlight:
     cdef readonly object answer_after
     cdef readonly double handling_ms
     cdef readonly bint over_quota
+    cdef readonly bint empty_fetch
 
 
 cdef class Admission:
@@ -138,7 +140,7 @@ cdef class SessionCore:
     @cython.locals(
         buf="const unsigned char*", peek_end=Py_ssize_t, api_key=int, version=int, correlation_id=int,
         client_id_len=int, body=Py_ssize_t, known=bint, authentication=int, flexible_from=int, policy=int, acks=int,
-        max_wait=int, at=Py_ssize_t, refusal_wait=int, stop=bint, handling_ms=double, started=double, throttle=long, over_quota=bint, exempt=bint,
+        max_wait=int, at=Py_ssize_t, refusal_wait=int, stop=bint, replace_answer=bint, epoch=int, handling_ms=double, started=double, throttle=long, over_quota=bint, exempt=bint,
         entry=InFlight, admission=Admission,
     )
     cdef object _peeked_request(self, bytes data, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t size, object frame, double now)
@@ -185,6 +187,9 @@ cdef object _slice(bytes data, Py_ssize_t start, Py_ssize_t end)
 @cython.locals(head=bytes)
 cdef int _correlation_id(object frame) except? -1
 cdef int _short(Py_ssize_t peek_end, Py_ssize_t end) except -1
+cdef bytearray _patched_fetch(object frame, Py_ssize_t max_wait_at, long max_bytes, bint answer_replaced)
+cdef void _put_i32(bytearray buf, Py_ssize_t pos, long value) except *
+cdef bint _within(Py_ssize_t needed, Py_ssize_t peek_end, Py_ssize_t end) except -1
 @cython.locals(count=long, after=Py_ssize_t)
 cdef Py_ssize_t _header_tags_end(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t peek_end, Py_ssize_t end) except -1
 @cython.locals(data=bytes, length=Py_ssize_t, throttle_at=Py_ssize_t)

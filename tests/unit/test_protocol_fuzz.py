@@ -23,7 +23,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.client_quotas import alter_refusal, decode_alter, decode_describe
 from quotagate.protocol.discovery import DISCOVERY_METADATA_VERSION, decode_discovery
-from quotagate.protocol.fetch import fetch_max_wait_ms
+from quotagate.protocol.fetch import fetch_max_wait_ms, throttled_fetch_replacement, throttled_fetch_response
 from quotagate.protocol.framing import FrameError, FrameSplitter, StreamingFrameSplitter
 from quotagate.protocol.headers import peek_correlation_id, peek_request_header, response_body_offset
 from quotagate.protocol.mutations import decode_mutation, decode_results, merge_refusals
@@ -101,6 +101,16 @@ FETCH_SEEDS = [header_only(ApiKey.FETCH, v) + bytes(range(40)) for v in (4, 12, 
 @given(bad_frames(FETCH_SEEDS), st.integers(0, MAX_VERSIONS[ApiKey.FETCH]), st.integers(0, 80))
 def test_fetch_peek_raises_only_frame_errors(frame: memoryview, version: int, body: int) -> None:
     only_frame_errors(lambda: fetch_max_wait_ms(frame, body, version))
+
+
+# A broker's answer to an incremental fetch (v7+), emptied when its client is throttled.
+FETCH_RESPONSE_SEEDS = [throttled_fetch_response(9, v, 0, 77) + bytes(range(60)) for v in (7, 11, 12, 15)]
+
+
+@FUZZ
+@given(bad_frames(FETCH_RESPONSE_SEEDS), st.integers(0, MAX_VERSIONS[ApiKey.FETCH]))
+def test_emptying_a_fetch_answer_raises_only_frame_errors(frame: memoryview, version: int) -> None:
+    only_frame_errors(lambda: throttled_fetch_replacement(frame, version))
 
 
 SHARE_FETCH_SEEDS = [bytes(share_fetch_request(9, 500, v))[4:] for v in (1, 2)]
