@@ -7,7 +7,9 @@ request-second, in one currency). The period and the rates are in every row, so 
 (a CSV line pasted into a ticket) still says what it is.
 
 Tenants are a level of the roll-up above the entity: the usage table's `tenant` column where it has
-one, else null ("no tenant declared"). Nothing here reads the proxy's configuration.
+one, else null ("no tenant declared"). The table's columns follow the usage field table
+(proxy/usage_fields.py), so a `tenant` identity field there is all this needs to group by it.
+Nothing here reads the proxy's configuration.
 """
 
 from __future__ import annotations
