@@ -14,6 +14,7 @@ Nothing here reads the proxy's configuration.
 
 from __future__ import annotations
 
+import pandas as pd
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -31,15 +32,13 @@ def tenant_of(table: DataFrame) -> Column:
 
 
 def _bounds(day: Column, period: str) -> tuple[Column, Column]:
-    """The calendar period holding `day`: its first and last day."""
+    """The calendar period (day, week or month) holding `day`: its first and last day."""
     if period == "day":
         return day, day
     if period == "week":
         first = F.to_date(F.date_trunc("week", day))
         return first, F.date_add(first, 6)
-    if period == "month":
-        return F.trunc(day, "month"), F.last_day(day)
-    raise ValueError(f"period must be one of {', '.join(PERIODS)}, got {period!r}")
+    return F.trunc(day, "month"), F.last_day(day)
 
 
 def chargeback(
@@ -97,13 +96,12 @@ def chargeback(
     )
 
 
-def ordered(frame) -> object:  # type: ignore[no-untyped-def]
-    """A collected chargeback (pandas) as it is written: by period, the largest cost (else bytes) first."""
-    by = "cost_total" if "cost_total" in frame.columns else "bytes_in"
-    frame = frame.assign(_moved=frame[by] if by == "cost_total" else frame["bytes_in"] + frame["bytes_out"])
-    frame = frame.sort_values(
-        ["period_start", "_moved", "tenant", "user", "client_id"],
+def ordered(frame: pd.DataFrame) -> pd.DataFrame:
+    """A collected chargeback as it is written: by period, the largest cost (without rates: bytes) first."""
+    size = frame["cost_total"] if "cost_total" in frame.columns else frame["bytes_in"] + frame["bytes_out"]
+    frame = frame.assign(_size=size).sort_values(
+        ["period_start", "_size", "tenant", "user", "client_id"],
         ascending=[True, False, True, True, True],
         na_position="first",
     )
-    return frame.drop(columns="_moved").reset_index(drop=True)
+    return frame.drop(columns="_size").reset_index(drop=True)

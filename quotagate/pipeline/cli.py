@@ -13,7 +13,8 @@ import io
 import sys
 from pathlib import Path
 
-from quotagate.pipeline.rates import PERIODS
+from quotagate.config.settings import ConfigError
+from quotagate.pipeline.rates import PERIODS, parse_rates
 
 JOBS = (
     "ingest",
@@ -157,15 +158,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.job in WITHOUT_SPARK:
-        from quotagate.config.settings import ConfigError
-
         try:
             return JOB_RUNNERS[args.job](None, args)
         except (FileNotFoundError, ValueError, ConfigError) as exc:
             print(f"quotagate pipeline {args.job}: {exc}", file=sys.stderr)
             return 1
-    from quotagate.config.settings import ConfigError
-
     try:  # the local files a job reads, checked before a JVM starts
         args.loaded_rates = _rates(args)
         _check_days(args)
@@ -198,9 +195,6 @@ def _rates(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The --rates file's Rates, or None; a ConfigError naming the key when it is wrong."""
     if not getattr(args, "rates", None):
         return None
-    from quotagate.config.settings import ConfigError
-    from quotagate.pipeline.rates import parse_rates
-
     try:
         text = Path(args.rates).read_text(encoding="utf-8")
     except OSError as exc:
@@ -328,8 +322,7 @@ def _report(spark, table_path: str, whatif_path: str, recommendations, out: str,
     from quotagate.pipeline.storage import Storage
     from quotagate.pipeline.table import read_table
 
-    table = read_table(spark, table_path)
-    data = report_data(table, spark.read.parquet(whatif_path), recommendations, rates=rates)
+    data = report_data(read_table(spark, table_path), spark.read.parquet(whatif_path), recommendations, rates=rates)
     storage = Storage(spark)
     storage.write_text(out, render_report(data))
     print(f"report: {storage.qualified(out)}")
