@@ -87,7 +87,7 @@ class TopApp(App[int]):
         yield Static(id="status")
         yield Static(id="problems")
         yield Input(placeholder="filter: part of a user or client id (Enter keeps it, Esc clears it)", id="filter")
-        yield DataTable(id="rows", cursor_type="row", zebra_stripes=True)
+        yield DataTable(id="rows", cursor_type="none", zebra_stripes=True)  # the arrow keys scroll
         yield Footer()
 
     def on_mount(self) -> None:
@@ -109,16 +109,17 @@ class TopApp(App[int]):
         self.refreshed = time.strftime("%H:%M:%S")
         self.draw()
         if self.screenshot is not None and self.polls >= 2:
-            self.save_screenshot(self.screenshot.name, str(self.screenshot.parent))
-            self.exit(0)
+            self.call_after_refresh(self._save_screenshot)  # once the table has laid out its columns
+
+    def _save_screenshot(self) -> None:
+        assert self.screenshot is not None
+        self.save_screenshot(self.screenshot.name, str(self.screenshot.parent))
+        self.exit(0)
 
     def draw(self) -> None:
         table = self.table
         rows = table.rows()
         view = self.query_one("#rows", DataTable)
-        cursor_key = None
-        if view.row_count and view.is_valid_row_index(view.cursor_row):
-            cursor_key = view.coordinate_to_cell_key(view.cursor_coordinate).row_key.value
         view.clear(columns=True)
         sorted_mark = {measure.name: " ▼" if measure.name == table.sort_by else "" for measure in MEASURES}
         view.add_columns(
@@ -128,13 +129,8 @@ class TopApp(App[int]):
             "THROTTLE",
             "MUTED",
         )
-        keys = []
         for row in rows:
-            key = f"{row.kind}\0{row.user}\0{row.client_id}"
-            keys.append(key)
-            view.add_row(*row_cells(row), key=key)
-        if cursor_key in keys:
-            view.move_cursor(row=keys.index(cursor_key))
+            view.add_row(*row_cells(row))
         filtered = f" · filter '{table.filter_text}'" if table.filter_text else ""
         proxies = len(table.urls)
         status = (
