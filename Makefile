@@ -169,6 +169,7 @@ docs: venv
 	mv docs/configuration.md.tmp docs/configuration.md
 	$(PY) -m quotagate metrics-reference > docs/metrics.md.tmp
 	mv docs/metrics.md.tmp docs/metrics.md
+	$(PY) -m quotagate.proxy.usage_fields  # the usage fields' tables and the collectors' generated sections
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache
@@ -220,6 +221,11 @@ bench-preauth-memory: venv
 .PHONY: bench-client-id-memory
 bench-client-id-memory: venv
 	$(PY) -m bench.client_id_memory
+
+# The proxy's RSS with usage records off, as aggregates (Parquet) and per request (JSONL) (~4 min).
+.PHONY: bench-usage-memory
+bench-usage-memory: venv
+	$(PY) -m bench.usage_memory
 
 # The proxy's Python cost per exchange, in-process, without sockets (~15 s; also the end of make bench).
 .PHONY: bench-hot-path
