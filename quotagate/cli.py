@@ -274,7 +274,7 @@ def _top(args: argparse.Namespace) -> int:
     """The live view of the proxies at args.url: each is read once before the screen opens, so that a
     wrong address is an error naming it rather than an empty table."""
     from quotagate.top.rows import TopTable
-    from quotagate.top.scrape import ProxyUnreachable, scrape_all
+    from quotagate.top.scrape import ProxyUnreachable, Scrape, scrape_all
 
     try:
         from quotagate.top.app import TopApp
@@ -283,7 +283,7 @@ def _top(args: argparse.Namespace) -> int:
         return 2
     urls = list(dict.fromkeys(args.url))
 
-    def poll() -> dict:
+    def poll() -> dict[str, Scrape | ProxyUnreachable]:
         return scrape_all(urls, args.timeout)
 
     first = poll()

@@ -29,6 +29,7 @@ FETCH_BYTES = "quotagate_fetch_bytes_total"
 REQUEST_SECONDS = "quotagate_request_time_seconds_total"
 COUNTERS = frozenset({PRODUCE_BYTES, FETCH_BYTES, REQUEST_SECONDS})
 CLUSTER_PROCESSES = "quotagate_cluster_processes"
+KNOWN_KEYS = frozenset(key.value for key in QuotaKey)
 
 
 class ProxyUnreachable(Exception):
@@ -95,7 +96,7 @@ def parse_scrape(url: str, at: float, metrics_text: str, quotas: dict[str, Any])
                 bool(state.get("shadow", False)),
             )
             for key, state in item.get("quotas", {}).items()
-            if key in QuotaKey._value2member_map_  # a key this version does not know is left out
+            if key in KNOWN_KEYS  # a key this version does not know is left out
         }
         if item.get("muted_connections"):
             reading.muted[entity] = int(item["muted_connections"])
