@@ -38,7 +38,8 @@ class Terminal:
         )
 
     def start(self, command: str) -> None:
-        self.tmux("new-session", "-d", "-s", "top", "-x", "160", "-y", "40", "-c", str(REPO_ROOT), command)
+        started = self.tmux("new-session", "-d", "-s", "top", "-x", "160", "-y", "40", "-c", str(REPO_ROOT), command)
+        assert started.returncode == 0, f"tmux did not start: {started.stderr}"
 
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "top").stdout
