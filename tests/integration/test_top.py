@@ -63,6 +63,9 @@ class Terminal:
 
     def close(self) -> None:
         self.tmux("kill-server")
+        # tmux leaves its socket file behind (-L NAME: $TMUX_TMPDIR/tmux-UID/NAME)
+        folder = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}"
+        (folder / self.socket).unlink(missing_ok=True)
 
 
 @pytest.fixture
