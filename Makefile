@@ -89,7 +89,7 @@ PYTEST_ARGS ?=
 # keeps the Spark tests, the users of the 3-node cluster and the machine-wide runs each on one worker and
 # starts them first; each worker picks its own ports above the ephemeral range (tests/support/proxy_fixtures.py).
 PYTEST_WORKERS ?= 3
-test: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars prometheus-tools compose-tools helm-tool chromium redis-tools franz-go-suite go-kadm-quotas
+test: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars prometheus-tools compose-tools helm-tool chromium redis-tools tmux-tool franz-go-suite go-kadm-quotas
 	$(VENV)/bin/ruff check .
 	QUOTAGATE_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit  # the same sources, interpreted
 	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m "not matrix_only and not storage_only and not fetch_shape_only and not sarama_only" $(PYTEST_ARGS)
@@ -338,6 +338,11 @@ test-sarama-quotas: venv kafka-jars go-quota-clients
 .PHONY: chromium
 chromium:
 	bash scripts/ensure_debian_tools.sh chromium chromium
+
+# tmux (Debian's package): tests/integration/test_top.py runs `quotagate top` in it, sends keys and reads the screen.
+.PHONY: tmux-tool
+tmux-tool:
+	bash scripts/ensure_debian_tools.sh tmux tmux
 
 # redis-server (Debian's package; the service is not left running) for the shared-quota tests and bench.
 .PHONY: redis-tools

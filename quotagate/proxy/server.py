@@ -214,6 +214,11 @@ class Proxy:
         return client if tls is None else ListenerTls(self.loop, client, tls, self.handshakes.failed)
 
     # What the HTTP endpoints see (AdminContext) --------------------------------------------------
+    @property
+    def clients(self) -> set[ClientConnection]:
+        """The admitted client connections (/quotas counts the muted ones by entity)."""
+        return self.admission.clients
+
     def readiness_problems(self) -> list[str]:
         problems = []
         if not self.listeners.up:
