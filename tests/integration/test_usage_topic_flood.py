@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pytest
 
 from tests.support.canary import Address, Canary, side_by_side
 from tests.support.kafka_helpers import create_topic, unique_topic, wait_until
@@ -41,6 +42,7 @@ def run_flood(address: Address, other_tenant_topic: str) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.long_only
 def test_a_topic_flood_with_usage_records_on_adds_little_to_a_canary_beside_the_broker(
     proxy_factory, kafka, tmp_path: Path
 ) -> None:
