@@ -14,6 +14,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from quotagate.quotas.apis import TOPIC_NAMES, apis_with
 from quotagate.quotas.entities import RECORDED_KEYS
 
 SUPPORTED_VERSIONS = (1, 2)
@@ -109,9 +110,6 @@ TABLE_COLUMNS = [field.name for field in TABLE_SCHEMA.fields]
 DEDUP_KEY = ["writer", "seq", "topic"]
 # v2 columns added after its first files (null when a file lacks them)
 V2_ADDED_COLUMNS = ("throttled_bytes", "first_ms", "last_ms", "charge_offset_ms", *QUOTA_COLUMN_NAMES)
-PRODUCE, FETCH, SHARE_FETCH = 0, 1, 78
-# The exchanges whose response bytes the proxy charges to consumer_byte_rate (quotas.charging.FETCH_APIS).
-FETCHES = (FETCH, SHARE_FETCH)
 
 
 def conform(frame: DataFrame, schema: T.StructType) -> list[Column]:
@@ -130,9 +128,9 @@ def to_table(raw: DataFrame) -> DataFrame:
     `raw` may carry a `source` column (file or topic partition) that names v1 records written
     before they had writer and seq; those are never deduplicated against each other."""
     v1 = raw.where(F.col("v") == 1)
-    produce_topics = F.when((F.col("api_key") == PRODUCE) & (F.size("topics") > 0), F.col("topics")).otherwise(
-        F.array(F.lit(""))
-    )
+    # a row per topic for the APIs whose usage records name their topics (quotas/apis.py)
+    per_topic = F.col("api_key").isin(*apis_with(TOPIC_NAMES))
+    produce_topics = F.when(per_topic & (F.size("topics") > 0), F.col("topics")).otherwise(F.array(F.lit("")))
     v1 = v1.select("*", F.posexplode(produce_topics).alias("topic_index", "topic_name"))
     first = F.col("topic_index") == 0
     share = F.size(produce_topics)

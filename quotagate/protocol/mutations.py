@@ -34,7 +34,6 @@ QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."  # Kafka's ow
 # Versions from which a client understands per-topic refusals (KIP-599 strict mode); below them
 # the proxy admits everything, charges it and throttles (permissive mode).
 STRICT_FROM = {ApiKey.CREATE_TOPICS: 6, ApiKey.DELETE_TOPICS: 5, ApiKey.CREATE_PARTITIONS: 3}
-MUTATION_APIS = frozenset(STRICT_FROM)
 
 _REQUESTS: dict[int, Any] = {
     ApiKey.CREATE_TOPICS: CreateTopicsRequest,

@@ -93,15 +93,13 @@ from quotagate.proxy.quota_admin import PendingDescribe, QuotaAdmin
 from quotagate.proxy.topics import TopicCatalog
 from quotagate.proxy.usage import UsageRecorder
 from quotagate.quotas import ANONYMOUS, QuotaEngine, QuotaKey
+from quotagate.quotas.apis import LOCAL_ANSWER, NEW_PRODUCER_IDS, PARTITIONS_MUTATED, THRESHOLDS
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 
 _core = compiled.load("quotagate.proxy.session_core")
 SessionCore = _core.SessionCore
 InFlight = _core.InFlight
 Admission = _core.Admission
-# The policies whose hook is `Session._admit` (the rest are the core's own).
-THRESHOLDS, LOCAL_ANSWER, MUTATION = _core.THRESHOLDS, _core.LOCAL_ANSWER, _core.MUTATION
-PRODUCER_IDS = _core.PRODUCER_IDS
 PROTOCOL_ERROR = _core.PROTOCOL_ERROR
 
 # Error for partitions refused by per-topic bytes-in thresholds: THROTTLING_QUOTA_EXCEEDED. Clients
@@ -322,7 +320,7 @@ class SessionPolicy:
         it, and charges and forwards it after): what to forward, and what the response will need."""
         api_key, version, body = header.api_key, header.api_version, header.body_offset
         services = self.services
-        if policies & PRODUCER_IDS:  # a produce, from a session a producer_ids_rate may apply to
+        if policies & NEW_PRODUCER_IDS:  # a produce, from a session a producer_ids_rate may apply to
             refusal = self._admit_producer_id(frame, header, now)
             if refusal is not None:
                 return refusal
@@ -340,7 +338,7 @@ class SessionPolicy:
             return Admission(forwarded, local, refused, order, services.topic_guard.retry_after_ms(refused, now))
         if policies & LOCAL_ANSWER:  # the proxy's quotas, not the brokers', are described and altered
             return self._admit_quota_admin(frame, header, now)
-        if policies & MUTATION:
+        if policies & PARTITIONS_MUTATED:
             engine = services.engine
             if not engine.enforces(QuotaKey.CONTROLLER_MUTATION_RATE):
                 return Admission(frame)
@@ -414,9 +412,9 @@ class SessionPolicy:
         """The quotas changed live (a reload, AlterClientQuotas): Produce is given to the
         producer_ids_rate policy iff some entry sets it now, as for a session opened now."""
         if self.services.engine.enforces(QuotaKey.PRODUCER_IDS_RATE):
-            self.hooked |= PRODUCER_IDS
+            self.hooked |= NEW_PRODUCER_IDS
         else:
-            self.hooked &= ~PRODUCER_IDS
+            self.hooked &= ~NEW_PRODUCER_IDS
 
     def _admit_producer_id(self, frame: memoryview, header: RequestHeader, now: float) -> Admission | None:
         """None when the produce's producer ID is admitted (seen, or new within producer_ids_rate);

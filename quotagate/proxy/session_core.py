@@ -30,16 +30,27 @@ except ImportError:  # interpreted without Cython installed: quotagate/_cython_s
 
 from collections import deque
 
-from quotagate.protocol.apis import MAX_VERSIONS, ApiKey, api_name, is_flexible
+from quotagate.protocol.apis import MAX_VERSIONS, api_name, is_flexible
 from quotagate.protocol.fetch import max_wait_offset
 from quotagate.protocol.framing import FrameError, Piece, StreamingFrameSplitter, frame_body_size
 from quotagate.protocol.headers import RequestHeader
 from quotagate.protocol.limits import MAX_TAGGED_FIELDS, tagged_fields_problem
-from quotagate.protocol.mutations import MUTATION_APIS
 from quotagate.protocol.share import share_fetch_max_wait_ms
-from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time, throttle_time_offset
+from quotagate.protocol.throttle import patch_throttle_time, throttle_time_offset
 from quotagate.proxy.metrics import BEFORE_AUTHENTICATION, LATENCY_BUCKETS, SASL_RECEIVE_LIMIT
-from quotagate.proxy.quota_admin import CLIENT_QUOTA_APIS
+from quotagate.quotas.apis import (
+    BYTES_IN,
+    DEFAULT_POLICY,
+    LOCAL_ANSWER,
+    LONG_POLL,
+    NEW_PRODUCER_IDS,
+    PARTITIONS_MUTATED,
+    REQUEST_TIME,
+    SASL,
+    THRESHOLDS,
+    TOPIC_NAMES,
+)
+from quotagate.quotas.apis import policy as api_policy
 from quotagate.quotas.entities import QuotaKey
 
 if not cython.compiled:  # compiled, these are cimported (session_core_c.pxd)
@@ -66,20 +77,12 @@ if not cython.compiled:  # compiled, these are cimported (session_core_c.pxd)
 KEYS = 128
 VERSIONS = 128
 
-# What the proxy does with an API beyond forwarding it and charging its request time: declared here,
-# once. The core does CHARGE_BYTES_IN and FETCH_WAIT itself; an API with any policy in the session's
-# `hooked` mask (HOOK_POLICIES, less what its configuration does not use) goes to `Session._admit`
-# first. A policy added to an API therefore reaches it on every path: there is no other list.
-CHARGE_BYTES_IN = 1  # Produce: its size to producer_byte_rate when read; acks=0 gets no response
-FETCH_WAIT = 2  # Fetch, ShareFetch: max wait is not request time; response bytes to consumer_byte_rate
-SASL = 4  # the SASL exchange: mechanism, claimed user, held reads until the broker answers
-LOCAL_ANSWER = 8  # DescribeClientQuotas, AlterClientQuotas: answered by the proxy (with [admin])
-MUTATION = 16  # topic mutations: controller_mutation_rate, admitted per topic (KIP-599)
-THRESHOLDS = 32  # Produce: per-topic bytes-in thresholds (with [thresholds])
-TOPIC_NAMES = 64  # Produce: its topics named in usage records (with [usage]; the core's own walk)
-EXEMPT = 128  # never charged request time (the cluster APIs Kafka exempts; authentication)
-PRODUCER_IDS = 256  # Produce: new producer IDs under producer_ids_rate (KIP-936; when one is set)
-HOOK_POLICIES = SASL | LOCAL_ANSWER | MUTATION | THRESHOLDS | PRODUCER_IDS
+# POLICY[api_key]: what the proxy does with each API, from the one table of them (quotas/apis.py:
+# the quota keys it is charged to, and its policies). The core charges BYTES_IN and reads LONG_POLL
+# itself; an API with any policy in the session's `hooked` mask (HOOK_POLICIES, less what its
+# configuration does not use) goes to `Session._admit` first. A policy added to an API there reaches
+# it on every path: there is no other list.
+HOOK_POLICIES = SASL | LOCAL_ANSWER | PARTITIONS_MUTATED | THRESHOLDS | NEW_PRODUCER_IDS
 
 API_PRODUCE = 0
 API_FETCH = 1
@@ -88,27 +91,7 @@ API_API_VERSIONS = 18
 API_SASL_AUTHENTICATE = 36
 API_SHARE_FETCH = 78
 
-
-def _policies() -> dict:
-    policies = {
-        int(ApiKey.PRODUCE): CHARGE_BYTES_IN | THRESHOLDS | TOPIC_NAMES | PRODUCER_IDS,
-        int(ApiKey.FETCH): FETCH_WAIT,
-        int(ApiKey.SHARE_FETCH): FETCH_WAIT,
-        int(ApiKey.SASL_HANDSHAKE): SASL | EXEMPT,
-        int(ApiKey.SASL_AUTHENTICATE): SASL | EXEMPT,
-    }
-    for key in CLIENT_QUOTA_APIS:
-        policies[key] = policies.get(key, 0) | LOCAL_ANSWER
-    for key in MUTATION_APIS:
-        policies[key] = policies.get(key, 0) | MUTATION
-    for key in THROTTLE_EXEMPT_APIS:
-        policies[key] = policies.get(key, 0) | EXEMPT
-    return policies
-
-
-# POLICY[api_key]: the policies of each API (0: forwarded and charged request time, nothing else).
-POLICIES = _policies()
-POLICY = [POLICIES.get(key, 0) for key in range(KEYS)]
+POLICY = [api_policy(key) for key in range(KEYS)]
 # MAX_VERSION[api_key]: the version cap ApiVersions advertises (-1: none); ApiVersions itself is
 # never refused (the broker answers it, KIP-511).
 MAX_VERSION = [-1 if key == API_API_VERSIONS else MAX_VERSIONS.get(key, -1) for key in range(KEYS)]
@@ -262,7 +245,7 @@ class InFlight:
     """A request between the proxy and its response: what the response will be matched and charged by.
     Made by `_in_flight` (its one constructor). Fields: correlation_id, api_key, api_version,
     client_id; request_size (header + body, without the size prefix); sent_at (when forwarded);
-    fetch_max_wait_ms; exempt (never charged request time); local_response (a response the proxy
+    fetch_max_wait_ms; policy (its API's, quotas/apis.py: what it is charged); local_response (a response the proxy
     makes itself, sent in its turn); refused (topics the proxy refused from a forwarded produce,
     merged back into the broker's answer) and topic_order; min_throttle_ms (the least throttle the
     response must carry: a refusal says when to come back); mutation; answer_after (Admission's);
@@ -326,13 +309,13 @@ class SessionCore:
         self._last_order = ()
         self._max_frame_size = services.max_frame_size
         # The policies this session gives to its hooks: the ones its services use.
-        hooked = SASL | MUTATION
+        hooked = SASL | PARTITIONS_MUTATED
         if services.quota_admin is not None:
             hooked |= LOCAL_ANSWER
         if services.topic_guard:
             hooked |= THRESHOLDS
         if services.engine.enforces(QuotaKey.PRODUCER_IDS_RATE):  # produce keeps the fast path without one
-            hooked |= PRODUCER_IDS
+            hooked |= NEW_PRODUCER_IDS
         self.hooked = hooked
         self.whole_reads = services.whole_reads
         self.in_flight = deque()
@@ -583,7 +566,7 @@ class SessionCore:
         api_key = _i16(buf, pos + 4)
         version = _i16(buf, pos + 6)
         known = 0 <= api_key < KEYS and 0 <= version < VERSIONS
-        policy = POLICY[api_key] if known else 0
+        policy = POLICY[api_key] if known else DEFAULT_POLICY
         ends_authentication = self._refuse_first(api_key, version, policy, known)
         correlation_id = i32(buf, pos + 8)
         client_id_len = _i16(buf, pos + 12)
@@ -609,12 +592,12 @@ class SessionCore:
         # What lies further in, read before anything happens (a short peek starts over).
         acks = 1
         max_wait = 0
-        if policy & CHARGE_BYTES_IN:
+        if policy & BYTES_IN:
             acks = produce_acks(buf, body, peek_end, version)
             if acks < -0x8000:
                 _short(peek_end, end)
                 raise FrameError("produce request too short to hold acks")
-        elif policy & FETCH_WAIT and api_key == API_FETCH:
+        elif policy & LONG_POLL and api_key == API_FETCH:
             at = max_wait_offset(body, version)
             if at + 4 > peek_end:
                 _short(peek_end, end)
@@ -653,9 +636,9 @@ class SessionCore:
         if policy & TOPIC_NAMES and self._usage is not None and not order:  # usage records name its topics
             order = self._topic_order(buf, frame, body, end, version)
         throttle = 0
-        if policy & CHARGE_BYTES_IN:
+        if policy & BYTES_IN:
             if self._engine.limits_anyone:
-                throttle = charge_request(self._buckets(client_id, now), api_key, size, now)
+                throttle = charge_request(self._buckets(client_id, now), policy, size, now)
             over_quota = throttle > 0
             if refusal_wait > throttle:
                 throttle = refusal_wait
@@ -665,21 +648,22 @@ class SessionCore:
                 self._mute(throttle, now)
                 stop = True
             if acks == 0:  # no response will come
-                count_exchange(self._entity_stats(client_id, now), api_key, size, 0, None, throttle)
+                count_exchange(self._entity_stats(client_id, now), policy, size, 0, None, throttle)
                 self._step = STOP if stop else GO_ON
                 return forwarded
         else:
             over_quota = False
-            if policy & FETCH_WAIT and api_key == API_SHARE_FETCH:
+            if policy & LONG_POLL and api_key == API_SHARE_FETCH:
                 view = frame if frame is not None else memoryview(data)[pos:end]
                 max_wait = share_fetch_max_wait_ms(view, body - pos, version)
         if self.authenticating and not (policy & SASL) and api_key != API_API_VERSIONS:
             # Past the authentication exchange, which Kafka does not charge to request-time quotas.
             self.authenticating = False
-        exempt = bool(policy & EXEMPT) or (api_key == API_API_VERSIONS and self.authenticating)
+        if api_key == API_API_VERSIONS and self.authenticating:
+            policy &= ~REQUEST_TIME  # Kafka does not charge the authentication exchange
         if local is None and forwarded is None and not self.awaiting_local_answer:
             raise AssertionError("a hook refused everything and made no answer")
-        entry = _in_flight(correlation_id, api_key, version, client_id, size, now, max_wait, exempt, over_quota)
+        entry = _in_flight(correlation_id, api_key, version, client_id, size, now, max_wait, policy, over_quota)
         entry.handling_ms = handling_ms
         if (
             local is not None
@@ -954,26 +938,26 @@ class SessionCore:
         latency_ms = (now - request.sent_at) * 1000
         if request.local_response is None:
             self._counters.observe_latency(api_key, latency_ms / 1000)
-        if request.exempt:
+        if not request.policy & REQUEST_TIME:
             request_ms = None
             self._entity_metrics.record_exempt(latency_ms)
         elif request.local_response is not None:  # the proxy's answer: its own time is the request's
             request_ms = request.handling_ms
         else:  # the broker's time, as the proxy sees it, and the proxy's own for the exchange
-            request_ms = request_time_ms(api_key, latency_ms, request.fetch_max_wait_ms) + request.handling_ms
+            request_ms = request_time_ms(request.policy, latency_ms, request.fetch_max_wait_ms) + request.handling_ms
         response_size = i32(frame, 0) if type(frame) is bytes else frame_body_size(frame)
         shadow_ms = 0
         if self._engine.limits_anyone:
             buckets = self._buckets(request.client_id, now)
-            charged = charge_response(buckets, api_key, response_size, request_ms, now)
+            charged = charge_response(buckets, request.policy, response_size, request_ms, now)
             if charged > throttle:
                 throttle = charged
             if buckets.shadow:  # a quota being tried: what it would have done, never applied
-                shadow_ms = shadow_throttle_ms(buckets, api_key, request_ms is not None, now)
+                shadow_ms = shadow_throttle_ms(buckets, request.policy, request_ms is not None, now)
                 self._entity_metrics.record_shadow(self.user, request.client_id, shadow_ms, now)
         count_exchange(
             self._entity_stats(request.client_id, now),
-            api_key,
+            request.policy,
             request.request_size,
             response_size,
             request_ms,
@@ -1035,7 +1019,7 @@ class SessionCore:
         self._metrics.mutes_total.inc()
 
 
-def _in_flight(correlation_id, api_key, api_version, client_id, request_size, sent_at, max_wait, exempt, over_quota):
+def _in_flight(correlation_id, api_key, api_version, client_id, request_size, sent_at, max_wait, policy, over_quota):
     entry = InFlight.__new__(InFlight)
     entry.correlation_id = correlation_id
     entry.api_key = api_key
@@ -1044,7 +1028,7 @@ def _in_flight(correlation_id, api_key, api_version, client_id, request_size, se
     entry.request_size = request_size
     entry.sent_at = sent_at
     entry.fetch_max_wait_ms = max_wait
-    entry.exempt = exempt
+    entry.policy = policy
     entry.local_response = None
     entry.refused = None
     entry.topic_order = ()

@@ -9,10 +9,10 @@ from quotagate.proxy.usage_collectors_c cimport AggregateCollector, RequestColle
 from quotagate.protocol.rewrite_memo_c cimport RewriteMemo
 from quotagate.quotas.charging_c cimport charge_request, charge_response, count_exchange, request_time_ms, shadow_throttle_ms
 
-# Constants (their values and meaning: session_core.py); THRESHOLDS, TOPIC_NAMES, LOCAL_ANSWER,
-# MUTATION and PRODUCER_IDS stay Python objects, for session.py to read.
+# Constants (their values and meaning: session_core.py, quotas/apis.py); THRESHOLDS, LOCAL_ANSWER,
+# PARTITIONS_MUTATED and NEW_PRODUCER_IDS stay Python objects, for session.py to read.
 cdef int KEYS, VERSIONS
-cdef int CHARGE_BYTES_IN, FETCH_WAIT, SASL, EXEMPT, TOPIC_NAMES
+cdef int BYTES_IN, LONG_POLL, SASL, REQUEST_TIME, TOPIC_NAMES, DEFAULT_POLICY
 cdef int API_PRODUCE, API_FETCH, API_SASL_HANDSHAKE, API_API_VERSIONS, API_SASL_AUTHENTICATE, API_SHARE_FETCH
 cdef int CONNECTING, OPEN, AUTHENTICATING, AWAITING_AUTHENTICATION, REFUSING, AWAITING_LOCAL_ANSWER
 cdef int GO_ON, STOP, REFUSED
@@ -60,7 +60,7 @@ cdef class InFlight:
     cdef readonly Py_ssize_t request_size
     cdef readonly double sent_at
     cdef readonly int fetch_max_wait_ms
-    cdef readonly bint exempt
+    cdef readonly int policy
     cdef readonly object local_response
     cdef readonly object refused
     cdef readonly object topic_order
@@ -136,7 +136,7 @@ cdef class SessionCore:
     @cython.locals(
         buf="const unsigned char*", peek_end=Py_ssize_t, api_key=int, version=int, correlation_id=int,
         client_id_len=int, body=Py_ssize_t, known=bint, ends_authentication=bint, flexible_from=int, policy=int, acks=int,
-        max_wait=int, at=Py_ssize_t, refusal_wait=int, stop=bint, handling_ms=double, started=double, throttle=long, over_quota=bint, exempt=bint,
+        max_wait=int, at=Py_ssize_t, refusal_wait=int, stop=bint, handling_ms=double, started=double, throttle=long, over_quota=bint,
         entry=InFlight, admission=Admission,
     )
     cdef object _peeked_request(self, bytes data, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t size, object frame, double now)
@@ -175,7 +175,7 @@ cdef class SessionCore:
 
 
 @cython.locals(entry=InFlight)
-cdef InFlight _in_flight(int correlation_id, int api_key, int api_version, object client_id, Py_ssize_t request_size, double sent_at, int max_wait, bint exempt, bint over_quota)
+cdef InFlight _in_flight(int correlation_id, int api_key, int api_version, object client_id, Py_ssize_t request_size, double sent_at, int max_wait, int policy, bint over_quota)
 @cython.locals(head=InFlight)
 cdef bint _local_first(object in_flight) except -1
 cdef object _slice(bytes data, Py_ssize_t start, Py_ssize_t end)

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from quotagate import compiled
 from quotagate.config.quota_state import fsync_folder
 from quotagate.config.settings import ConfigError
+from quotagate.quotas.apis import quota_keys
 from quotagate.quotas.engine import QuotaWindows
 from quotagate.quotas.entities import RECORDED_KEYS, QuotaKey, QuotaTable
 
@@ -163,21 +164,9 @@ class QuotaFieldCache:
 
 @functools.lru_cache(maxsize=1024)  # one entry per API key seen
 def keys_charged(api_key: int) -> tuple[QuotaKey, ...]:
-    """The quota keys an exchange of `api_key` is charged to, read off the session core's policy
-    table (session_core.POLICIES: the one place an API's charging is declared)."""
-    from quotagate.proxy import session_core as core
-
-    policy = core.POLICIES.get(api_key, 0)
-    keys = []
-    if policy & core.CHARGE_BYTES_IN:
-        keys.append(QuotaKey.PRODUCER_BYTE_RATE)
-    if policy & core.FETCH_WAIT:
-        keys.append(QuotaKey.CONSUMER_BYTE_RATE)
-    if policy & core.MUTATION:
-        keys.append(QuotaKey.CONTROLLER_MUTATION_RATE)
-    if not policy & core.EXEMPT:
-        keys.append(QuotaKey.REQUEST_PERCENTAGE)
-    return tuple(keys)
+    """The recorded quota keys an exchange of `api_key` is charged to (quotas/apis.py: the one place an
+    API's charging is declared)."""
+    return tuple(key for key in quota_keys(api_key) if key in RECORDED_KEYS)
 
 
 def add_quota_fields(rows: list[Row], quotas: QuotasInForce | None) -> list[Row]:

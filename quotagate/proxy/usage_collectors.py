@@ -11,9 +11,11 @@ import json
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from quotagate.quotas.apis import PRODUCE  # the only API whose aggregates are kept per topic (TOPIC_NAMES)
+
 REQUEST_SCHEMA_VERSION = 1  # one record per request
 AGGREGATE_SCHEMA_VERSION = 2  # one record per interval and key
-PRODUCE = 0  # ApiKey.PRODUCE, the only API whose aggregates are kept per topic
+
 # The topic of the row that sums an entity's produce topics beyond usage.topics_per_entity in an
 # interval (and names longer than Kafka's TOPIC_NAME_MAX): not a name Kafka accepts for a topic.
 OTHER_TOPICS = "<other topics>"

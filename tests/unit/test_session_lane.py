@@ -48,10 +48,10 @@ from kafka.protocol.sasl import (
 
 from quotagate.config.settings import UsageConfig
 from quotagate.protocol.apis import ApiKey, is_flexible, response_header_is_flexible
-from quotagate.proxy import session_core
 from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.proxy.session import Session
 from quotagate.proxy.usage import UsageRecorder
+from quotagate.quotas import apis
 from tests.support.broker_double import FETCH, fetch_v4, header_only_request, heartbeat
 from tests.support.builds import COMPILED, INTERPRETED, Build
 from tests.support.builds import build as build_named
@@ -168,11 +168,7 @@ ANSWERS = {
     ApiKey.CREATE_PARTITIONS: partitions_created,
 }
 # The APIs Kafka exempts from request-time quotas, besides SASL's: the cluster's own.
-EXEMPT_APIS = sorted(
-    key
-    for key, policy in session_core.POLICIES.items()
-    if policy & session_core.EXEMPT and not policy & session_core.SASL
-)
+EXEMPT_APIS = sorted(apis.CLUSTER_ACTIONS)
 
 
 def created_body() -> bytes:
@@ -418,9 +414,9 @@ BUILDERS = [
 def test_the_streams_hold_a_request_of_every_api_with_a_policy_and_a_plain_one() -> None:
     rng = random.Random(0)
     sent = {unpack_from(">h", builder(1, rng), 4)[0] for builder in BUILDERS for _ in range(200)}
-    missing = set(session_core.POLICIES) - sent
+    missing = set(apis.APIS) - sent
     assert not missing, f"no request of {sorted(missing)} in the streams: add a builder"
-    assert any(session_core.POLICY[key] == 0 for key in sent), "and one of an API with no policy"
+    assert any(apis.policy(key) == apis.DEFAULT_POLICY for key in sent), "and one of an API with no policy"
 
 
 def above_cap(correlation_id: int, rng: random.Random) -> bytes:
