@@ -62,10 +62,44 @@ PYTEST_ARGS ?=
 # keeps the Spark tests, the users of the 3-node cluster and the machine-wide runs each on one worker and
 # starts them first; each worker picks its own ports above the ephemeral range (tests/support/proxy_fixtures.py).
 PYTEST_WORKERS ?= 3
-test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools helm-tool chromium redis-tools
+test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools helm-tool chromium redis-tools franz-go-suite
 	$(VENV)/bin/ruff check .
 	QUOTAGATE_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit  # the same sources, interpreted
-	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m "not matrix_only" $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-slice
+
+# The version_slice tests against each Kafka of KAFKA_SLICE, all at once: each run's ports SLICE_PORT_STEP above
+# the one before (QUOTAGATE_TEST_PORT_OFFSET), its output in build/slice/VARIANT.log, printed when all are done.
+SLICE_PORT_STEP ?= 50
+.PHONY: test-slice
+test-slice: venv franz-go-suite
+	$(RIG) fetch $(KAFKA_SLICE)
+	mkdir -p build/slice
+	offset=$${QUOTAGATE_TEST_PORT_OFFSET:-0}; pids=""; for kafka in $(KAFKA_SLICE); do \
+		QUOTAGATE_TEST_PORT_OFFSET=$$offset KAFKA_RIG_KAFKA=$$kafka $(PY) -m pytest -q -rs -p no:cacheprovider \
+			-m version_slice tests/integration > build/slice/$$kafka.log 2>&1 & pids="$$pids $$!"; offset=$$((offset + $(SLICE_PORT_STEP))); \
+	done; status=0; for pid in $$pids; do wait $$pid || status=1; done; \
+	for kafka in $(KAFKA_SLICE); do echo "--- Kafka $$kafka"; cat build/slice/$$kafka.log; done; exit $$status
+
+# The Kafka versions the matrix runs, as kafka_rig names them ("-zk": ZooKeeper mode): 3.9 in ZooKeeper and
+# KRaft mode, 4.0, 4.2 (kafka/pom.xml's, the default) and 4.4. `make test` runs the version_slice tests
+# against KAFKA_SLICE besides its whole run against the default (~100 s more: the 3.9 run is the longer).
+KAFKA_MATRIX ?= 3.9.1-zk 3.9.1 4.0.2 4.2.0 4.4.0
+KAFKA_SLICE ?= 3.9.1-zk 4.4.0
+MATRIX_RESULTS := build/matrix
+
+# The protocol-facing integration tests (marker `matrix`) against every Kafka of KAFKA_MATRIX, one after the
+# other (each version's jars fetched once into .cache/kafka-versions); the results table (version x test)
+# lands in build/matrix/table.md for docs/compatibility.md. ~10-15 min per version on this machine.
+.PHONY: test-matrix
+test-matrix: venv kafka-jars redis-tools franz-go-suite
+	$(RIG) fetch $(KAFKA_MATRIX)
+	mkdir -p $(MATRIX_RESULTS)
+	status=0; for kafka in $(KAFKA_MATRIX); do \
+		KAFKA_RIG_KAFKA=$$kafka $(PY) -m pytest -q -rs -m matrix -n $(PYTEST_WORKERS) \
+			--junitxml=$(MATRIX_RESULTS)/$$kafka.xml tests/integration $(PYTEST_ARGS) || status=1; \
+	done; \
+	$(PY) -m scripts.matrix_table $(MATRIX_RESULTS) $(KAFKA_MATRIX) | tee $(MATRIX_RESULTS)/table.md; exit $$status
 
 # Every canary attack of tests/integration/test_tenant_isolation.py (make test runs the heaviest) and the
 # topic flood with usage records on: what each adds, through the proxy, to the p99 of a client on
@@ -201,6 +235,19 @@ $(COMPOSE_CHECK): scripts/compose_check/main.go scripts/compose_check/go.mod scr
 
 .PHONY: compose-tools
 compose-tools: $(COMPOSE_VENV)/.installed $(COMPOSE_CHECK)
+
+# franz-go's own kgo test suite (github.com/twmb/franz-go, pkg/kgo) as a test binary, built from the module
+# (Go module proxy) with the caches above; the version tests run part of it through the proxy against each
+# Kafka (tests/support/franz_go.py; ~2 min the first time).
+FRANZ_GO_VERSION := v1.22.3
+FRANZ_GO_SUITE := .cache/franz-go/$(FRANZ_GO_VERSION)/kgo.test
+$(FRANZ_GO_SUITE):
+	mkdir -p $(dir $(FRANZ_GO_SUITE))
+	$(GO_ENV) go mod download github.com/twmb/franz-go@$(FRANZ_GO_VERSION)
+	cd .cache/go/mod/github.com/twmb/franz-go@$(FRANZ_GO_VERSION) && $(GO_ENV) nice go test -c -o $(CURDIR)/$(FRANZ_GO_SUITE) ./pkg/kgo
+
+.PHONY: franz-go-suite
+franz-go-suite: $(FRANZ_GO_SUITE)
 
 # Helm, built from its Go module (the network reaches only package registries: no release binary), renders
 # and lints deploy/helm/quotagate in its test; cached under .cache/helm like compose-check (~6 min the first time).

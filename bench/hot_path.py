@@ -159,7 +159,7 @@ def broker_answers() -> tuple[bytes, bytes]:
     """A Metadata v4 and an ApiVersions v3 answer as a broker gives them (one broker, every API)."""
     from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 
-    from quotagate.protocol.apis import MAX_VERSIONS
+    from quotagate.protocol.version_caps import MAX_VERSIONS
 
     metadata = MetadataResponse(
         version=4,

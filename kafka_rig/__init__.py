@@ -1,5 +1,8 @@
-"""Run a real KRaft Apache Kafka (combined broker+controller nodes) from the jars in
-.cache/kafka/libs, for tests, benchmarks and local development. Importable from the repository
+"""Run a real Apache Kafka from Maven Central's jars, for tests, benchmarks and local development: KRaft
+(combined broker+controller nodes) by default, ZooKeeper mode for 3.x. The default version is
+kafka/pom.xml's (jars in .cache/kafka/libs); any other (3.9.1, 4.0.2, 4.4.0, ...) is fetched into
+.cache/kafka-versions/VERSION/libs and chosen with `variant=Variant.parse("3.9.1-zk")`, `--kafka`, or
+KAFKA_RIG_KAFKA for everything at once (clusters, tools, Java programs). Importable from the repository
 root (it is not part of quotagate and knows nothing of it); its only dependency beyond the standard
 library is kafka-python's protocol classes, for the Metadata readiness probe.
 
@@ -18,8 +21,9 @@ Library::
 
 CLI (kafka_rig/__main__.py)::
 
-    python -m kafka_rig up [--brokers N] [--base-port P] [--name NAME] [--fresh] [--sasl]
+    python -m kafka_rig up [--brokers N] [--base-port P] [--name NAME] [--fresh] [--sasl] [--kafka 3.9.1-zk]
     python -m kafka_rig status [--name NAME]
+    python -m kafka_rig fetch [4.4.0 3.9.1-zk ...]
     python -m kafka_rig down [--name NAME] [--wipe]
     python -m kafka_rig tool MAIN_CLASS_OR_ALIAS ARGS...
 
@@ -42,10 +46,14 @@ from kafka_rig.cluster import (
 from kafka_rig.jvm import (
     BROKER_MAIN,
     DEFAULT_HEAP_OPTS,
+    DEFAULT_VERSION,
     LIBS_DIR,
     STORAGE_MAIN,
     TOOL_ALIASES,
+    VARIANT_ENV,
     KafkaRigError,
+    Variant,
+    default_variant,
     ensure_jars,
     java_classpath,
     java_program,
@@ -59,6 +67,7 @@ __all__ = [
     "BROKER_MAIN",
     "DEFAULT_HEAP_OPTS",
     "DEFAULT_SASL_USERS",
+    "DEFAULT_VERSION",
     "FORMAT_FEATURES",
     "HOST",
     "LIBS_DIR",
@@ -66,9 +75,12 @@ __all__ = [
     "SASL_PORT_OFFSET",
     "STORAGE_MAIN",
     "TOOL_ALIASES",
+    "VARIANT_ENV",
     "Cluster",
     "KafkaRigError",
     "Node",
+    "Variant",
+    "default_variant",
     "ensure_jars",
     "fresh_cluster",
     "java_classpath",

@@ -1,4 +1,4 @@
-"""Start, check and stop a local KRaft Kafka from the jars: `python -m kafka_rig up | status | down | tool`
+"""Start, check and stop a local Kafka from the jars: `python -m kafka_rig up | status | down | tool`
 (`make kafka-up` / `make kafka-down`)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO
 
 from kafka_rig.cluster import DEFAULT_SASL_USERS, RUN_DIR, SASL_PORT_OFFSET, Cluster
-from kafka_rig.jvm import TOOL_ALIASES, KafkaRigError, tool_command
+from kafka_rig.jvm import TOOL_ALIASES, VARIANT_ENV, KafkaRigError, Variant, default_variant, ensure_jars, tool_command
 from kafka_rig.processes import HOST
 
 
@@ -59,12 +59,13 @@ def _cmd_up(args: argparse.Namespace) -> int:
         wait=args.wait,
         sasl_users=sasl_users,
         sasl_base_port=sasl_port,
+        variant=Variant.parse(args.kafka) if args.kafka else (saved.variant if saved else None),
     )
     if len(cluster.alive_nodes()) == cluster.size and cluster.is_ready():
         print(f"cluster {name!r} already running and ready")
     else:
         cluster.start()
-        print(f"cluster {name!r} ready in {time.monotonic() - started:.1f}s")
+        print(f"cluster {name!r} (Kafka {cluster.variant}) ready in {time.monotonic() - started:.1f}s")
     _print_nodes(cluster, sys.stdout)
     _print_bootstrap(cluster, sys.stdout)
     return 0
@@ -78,12 +79,21 @@ def _cmd_status(args: argparse.Namespace) -> int:
     status = cluster.probe()
     ready = len(cluster.alive_nodes()) == cluster.size and not any(status.values())
     sasl = f"; SASL bootstrap {cluster.sasl_bootstrap}" if cluster.has_sasl else ""
-    print(f"cluster {args.name!r}: {'ready' if ready else 'NOT ready'}; bootstrap {cluster.bootstrap}{sasl}")
+    state = "ready" if ready else "NOT ready"
+    print(f"cluster {args.name!r} (Kafka {cluster.variant}): {state}; bootstrap {cluster.bootstrap}{sasl}")
     _print_nodes(cluster, sys.stdout)
     for node_id, why in status.items():
         if why:
             print(f"  node {node_id}: {why}")
     return 0 if ready else 1
+
+
+def _cmd_fetch(args: argparse.Namespace) -> int:
+    for text in args.kafka or [str(default_variant())]:
+        variant = Variant.parse(text)
+        ensure_jars(variant)
+        print(f"Kafka {variant.version}: {variant.libs_dir}")
+    return 0
 
 
 def _cmd_down(args: argparse.Namespace) -> int:
@@ -129,8 +139,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"add a SASL_PLAINTEXT (PLAIN) listener on base port + {SASL_PORT_OFFSET} with users "
         f"{', '.join(f'{u}/{p}' for u, p in DEFAULT_SASL_USERS.items())}; default: as saved (else off)",
     )
+    up.add_argument(
+        "--kafka",
+        help=f'Kafka version, "-zk" for ZooKeeper mode (3.x), e.g. 4.4.0 or 3.9.1-zk; default: as saved, '
+        f"else ${VARIANT_ENV}, else kafka/pom.xml's",
+    )
     status = sub.add_parser("status", help="is the cluster running and ready?")
     status.add_argument("--name", default="dev")
+    fetch = sub.add_parser("fetch", help="fetch Kafka versions' jars from Maven Central (once; cached)")
+    fetch.add_argument(
+        "kafka", nargs="*", help=f"versions, e.g. 4.4.0 3.9.1-zk; default: ${VARIANT_ENV}, else kafka/pom.xml's"
+    )
     down = sub.add_parser("down", help="stop the processes of a cluster started by `up`")
     down.add_argument("--name", default="dev")
     down.add_argument("--wipe", action="store_true", help="also delete its data")
@@ -138,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tool.add_argument("main_class", help=f"class name or alias: {', '.join(TOOL_ALIASES)}")
     tool.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
-    handlers = {"up": _cmd_up, "status": _cmd_status, "down": _cmd_down, "tool": _cmd_tool}
+    handlers = {"up": _cmd_up, "status": _cmd_status, "fetch": _cmd_fetch, "down": _cmd_down, "tool": _cmd_tool}
     try:
         return handlers[args.command](args)
     except KafkaRigError as exc:

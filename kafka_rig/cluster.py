@@ -1,5 +1,9 @@
-"""KRaft clusters of combined broker+controller nodes, each a JVM the rig started and stops by pid; a
-cluster's state lives in its workdir (.cache/kafka/run/NAME), so a later process can attach to it."""
+"""Kafka clusters, each node a JVM the rig started and stops by pid; a cluster's state lives in its
+workdir (.cache/kafka/run/NAME), so a later process can attach to it.
+
+KRaft (every version): combined broker+controller nodes. ZooKeeper mode (3.x): broker nodes and one
+ZooKeeper server (ZooKeeperServerMain, from the jars Kafka depends on) on the controller base port,
+where a KRaft cluster's first controller would listen."""
 
 from __future__ import annotations
 
@@ -27,7 +31,9 @@ from kafka_rig.jvm import (
     STORAGE_MAIN,
     TOOL_HEAP_OPTS,
     KafkaRigError,
+    Variant,
     _jvm_cmd,
+    default_variant,
     ensure_jars,
 )
 from kafka_rig.metadata import metadata_brokers
@@ -40,7 +46,10 @@ RUN_DIR = (REPO_ROOT / ".cache" / "kafka" / "run").resolve()
 # group.coordinator.rebalance.protocols plays no part. Kafka 4.2's format already picks share.version 1
 # (its latest production level, which needs metadata version 4.2-IV0); it is named here so that the
 # share-group tests do not rest on a default.
+# Only for versions whose storage tool knows share.version (Variant.share_groups: 4.1 and later).
 FORMAT_FEATURES = ("share.version=1",)
+ZOOKEEPER_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
+ZOOKEEPER_HEAP_OPTS = "-Xmx128m"
 STOP_TIMEOUT = 30.0
 # A node whose controller quorum is gone can never finish its controlled shutdown (it
 # waits for the controller for minutes), so don't wait the full STOP_TIMEOUT for it.
@@ -137,6 +146,9 @@ class Cluster:
     overrides: dict[str, str] = field(default_factory=dict)
     # user -> password accepted on the SASL_PLAINTEXT listener; empty: no such listener.
     sasl_users: dict[str, str] = field(default_factory=dict)
+    # Which Kafka runs, and in which mode (saved with the cluster: its data dirs are that version's).
+    variant: Variant = field(default_factory=default_variant)
+    zookeeper_proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     # ----- construction / persistence
 
@@ -152,8 +164,12 @@ class Cluster:
         overrides: Mapping[str, str] | None = None,
         sasl_users: Mapping[str, str] | None = None,
         sasl_base_port: int | None = None,
+        variant: Variant | None = None,
     ) -> Cluster:
         """Describe a cluster, reusing the saved layout (cluster id, dir ids) if any.
+
+        `variant`: which Kafka (default: kafka_rig.default_variant(), KAFKA_RIG_KAFKA or kafka/pom.xml's
+        version in KRaft mode); a saved cluster keeps the one it was created with.
 
         With `sasl_users` (user -> password) every node also gets a SASL_PLAINTEXT client
         listener (mechanism PLAIN) on sasl_base_port + index (default base_port + 400).
@@ -169,9 +185,11 @@ class Cluster:
         # Absolute, because it is matched against /proc/PID/cmdline to recognise our JVMs.
         workdir = Path(workdir).resolve() if workdir is not None else RUN_DIR / name
         ctrl_base = base_port + 100 if controller_base_port is None else controller_base_port
-        layout = {"brokers": brokers, "base_port": base_port, "controller_base_port": ctrl_base}
+        variant = variant or default_variant()
+        layout = {"brokers": brokers, "base_port": base_port, "controller_base_port": ctrl_base, "kafka": str(variant)}
         saved = _load_state(workdir)
         if saved is not None:
+            saved.setdefault("kafka", str(Variant()))  # saved before the rig ran other versions
             old = {key: saved.get(key) for key in layout}
             if old != layout:
                 raise KafkaRigError(
@@ -196,7 +214,7 @@ class Cluster:
         ports = [port for node in nodes for port in (node.port, node.controller_port, node.sasl_port) if port]
         if len(set(ports)) != len(ports):
             raise KafkaRigError(f"cluster {name!r}: client, controller and SASL port ranges overlap: {sorted(ports)}")
-        cluster = cls(name, workdir, nodes, cluster_id, dir_ids, wait, dict(overrides or {}), users)
+        cluster = cls(name, workdir, nodes, cluster_id, dir_ids, wait, dict(overrides or {}), users, variant)
         for node in nodes:  # adopt JVMs left running by an earlier `up`
             node.pid = cluster._pid_from_file(node)
         old_sasl = {key: saved.get(key) for key in sasl} if saved is not None else None
@@ -237,6 +255,7 @@ class Cluster:
             controller_base_port=int(saved["controller_base_port"]),
             sasl_users=saved.get("sasl_users") or None,
             sasl_base_port=None if sasl_base is None else int(sasl_base),
+            variant=Variant.parse(str(saved.get("kafka") or Variant())),
         )
 
     # ----- info
@@ -276,6 +295,19 @@ class Cluster:
     def alive_nodes(self) -> list[Node]:
         return [n for n in self.nodes if n.alive]
 
+    @property
+    def zookeeper_dir(self) -> Path:
+        return self.workdir / "zookeeper"
+
+    @property
+    def zookeeper_port(self) -> int:
+        """ZooKeeper's client port (ZooKeeper mode): the controller base port, which no KRaft node uses then."""
+        return self.nodes[0].controller_port
+
+    @property
+    def zookeeper_connect(self) -> str:
+        return f"{HOST}:{self.zookeeper_port}"
+
     # ----- config / format
 
     def _quorum_bootstrap(self) -> str:
@@ -283,8 +315,12 @@ class Cluster:
 
     def _write_properties(self, node: Node) -> None:
         n = self.size
-        listeners = f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}"
-        protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        zookeeper = self.variant.zookeeper
+        listeners = f"PLAINTEXT://{HOST}:{node.port}"
+        protocols = "PLAINTEXT:PLAINTEXT"
+        if not zookeeper:
+            listeners += f",CONTROLLER://{HOST}:{node.controller_port}"
+            protocols += ",CONTROLLER:PLAINTEXT"
         sasl: dict[str, str] = {}
         if self.has_sasl:
             listeners += f",{SASL_LISTENER}://{HOST}:{node.sasl_port}"
@@ -293,14 +329,24 @@ class Cluster:
                 "sasl.enabled.mechanisms": "PLAIN",
                 f"listener.name.{SASL_LISTENER.lower()}.plain.sasl.jaas.config": _plain_jaas_config(self.sasl_users),
             }
+        if zookeeper:
+            roles = {"broker.id": str(node.node_id), "zookeeper.connect": self.zookeeper_connect}
+        else:
+            roles = {
+                "process.roles": "broker,controller",
+                "node.id": str(node.node_id),
+                "controller.quorum.bootstrap.servers": self._quorum_bootstrap(),
+                "controller.listener.names": "CONTROLLER",
+                # A restarted broker is refused (DUPLICATE_BROKER_REGISTRATION) until its old
+                # session expires, even after a clean shutdown: 9 s by default, 4 s here.
+                "broker.session.timeout.ms": "4000",
+                "broker.heartbeat.interval.ms": "1000",
+            }
         props = {
-            "process.roles": "broker,controller",
-            "node.id": str(node.node_id),
-            "controller.quorum.bootstrap.servers": self._quorum_bootstrap(),
+            **roles,
             "listeners": listeners,
             # Dynamic (KIP-853) quorums want the controller listener advertised too.
             "advertised.listeners": listeners,
-            "controller.listener.names": "CONTROLLER",
             # Brokers talk to each other on PLAINTEXT even when there is a SASL listener.
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": protocols,
@@ -309,10 +355,6 @@ class Cluster:
             "num.partitions": "1",
             "auto.create.topics.enable": "true",
             "group.initial.rebalance.delay.ms": "0",
-            # A restarted broker is refused (DUPLICATE_BROKER_REGISTRATION) until its old
-            # session expires, even after a clean shutdown: 9 s by default, 4 s here.
-            "broker.session.timeout.ms": "4000",
-            "broker.heartbeat.interval.ms": "1000",
             # Internal topics default to RF 3 / min ISR 2, which a 1-node cluster can't host.
             "offsets.topic.replication.factor": str(min(3, n)),
             "transaction.state.log.replication.factor": str(min(3, n)),
@@ -321,6 +363,8 @@ class Cluster:
             "share.coordinator.state.topic.min.isr": str(min(2, n)),
         }
         props.update(self.overrides)
+        if zookeeper:  # overrides written for KRaft (secure_listener_overrides) name a controller listener
+            _drop_controller_listener(props)
         node.dir.mkdir(parents=True, exist_ok=True)
         node.properties.write_text(
             f"# Generated by kafka_rig for cluster {self.name!r}; rewritten on start.\n"
@@ -337,12 +381,13 @@ class Cluster:
                 "--initial-controllers",
                 ",".join(f"{n.node_id}@{HOST}:{n.controller_port}:{self.directory_ids[n.node_id]}" for n in self.nodes),
             ]
+        features = FORMAT_FEATURES if self.variant.share_groups else ()
         procs: list[tuple[Node, subprocess.Popen[str]]] = []
         for node in nodes:
             args = ["format", "--cluster-id", self.cluster_id, "--config", str(node.properties), *quorum]
-            for feature in FORMAT_FEATURES:
+            for feature in features:
                 args += ["--feature", feature]
-            cmd = _jvm_cmd(STORAGE_MAIN, args, TOOL_HEAP_OPTS, None, SHORT_JVM_OPTS)
+            cmd = _jvm_cmd(STORAGE_MAIN, args, TOOL_HEAP_OPTS, None, SHORT_JVM_OPTS, self.variant)
             pipes: dict[str, Any] = {
                 "stdin": subprocess.DEVNULL,
                 "stdout": subprocess.PIPE,
@@ -358,20 +403,25 @@ class Cluster:
 
     def start(self) -> Cluster:
         """Start every node that is not running, then wait_ready(). Stops them on failure."""
-        ensure_jars()
+        ensure_jars(self.variant)
         started: list[Node] = []
         try:
             todo = [n for n in self.nodes if not n.alive]
             for node in todo:
                 self._check_ports_free(node)
                 self._write_properties(node)
-            self._format([n for n in todo if not n.formatted])
+            if self.variant.zookeeper:
+                self._start_zookeeper()
+            else:
+                self._format([n for n in todo if not n.formatted])
             for node in todo:
                 self._spawn(node)
                 started.append(node)
             self.wait_ready()
         except BaseException:
             self._stop_nodes(started, timeout=10)
+            if not self.alive_nodes():
+                self._stop_zookeeper()
             raise
         return self
 
@@ -379,10 +429,12 @@ class Cluster:
         """(Re)start one node; wait until it and the other running nodes all see each other."""
         node = self.node(node_id)
         if not node.alive:
-            ensure_jars()
+            ensure_jars(self.variant)
             self._check_ports_free(node)
             self._write_properties(node)
-            if not node.formatted:
+            if self.variant.zookeeper:
+                self._start_zookeeper()
+            elif not node.formatted:
                 self._format([node])
             self._spawn(node)
         self.wait_ready(wait)
@@ -393,8 +445,67 @@ class Cluster:
         self._stop_nodes([self.node(node_id)], timeout)
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
-        """Stop every node of this cluster that the rig started (now or by an earlier `up`)."""
+        """Stop every node of this cluster that the rig started (now or by an earlier `up`), then its ZooKeeper."""
         self._stop_nodes(self.nodes, timeout)
+        self._stop_zookeeper()
+
+    # ----- ZooKeeper (ZooKeeper mode)
+
+    @property
+    def _zookeeper_pid_file(self) -> Path:
+        return self.zookeeper_dir / "zookeeper.pid"
+
+    def _zookeeper_pid(self) -> int | None:
+        try:
+            pid = int(self._zookeeper_pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _owned_pid(pid, f"{self.zookeeper_dir}/") else None
+
+    def _start_zookeeper(self) -> None:
+        """Starts the cluster's ZooKeeper unless it runs, and waits for its port (brokers give up on a
+        ZooKeeper that does not answer within zookeeper.connection.timeout.ms)."""
+        if self._zookeeper_pid() is not None:
+            return
+        if _port_open(self.zookeeper_port, timeout=0.2):
+            raise KafkaRigError(
+                f"port {self.zookeeper_port} (ZooKeeper of {self.name!r}) is already in use by another process"
+            )
+        zk_dir = self.zookeeper_dir
+        (zk_dir / "data").mkdir(parents=True, exist_ok=True)
+        config = zk_dir / "zoo.cfg"
+        config.write_text(
+            f"dataDir={zk_dir / 'data'}\nclientPort={self.zookeeper_port}\nclientPortAddress={HOST}\n"
+            "tickTime=2000\nmaxClientCnxns=0\nadmin.enableServer=false\n"
+        )
+        cmd = _jvm_cmd(ZOOKEEPER_MAIN, [str(config)], ZOOKEEPER_HEAP_OPTS, zk_dir, SHORT_JVM_OPTS, self.variant)
+        with (zk_dir / "zookeeper.out").open("ab") as out:
+            self.zookeeper_proc = subprocess.Popen(
+                cmd, cwd=zk_dir, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self._zookeeper_pid_file.write_text(f"{self.zookeeper_proc.pid}\n")
+        deadline = time.monotonic() + self.wait
+        while not _port_open(self.zookeeper_port, timeout=0.2):
+            if self.zookeeper_proc.poll() is not None or time.monotonic() >= deadline:
+                self._stop_zookeeper()
+                raise KafkaRigError(
+                    f"ZooKeeper of {self.name!r} did not listen on {self.zookeeper_port}\n"
+                    f"{_tail(zk_dir / 'zookeeper.out')}"
+                )
+            time.sleep(0.1)
+
+    def _stop_zookeeper(self) -> None:
+        pid = self._zookeeper_pid()
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        if not _wait_gone(pid, self.zookeeper_proc, STOP_TIMEOUT):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            _wait_gone(pid, self.zookeeper_proc, 10)
+        self.zookeeper_proc = None
+        self._zookeeper_pid_file.unlink(missing_ok=True)
 
     def _stop_nodes(self, nodes: Sequence[Node], timeout: float) -> None:
         # Signal all first and wait after, so N nodes take ~max not ~sum of shutdown times
@@ -422,7 +533,7 @@ class Cluster:
         # SHORT_JVM_OPTS there: tests/conftest.py).
         heap = os.environ.get("KAFKA_HEAP_OPTS", DEFAULT_HEAP_OPTS)
         jvm_opts = os.environ.get("KAFKA_JVM_PERFORMANCE_OPTS", JVM_PERFORMANCE_OPTS)
-        cmd = _jvm_cmd(BROKER_MAIN, [str(node.properties)], heap, node.dir, jvm_opts)
+        cmd = _jvm_cmd(BROKER_MAIN, [str(node.properties)], heap, node.dir, jvm_opts, self.variant)
         with node.out_log.open("ab") as out:
             out.write(f"\n=== {time.strftime('%F %T')} starting: {' '.join(cmd)}\n".encode())
             out.flush()
@@ -447,7 +558,9 @@ class Cluster:
         return pid if _owned_pid(pid, f"{node.dir}/") else None
 
     def _check_ports_free(self, node: Node) -> None:
-        ports = [node.port, node.controller_port] + ([node.sasl_port] if node.sasl_port is not None else [])
+        # In ZooKeeper mode nodes have no controller listener (the first one's port is ZooKeeper's).
+        ports = [node.port] + ([] if self.variant.zookeeper else [node.controller_port])
+        ports += [node.sasl_port] if node.sasl_port is not None else []
         for port in ports:
             if _port_open(port, timeout=0.2):
                 raise KafkaRigError(
@@ -529,6 +642,13 @@ def _check_sasl_users(users: Mapping[str, str] | None) -> dict[str, str]:
         if not isinstance(password, str):
             raise KafkaRigError(f"password of SASL user {user!r} must be a string")
     return dict(users)
+
+
+def _drop_controller_listener(props: dict[str, str]) -> None:
+    """Takes the CONTROLLER listener out of a ZooKeeper-mode broker's listener settings."""
+    for key in ("listeners", "advertised.listeners", "listener.security.protocol.map"):
+        if key in props:
+            props[key] = ",".join(item for item in props[key].split(",") if not item.startswith("CONTROLLER"))
 
 
 def _describe_sasl(sasl: Mapping[str, Any]) -> str:
@@ -622,6 +742,7 @@ def start_cluster(
     overrides: Mapping[str, str] | None = None,
     sasl_users: Mapping[str, str] | None = None,
     sasl_base_port: int | None = None,
+    variant: Variant | None = None,
 ) -> Cluster:
     """Start (or adopt, if already running) the named cluster and wait until it is ready.
 
@@ -644,6 +765,7 @@ def start_cluster(
         overrides,
         sasl_users=sasl_users,
         sasl_base_port=sasl_base_port,
+        variant=variant,
     )
     return cluster.start()
 
@@ -656,13 +778,13 @@ def kill_stale(workdir: Path) -> list[int]:
     got lost."""
     marker = f"{Path(workdir).resolve()}/"
     pids: set[int] = set()
-    for pid_file in Path(workdir).glob("node*/kafka.pid"):
+    for pid_file in [*Path(workdir).glob("node*/kafka.pid"), *Path(workdir).glob("zookeeper/zookeeper.pid")]:
         with contextlib.suppress(OSError, ValueError):
             pids.add(int(pid_file.read_text().strip()))
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             cmd = _cmdline(int(entry.name))
-            if BROKER_MAIN in cmd.split() and marker in cmd:
+            if (BROKER_MAIN in cmd.split() or ZOOKEEPER_MAIN in cmd.split()) and marker in cmd:
                 pids.add(int(entry.name))
     killed = []
     for pid in sorted(pids):
@@ -684,6 +806,7 @@ def fresh_cluster(
     overrides: Mapping[str, str] | None = None,
     sasl_users: Mapping[str, str] | None = None,
     sasl_base_port: int | None = None,
+    variant: Variant | None = None,
 ) -> Cluster:
     """Kill leftovers of `name`, wipe its dir and start it from scratch (see start_cluster)."""
     workdir = Path(workdir) if workdir is not None else RUN_DIR / name
@@ -699,4 +822,5 @@ def fresh_cluster(
         overrides,
         sasl_users=sasl_users,
         sasl_base_port=sasl_base_port,
+        variant=variant,
     )

@@ -1,4 +1,4 @@
-"""The Kafka APIs the proxy knows by number, and the version limits it advertises to clients.
+"""The Kafka APIs the proxy knows by number, and kafka-python's message classes for them.
 
 The message classes come from kafka-python's `kafka.protocol`, generated from Kafka's JSON schemas.
 They tell which versions use the flexible (compact, tagged) encoding, which decides where a header
@@ -17,10 +17,10 @@ from kafka.protocol.api_message import ApiMessage
 
 from quotagate.protocol.api_keys import ApiKey as ApiKey  # its home: free of kafka-python
 
-# The highest API key Apache Kafka defines (4.2: DeleteShareGroupOffsets). Metrics label API keys up
-# to it by number and fold every other value a client may send into one "unknown" label, so random
-# keys cannot create series.
-HIGHEST_KAFKA_API_KEY = 92
+# The highest API key Apache Kafka defines (4.4: UnregisterController; 4.2 ended at 92,
+# DeleteShareGroupOffsets). Metrics label API keys up to it by number and fold every other value a
+# client may send into one "unknown" label, so random keys cannot create series.
+HIGHEST_KAFKA_API_KEY = 94
 
 
 def _message_classes() -> tuple[dict[int, type[ApiMessage]], dict[int, type[ApiMessage]]]:
@@ -65,60 +65,6 @@ def response_header_is_flexible(api_key: int, version: int) -> bool:
     # ApiVersions responses always use header v0 so that a client can read them before it knows
     # which versions the broker speaks (KIP-511).
     return api_key != ApiKey.API_VERSIONS and is_flexible(api_key, version)
-
-
-# Highest version the proxy lets clients use, per API. Two reasons to cap:
-# - the proxy rewrites broker addresses in these responses, so it must be able to decode every
-#   version a client may use: capped at what kafka-python's schemas know;
-# - Fetch v16+ responses may carry broker addresses (KIP-951 NodeEndpoints) in top-level tagged
-#   fields behind all the record data; rather than walk every fetch response, the proxy caps Fetch
-#   at v15, which only costs clients the leader-change shortcut of KIP-951 (they refresh metadata
-#   instead). Produce responses are small, so those are walked and rewritten instead of capped.
-# - DescribeQuorum v2+ lists controller endpoints; v1 has none.
-# - ShareFetch and ShareAcknowledge (KIP-932) end with NodeEndpoints, which the proxy walks to and
-#   rewrites (share.py) in the versions whose layout it knows.
-# - DescribeClientQuotas and AlterClientQuotas are answered by the proxy itself (quota_api = "proxy"):
-#   capped at the versions it can decode and encode.
-# - Produce v13 names topics by id instead of name; per-topic thresholds and usage records need the
-#   names, and v12 still carries everything else (transactions v2 need v12), so Produce is capped.
-FETCH_MAX_VERSION = 15
-PRODUCE_MAX_VERSION = 12
-DESCRIBE_QUORUM_MAX_VERSION = 1
-SHARE_MAX_VERSION = 2
-
-_REWRITTEN_APIS = (
-    ApiKey.PRODUCE,
-    ApiKey.METADATA,
-    ApiKey.FIND_COORDINATOR,
-    ApiKey.DESCRIBE_CLUSTER,
-    ApiKey.API_VERSIONS,
-    ApiKey.DESCRIBE_CONFIGS,
-)
-
-MAX_VERSIONS: dict[int, int] = {
-    **{int(key): RESPONSE_CLASSES[key].max_version for key in _REWRITTEN_APIS},
-    ApiKey.FETCH: FETCH_MAX_VERSION,
-    ApiKey.PRODUCE: PRODUCE_MAX_VERSION,
-    ApiKey.DESCRIBE_QUORUM: DESCRIBE_QUORUM_MAX_VERSION,
-    ApiKey.SHARE_FETCH: SHARE_MAX_VERSION,
-    ApiKey.SHARE_ACKNOWLEDGE: SHARE_MAX_VERSION,
-    ApiKey.DESCRIBE_CLIENT_QUOTAS: REQUEST_CLASSES[ApiKey.DESCRIBE_CLIENT_QUOTAS].max_version,
-    ApiKey.ALTER_CLIENT_QUOTAS: REQUEST_CLASSES[ApiKey.ALTER_CLIENT_QUOTAS].max_version,
-}
-
-
-def exceeds_advertised_cap(api_key: int, version: int) -> bool:
-    """Whether a request uses an API or a version that the proxy's ApiVersions answer does not offer.
-
-    The broker closes the connection on a request version it does not support (the request fails
-    to parse: RequestContext.parseRequest raises InvalidRequestException and the socket server
-    closes the channel), except ApiVersions, which it answers with UNSUPPORTED_VERSION (KIP-511).
-    The proxy offers less than the broker, so it must refuse the rest the same way: a client that
-    ignores ApiVersions must not reach versions whose responses name brokers unrewritten. ApiVersions
-    itself is never refused here: the broker answers it, and the answer's list is capped on its way.
-    """
-    cap = MAX_VERSIONS.get(api_key)
-    return cap is not None and version > cap and api_key != ApiKey.API_VERSIONS
 
 
 UNKNOWN_API_LABEL = "unknown"

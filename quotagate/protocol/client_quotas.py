@@ -32,6 +32,14 @@ from quotagate.protocol.limits import DECODED_ELEMENTS_KEY, MAX_ARRAY_ELEMENTS, 
 _wire = compiled.load("quotagate.protocol.wire_walk")
 CLUSTER_AUTHORIZATION_FAILED = 31
 
+# The highest versions whose requests the proxy reads and whose responses it writes (version_caps.py).
+_DESCRIBE = (DescribeClientQuotasRequest, DescribeClientQuotasResponse)
+_ALTER = (AlterClientQuotasRequest, AlterClientQuotasResponse)
+READABLE_UP_TO: dict[int, int] = {
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: min(cls.max_version for cls in _DESCRIBE),
+    ApiKey.ALTER_CLIENT_QUOTAS: min(cls.max_version for cls in _ALTER),
+}
+
 # An entity as Kafka sends it: (entity type, name or None for the default), in the order given.
 EntityParts = tuple[tuple[str, str | None], ...]
 

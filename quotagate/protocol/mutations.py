@@ -45,6 +45,10 @@ _RESPONSES: dict[int, Any] = {
     ApiKey.DELETE_TOPICS: DeleteTopicsResponse,
     ApiKey.CREATE_PARTITIONS: CreatePartitionsResponse,
 }
+# The highest version of each API whose request and response the classes above read (version_caps.py).
+READABLE_UP_TO: dict[int, int] = {
+    key: min(_REQUESTS[key].max_version, _RESPONSES[key].max_version) for key in _REQUESTS
+}
 
 
 @dataclass(frozen=True, slots=True)

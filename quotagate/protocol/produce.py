@@ -10,17 +10,21 @@ from __future__ import annotations
 from struct import pack, unpack_from
 from typing import NamedTuple
 
-from kafka.protocol.producer import ProduceResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from quotagate import compiled
+from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
 from quotagate.protocol.headers import encode_count, read_count, skip_string, skip_tagged_fields
 
 _walk = compiled.load("quotagate.protocol.produce_walk")
 usual_flexible_throttle_offset = _walk.usual_flexible_throttle_offset
 
+TRANSACTIONAL_ID_FROM = 3  # as produce_walk's (its C constants are not Python's to import)
 FLEXIBLE_FROM = 9
 TOPIC_ID_FROM = 13
+# The highest version whose request the walks here read and whose response the class decodes (version_caps.py).
+READABLE_UP_TO: dict[int, int] = {ApiKey.PRODUCE: min(ProduceRequest.max_version, ProduceResponse.max_version)}
 
 
 def produce_request_acks(frame: memoryview, body_offset: int, version: int) -> int:
@@ -98,12 +102,18 @@ class ProduceRequestLayout(NamedTuple):
     topics: tuple[ProduceTopic, ...]
 
 
+def _topics_offset(frame: memoryview, body_offset: int, version: int) -> int:
+    """Where a produce request's topic array starts: after transactional_id (v3+), acks and timeout_ms."""
+    pos = skip_string(frame, body_offset, version >= FLEXIBLE_FROM) if version >= TRANSACTIONAL_ID_FROM else body_offset
+    return pos + 2 + 4
+
+
 def produce_request_layout(frame: memoryview, body_offset: int, version: int) -> ProduceRequestLayout:
-    """Where each topic of a produce request (v3..v12) sits, without touching the record batches."""
+    """Where each topic of a produce request sits, without touching the record batches (or message sets)."""
     topics = _walk.produce_topics_of(frame, body_offset, len(frame), version, False)
     if topics is None:
         raise FrameError("truncated produce request")
-    pos = skip_string(frame, body_offset, version >= FLEXIBLE_FROM) + 2 + 4  # transactional_id, acks, timeout_ms
+    pos = _topics_offset(frame, body_offset, version)
     return ProduceRequestLayout(
         pos,
         topics[-1][2] if topics else read_count(frame, pos, version >= FLEXIBLE_FROM)[1],
@@ -120,9 +130,11 @@ NO_PRODUCER_ID = -1
 
 @frame_errors("Produce request")
 def produce_producer_id(frame: memoryview, body_offset: int, version: int) -> int:
-    """The producer ID of a produce request's first record batch (v3..v12), or -1 when it has none
-    or is not idempotent. One producer sends one request, so its first batch speaks for all; only
-    the lengths on the way are read (produce_walk, in C), never the records."""
+    """The producer ID of a produce request's first record batch, or -1 when it has none or is not
+    idempotent. One producer sends one request, so its first batch speaks for all; only the lengths
+    on the way are read (produce_walk, in C), never the records. Message sets (magic 0 and 1, all
+    Produce v0-v2 carries) have no producer ID: -1, as the broker's ProducerIdQuotaManager sees them
+    (it counts only batches with one)."""
     at = _walk.first_batch_of(frame, body_offset, len(frame), version, BATCH_HEADER_BYTES)
     if at == -2:
         raise FrameError("truncated produce request")

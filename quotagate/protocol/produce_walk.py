@@ -19,6 +19,7 @@ from quotagate.protocol.limits import MAX_ARRAY_ELEMENTS, MAX_STRING_BYTES, MAX_
 
 # index, error_code, base_offset, log_append_time_ms, log_start_offset
 PARTITION_BYTES = 30
+TRANSACTIONAL_ID_FROM = 3
 TOPIC_ID_FROM = 13
 # Kafka's readers' limits (protocol/limits.py): a request past one is malformed.
 MAX_TAGS = MAX_TAGGED_FIELDS
@@ -53,7 +54,7 @@ def produce_acks(buf: bytes, body: int, end: int, version: int) -> int:
     """A produce request's acks (0: the broker sends no response) from its body at buf[body:end];
     a value below -0x8000 (outside int16) when what leads to them runs past `end` or is malformed."""
     at = body
-    if version >= 3:  # transactional_id comes first
+    if version >= TRANSACTIONAL_ID_FROM:  # transactional_id comes first
         at = _after_transactional_id(buf, at, end, version >= 9)
     if at + 2 > end:
         return -0x10000
@@ -72,11 +73,12 @@ def produce_topics_of(frame: bytes | memoryview, pos: int, end: int, version: in
 
 
 def produce_topics(buf: bytes, pos: int, end: int, version: int, names_only: bool) -> list | None:
-    """The topics of a produce request (v3+) whose body starts at buf[pos] and which ends at end:
+    """The topics of a produce request whose body starts at buf[pos] and which ends at end:
     (name as bytes, start, end, partition indexes, record bytes) each, or the names alone, in order,
-    the record batches never read; None when the request is truncated or malformed."""
+    the record batches (or v0-v2's message sets) never read; None when the request is truncated or
+    malformed."""
     flexible = version >= 9
-    pos = _after_transactional_id(buf, pos, end, flexible) + 6  # then acks, timeout_ms
+    pos = _topics_start(buf, pos, end, version)
     count, pos = _count(buf, pos, end, flexible)
     if count < 0:
         return None
@@ -137,11 +139,11 @@ def first_batch_of(frame: bytes | memoryview, pos: int, end: int, version: int, 
 
 
 def first_batch(buf: bytes, pos: int, end: int, version: int, least: int) -> int:
-    """Where the records of the first partition of a produce request (v3+, body at buf[pos], ending
-    at `end`) that carries at least `least` bytes of them start; -1 when none does, -2 when the
-    request is malformed. The walk stops there: a producer's first batch speaks for all of them."""
+    """Where the records of the first partition of a produce request (body at buf[pos], ending at
+    `end`) that carries at least `least` bytes of them start; -1 when none does, -2 when the request
+    is malformed. The walk stops there: a producer's first batch speaks for all of them."""
     flexible = version >= 9
-    pos = _after_transactional_id(buf, pos, end, flexible) + 6  # then acks, timeout_ms
+    pos = _topics_start(buf, pos, end, version)
     count, pos = _count(buf, pos, end, flexible)
     if count < 0:
         return -2
@@ -190,6 +192,14 @@ def _string_length(buf: bytes, pos: int, end: int, flexible: bool) -> tuple[int,
         return -2, end + 1
     length = (buf[pos] << 8) | buf[pos + 1]
     return (length - 0x10000 if length >= 0x8000 else length), pos + 2
+
+
+def _topics_start(buf: bytes, pos: int, end: int, version: int) -> int:
+    """Where a produce request's topic array starts, from its body at buf[pos]: after transactional_id
+    (v3+; Produce v0-v2, which Kafka 3.x still takes, have none), acks and timeout_ms."""
+    if version >= TRANSACTIONAL_ID_FROM:
+        pos = _after_transactional_id(buf, pos, end, version >= 9)
+    return pos + 6
 
 
 def _after_transactional_id(buf: bytes, pos: int, end: int, flexible: bool) -> int:

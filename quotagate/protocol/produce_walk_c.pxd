@@ -3,7 +3,7 @@
 cimport cython
 
 cdef Py_ssize_t PARTITION_BYTES
-cdef int TOPIC_ID_FROM
+cdef int TRANSACTIONAL_ID_FROM, TOPIC_ID_FROM
 cdef long MAX_TAGS, MAX_ARRAY, MAX_STRING
 
 @cython.locals(topics=int, partitions=int, name=int, message=int, _t=int, _p=int)
@@ -33,6 +33,7 @@ cpdef Py_ssize_t first_batch_of(object frame, Py_ssize_t pos, Py_ssize_t end, in
 cdef Py_ssize_t first_batch(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, int version, Py_ssize_t least) noexcept
 @cython.locals(value=long, length=long)
 cdef (long, Py_ssize_t) _string_length(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, bint flexible) noexcept
+cdef Py_ssize_t _topics_start(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, int version) noexcept
 @cython.locals(length=long)
 cdef Py_ssize_t _after_transactional_id(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, bint flexible) noexcept
 @cython.locals(count=long)

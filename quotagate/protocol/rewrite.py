@@ -8,7 +8,7 @@ for that node, queueing in `seen` a node named for the first time; `observe_topi
 partition counts that Metadata responses carry. A rewrite does no I/O: whoever rewrote takes `seen`
 and has the listeners opened before the response leaves.
 
-ApiVersions is rewritten too: the proxy caps the versions it lets clients use (see apis.py).
+ApiVersions is rewritten too: the proxy caps the versions it lets clients use (version_caps.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from struct import pack, unpack_from
 from typing import Any, Protocol
 
 from quotagate import compiled
-from quotagate.protocol.apis import MAX_VERSIONS, RESPONSE_CLASSES, ApiKey
+from quotagate.protocol.apis import RESPONSE_CLASSES, ApiKey
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
 from quotagate.protocol.headers import (
     encode_string,
@@ -32,6 +32,7 @@ from quotagate.protocol.headers import (
 )
 from quotagate.protocol.produce import produce_response_has_top_level_tags
 from quotagate.protocol.share import encode_node_endpoints, share_response_node_endpoints
+from quotagate.protocol.version_caps import UNSUPPORTED_VERSION, cap_api_versions
 
 RewriteMemo = compiled.load("quotagate.protocol.rewrite_memo").RewriteMemo
 _wire = compiled.load("quotagate.protocol.wire_walk")
@@ -50,7 +51,6 @@ class ClusterView(Protocol):
 Rewriter = Callable[[memoryview, int, ClusterView], "bytes | None"]
 
 DESCRIBE_CLUSTER_ENDPOINT_CONTROLLERS = 2
-UNSUPPORTED_VERSION = 35
 
 # Broker configs whose values name broker or controller addresses. DescribeConfigs answers them, and
 # any other config whose value holds a host:port, as the broker answers a secret: value null and
@@ -235,19 +235,6 @@ def rewrite_describe_configs(frame: memoryview, version: int, cluster: ClusterVi
                     synonym.value = None
                 hidden += 1
     return _reframe(frame, body_offset, response) if hidden else None
-
-
-def cap_api_versions(api_keys: list) -> list:
-    """Lowers max_version to what the proxy can handle (drops an API it cannot); keeps the order."""
-    kept = []
-    for entry in api_keys:
-        cap = MAX_VERSIONS.get(entry.api_key)
-        if cap is not None:
-            if cap < entry.min_version:
-                continue
-            entry.max_version = min(entry.max_version, cap)
-        kept.append(entry)
-    return kept
 
 
 RESPONSE_REWRITERS: dict[int, Rewriter] = {

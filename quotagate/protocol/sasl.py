@@ -22,12 +22,19 @@ import json
 
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest
 
+from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.framing import FrameError, frame_errors
 
 PLAIN = "PLAIN"
 OAUTHBEARER = "OAUTHBEARER"
 SCRAM_MECHANISMS = frozenset({"SCRAM-SHA-256", "SCRAM-SHA-512"})
 DEFAULT_PRINCIPAL_CLAIM = "sub"
+# The highest versions the classes used here read (version_caps.py): handshake requests, and
+# authenticate requests and responses.
+READABLE_UP_TO: dict[int, int] = {
+    ApiKey.SASL_HANDSHAKE: SaslHandshakeRequest.max_version,
+    ApiKey.SASL_AUTHENTICATE: min(SaslAuthenticateRequest.max_version, SaslAuthenticateResponse.max_version),
+}
 
 
 def _decode(cls: type, frame: memoryview, body_offset: int, version: int) -> object:

@@ -33,6 +33,10 @@ from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.framing import FrameError, frame_errors
 from quotagate.protocol.headers import encode_count, read_count, read_uvarint, skip_string, skip_tagged_fields
 
+# The layouts described above: the walk reads these versions and no later one (version_caps.py).
+LAST_KNOWN_VERSION = 2
+READABLE_UP_TO: dict[int, int] = {ApiKey.SHARE_FETCH: LAST_KNOWN_VERSION, ApiKey.SHARE_ACKNOWLEDGE: LAST_KNOWN_VERSION}
+
 # Least bytes of one entry, for refusing a count the frame cannot hold before walking it (a loop
 # that reads nothing per entry would spin on a count of 2^31).
 _TOPIC_MIN = 16 + 1 + 1  # topic id, empty partitions, tags

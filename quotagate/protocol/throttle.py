@@ -151,7 +151,7 @@ def _locate(api_key: int, cls: type) -> _Entry | None:
 
 
 # APIs kafka-python 3.0.12 does not know, read off Apache Kafka's response schemas
-# (apache/kafka, clients/src/main/resources/common/message/<Name>Response.json, 4.x):
+# (apache/kafka, clients/src/main/resources/common/message/<Name>Response.json, 4.x to 4.4):
 # api_key: (first version with ThrottleTimeMs, last version whose layout is known, first flexible
 # version, offset from the body start or walker). Each has ThrottleTimeMs declared "N+" and a response
 # header v1 exactly when flexible. Where the field is first, it is trusted in newer versions too (Kafka
@@ -189,6 +189,8 @@ _STATIC: dict[int, tuple[int, int, int, int | Walker]] = {
     90: (0, _OPEN_ENDED, 0, 0),  # DescribeShareGroupOffsets
     91: (0, _OPEN_ENDED, 0, 0),  # AlterShareGroupOffsets
     92: (0, _OPEN_ENDED, 0, 0),  # DeleteShareGroupOffsets
+    93: (0, _OPEN_ENDED, 0, 0),  # StreamsGroupTopologyDescriptionUpdate (4.4)
+    94: (0, _OPEN_ENDED, 0, 0),  # UnregisterController (4.4)
 }
 
 

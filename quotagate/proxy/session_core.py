@@ -30,13 +30,14 @@ except ImportError:  # interpreted without Cython installed: quotagate/_cython_s
 
 from collections import deque
 
-from quotagate.protocol.apis import MAX_VERSIONS, api_name, is_flexible
+from quotagate.protocol.apis import api_name, is_flexible
 from quotagate.protocol.fetch import max_wait_offset
 from quotagate.protocol.framing import FrameError, Piece, StreamingFrameSplitter, frame_body_size
 from quotagate.protocol.headers import RequestHeader
 from quotagate.protocol.limits import MAX_TAGGED_FIELDS, tagged_fields_problem
 from quotagate.protocol.share import share_fetch_max_wait_ms
 from quotagate.protocol.throttle import patch_throttle_time, throttle_time_offset
+from quotagate.protocol.version_caps import MAX_VERSIONS, unsupported_api_versions
 from quotagate.proxy.metrics import BEFORE_AUTHENTICATION, LATENCY_BUCKETS, SASL_RECEIVE_LIMIT
 from quotagate.quotas.apis import (
     BYTES_IN,
@@ -92,9 +93,9 @@ API_SASL_AUTHENTICATE = 36
 API_SHARE_FETCH = 78
 
 POLICY = [api_policy(key) for key in range(KEYS)]
-# MAX_VERSION[api_key]: the version cap ApiVersions advertises (-1: none); ApiVersions itself is
-# never refused (the broker answers it, KIP-511).
-MAX_VERSION = [-1 if key == API_API_VERSIONS else MAX_VERSIONS.get(key, -1) for key in range(KEYS)]
+# MAX_VERSION[api_key]: the version cap ApiVersions advertises (-1: none); ApiVersions above its
+# cap is answered by the proxy, never refused (version_caps.unsupported_api_versions, KIP-511).
+MAX_VERSION = [MAX_VERSIONS.get(key, -1) for key in range(KEYS)]
 
 
 def _flexible_from() -> list:
@@ -615,6 +616,10 @@ class SessionCore:
         answer_after = None
         handling_ms = 0.0
         stop = False
+        if api_key == API_API_VERSIONS and version > MAX_VERSION[API_API_VERSIONS]:
+            # Above what the proxy reads: answered as the broker answers one above what it speaks.
+            forwarded = None
+            local = unsupported_api_versions(correlation_id)
         if policy & self.hooked:
             view = frame if frame is not None else memoryview(data)[pos:end]
             header = RequestHeader(
@@ -692,8 +697,9 @@ class SessionCore:
         if known:
             cap = MAX_VERSION[api_key]
         else:
-            cap = MAX_VERSIONS.get(api_key, -1) if api_key != API_API_VERSIONS else -1
-        if cap >= 0 and version > cap:  # the broker closes on a version it lacks (apis.exceeds_advertised_cap)
+            cap = MAX_VERSIONS.get(api_key, -1)
+        # The broker closes on a version it lacks (version_caps.exceeds_advertised_cap); ApiVersions is answered.
+        if cap >= 0 and version > cap and api_key != API_API_VERSIONS:
             raise FrameError(f"{api_name(api_key)} v{version} is above what ApiVersions offered")
         return self._before_authentication(api_key, policy)
 

@@ -11,6 +11,8 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from tests.support.kafka_helpers import by_partition, create_topic, payloads, unique_topic
 
+pytestmark = pytest.mark.matrix
+
 COUNT = 3000
 
 

@@ -12,6 +12,8 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from tests.support.kafka_helpers import create_topic, unique_topic, wait_until
 
+pytestmark = pytest.mark.matrix
+
 
 class GroupMember(threading.Thread):
     """A kafka-python consumer polling in its own thread; records its assignment and what it read."""

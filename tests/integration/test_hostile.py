@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from tests.support.attack_frames import answered_then_closed, closed_without_answer
+from tests.support.kafka_fixtures import needs_kraft
 from tests.support.kafka_helpers import create_topic, unique_topic
 from tests.support.proxy_fixtures import PROXY_HOST
 
@@ -70,6 +71,7 @@ class Canary:
         self.consumer.close()
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("version", [3, 5, 8])
 def test_a_header_only_produce_gets_the_brokers_close_and_a_canary_is_untouched(proxy, kafka, version: int) -> None:
     canary = Canary(proxy.bootstrap)
@@ -91,6 +93,8 @@ def test_a_header_only_produce_gets_the_brokers_close_and_a_canary_is_untouched(
     assert "Traceback" not in log and "never retrieved" not in log, log[-3000:]
 
 
+@pytest.mark.matrix
+@needs_kraft  # a ZooKeeper-mode broker has no quorum to describe
 def test_describe_quorum_above_the_advertised_cap_is_closed_and_never_reaches_the_broker(proxy, kafka) -> None:
     # DescribeQuorum v2 lists controller addresses; the proxy offers v1 only. A v2 request with a
     # valid body (one topic "__cluster_metadata", partition 0; flexible, v2 header) is closed.
@@ -104,6 +108,7 @@ def test_describe_quorum_above_the_advertised_cap_is_closed_and_never_reaches_th
     assert closed_without_answer((PROXY_HOST, proxy.port), frame)
 
 
+@pytest.mark.matrix
 def test_describe_configs_through_the_proxy_names_no_broker_address(proxy, kafka) -> None:
     resource = ConfigResource(ConfigResource.Type.BROKER, "1")
     direct_admin = AdminClient({"bootstrap.servers": kafka.bootstrap})

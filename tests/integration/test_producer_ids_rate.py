@@ -23,6 +23,8 @@ from tests.support.kafka_fixtures import SASL_USERS
 from tests.support.kafka_helpers import create_topic, unique_topic
 from tests.support.proxy_fixtures import metric
 
+pytestmark = pytest.mark.matrix
+
 RATE = 2  # new producer IDs per second; quota_window_num = 1: a burst of 2
 SECONDS = 14.0
 CHURNERS = 4

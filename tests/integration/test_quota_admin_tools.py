@@ -24,6 +24,8 @@ from tests.support.kafka_clients import Acked, confluent_producer_loop, librdkaf
 from tests.support.kafka_fixtures import KAFKA_SASL_BOOTSTRAP, SASL_USERS
 from tests.support.kafka_helpers import create_topic, unique_topic
 
+pytestmark = pytest.mark.matrix
+
 QUOTA = 200_000  # bytes/s
 
 

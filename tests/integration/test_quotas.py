@@ -31,6 +31,8 @@ from tests.support.kafka_clients import (
 )
 from tests.support.kafka_helpers import create_topic, unique_topic
 
+pytestmark = pytest.mark.matrix
+
 
 @pytest.mark.java
 def test_producer_byte_rate_holds_java_and_kafka_python_producers_while_a_free_client_runs(

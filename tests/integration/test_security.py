@@ -48,6 +48,7 @@ from tests.support.kafka_clients import (
     run_threads,
 )
 from tests.support.kafka_fixtures import (
+    CLUSTER_SUFFIX,
     PORT_OFFSET,
     SASL_USERS,
     Cluster,
@@ -56,6 +57,8 @@ from tests.support.kafka_fixtures import (
 )
 from tests.support.kafka_helpers import create_topic, produce_usage_records, unique_topic, wait_until
 
+pytestmark = pytest.mark.matrix
+
 # Clear of the other test clusters' ports (29092-29492), below 40000 with any offset up to 10000.
 SASL_SSL_PORT = 29592 + PORT_OFFSET
 SSL_PORT = 29593 + PORT_OFFSET
@@ -63,7 +66,7 @@ PLAINTEXT_PORT = 29594 + PORT_OFFSET
 CONTROLLER_PORT = 29595 + PORT_OFFSET
 OAUTHBEARER_REAUTH_MS = 8000
 # Checkouts share .cache/kafka/run: a cluster per port offset, so two runs never take each other's.
-TLS_CLUSTER = f"tls1-offset{PORT_OFFSET}" if PORT_OFFSET else "tls1"
+TLS_CLUSTER = "tls1" + CLUSTER_SUFFIX  # another checkout's or Kafka version's is another cluster
 ALICE_RULES = "RULE:^CN=(.*?),OU=ServiceUsers,.*$/$1/L, DEFAULT"
 
 
@@ -115,8 +118,12 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 
 @pytest.fixture(scope="module")
-def secure_kafka(pki: Pki) -> Iterator[Cluster]:
-    probe = Cluster.create(TLS_CLUSTER, 1, PLAINTEXT_PORT, controller_base_port=CONTROLLER_PORT)
+def secure_kafka(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    # The layout the cluster will have (its node's ports), in a folder of its own: the saved cluster of
+    # that name may be another run's, of another Kafka, until fresh_cluster wipes it.
+    probe = Cluster.create(
+        TLS_CLUSTER, 1, PLAINTEXT_PORT, controller_base_port=CONTROLLER_PORT, workdir=tmp_path_factory.mktemp("layout")
+    )
     overrides = secure_listener_overrides(
         probe.nodes[0], SASL_SSL_PORT, SSL_PORT, pki.broker, pki.ca, SASL_USERS, OAUTHBEARER_REAUTH_MS
     )

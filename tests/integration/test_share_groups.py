@@ -20,7 +20,10 @@ from kafka import KafkaProducer
 
 from kafka_rig import java_program
 from tests.support.kafka_clients import WINDOWS, quota_config
+from tests.support.kafka_fixtures import needs_share_groups
 from tests.support.kafka_helpers import create_topic, unique_topic
+
+pytestmark = [pytest.mark.matrix, needs_share_groups]
 
 QUOTA = 100_000  # bytes/s
 RECORD = 1000  # bytes of value per record

@@ -8,7 +8,13 @@ Fixtures (session scoped, started on first use, stopped at session end):
 - ``kafka_cluster``: 3 brokers (node ids 1..3), cluster "test3", bootstrap 127.0.0.1:29192-29194
 - ``kafka_tool``: ``run_tool(main_class, *args, timeout=120, check=True, input=None, capture=True)``
 
-Both clusters serve share groups (KIP-932): they are formatted with share.version=1
+Which Kafka: kafka/pom.xml's version in KRaft mode, or the one KAFKA_RIG_KAFKA names ("4.4.0",
+"3.9.1-zk"): the rig then runs that version's jars for the clusters, the tools and the Java programs
+(``KAFKA_VARIANT``; `make test-matrix` runs the ``matrix`` tests once per version, docs/compatibility.md).
+A test that needs what only some versions have says so with ``needs_share_groups`` (and the like):
+it is skipped, naming the version, where the broker lacks it.
+
+From 4.1 the clusters serve share groups (KIP-932): they are formatted with share.version=1
 (kafka_rig.FORMAT_FEATURES), which is all a 4.2 broker needs.
 
 Each session starts from empty data dirs: leftovers of a crashed earlier run of the
@@ -35,6 +41,8 @@ from kafka_rig import (
     DEFAULT_SASL_USERS,
     Cluster,
     KafkaRigError,
+    Variant,
+    default_variant,
     fresh_cluster,
     run_tool,
     secure_listener_overrides,
@@ -46,6 +54,7 @@ __all__ = [
     "KAFKA_CLUSTER_BOOTSTRAP",
     "KAFKA_SASL_BOOTSTRAP",
     "KAFKA_SASL_PORT",
+    "KAFKA_VARIANT",
     "SASL_USERS",
     "Cluster",
     "KafkaRigError",
@@ -53,6 +62,9 @@ __all__ = [
     "kafka",
     "kafka_cluster",
     "kafka_tool",
+    "needs_kraft",
+    "needs_old_protocol",
+    "needs_share_groups",
     "run_tool",
     "secure_listener_overrides",
 ]
@@ -60,9 +72,22 @@ __all__ = [
 # QUOTAGATE_TEST_PORT_OFFSET shifts every port below (default 0), so two checkouts can run their
 # suites at once on one machine without two brokers on the same ports.
 PORT_OFFSET = int(os.environ.get("QUOTAGATE_TEST_PORT_OFFSET", "0"))
+# The Kafka this session runs (KAFKA_RIG_KAFKA, else kafka/pom.xml's in KRaft mode).
+KAFKA_VARIANT = default_variant()
 # Checkouts share .cache (and so the clusters' run dirs): a shifted session gets clusters of its own
-# name, so that another checkout's session, which kills its clusters' leftovers, never kills these.
-CLUSTER_SUFFIX = f"-offset{PORT_OFFSET}" if PORT_OFFSET else ""
+# name, so that another checkout's session, which kills its clusters' leftovers, never kills these;
+# so does another Kafka (its data dirs are not the default's).
+CLUSTER_SUFFIX = ("" if KAFKA_VARIANT == Variant() else f"-k{KAFKA_VARIANT}") + (
+    f"-offset{PORT_OFFSET}" if PORT_OFFSET else ""
+)
+# What only some versions or modes have: the tests that need it are skipped elsewhere, naming the Kafka.
+needs_share_groups = pytest.mark.skipif(
+    not KAFKA_VARIANT.share_groups, reason=f"Kafka {KAFKA_VARIANT} serves no share groups (KIP-932, 4.1+)"
+)
+needs_kraft = pytest.mark.skipif(KAFKA_VARIANT.zookeeper, reason=f"Kafka {KAFKA_VARIANT} runs with ZooKeeper")
+needs_old_protocol = pytest.mark.skipif(
+    KAFKA_VARIANT.major >= 4, reason=f"Kafka {KAFKA_VARIANT} refuses Produce v0-v2 and Fetch v0-v3 (KIP-896, 4.0)"
+)
 KAFKA_PORT = 29092 + PORT_OFFSET
 KAFKA_CONTROLLER_PORT = 29392 + PORT_OFFSET
 KAFKA_SASL_PORT = 29492 + PORT_OFFSET
@@ -97,7 +122,12 @@ def _session_cluster(
     sasl_users: dict[str, str] | None = None,
     sasl_base_port: int | None = None,
 ) -> Iterator[Cluster]:
-    layout = {"controller_base_port": controller_base_port, "sasl_users": sasl_users, "sasl_base_port": sasl_base_port}
+    layout = {
+        "controller_base_port": controller_base_port,
+        "sasl_users": sasl_users,
+        "sasl_base_port": sasl_base_port,
+        "variant": KAFKA_VARIANT,
+    }
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         cluster = fresh_cluster(name, brokers, base_port, **layout)
         try:

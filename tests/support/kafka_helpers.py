@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -128,3 +129,16 @@ def _established_sockets_to(port: int) -> list[tuple[int, str]]:
             if state == ESTABLISHED and int(remote.rsplit(":", 1)[1], 16) == port:
                 found.append((int(local.rsplit(":", 1)[1], 16), inode))
     return found
+
+
+def round_trip(port: int, frame: bytes, host: str = "127.0.0.1") -> bytes:
+    """One request on a fresh connection to `port`: its response, without the size prefix."""
+    with socket.create_connection((host, port), timeout=30) as sock:
+        sock.sendall(frame)
+        received = b""
+        while len(received) < 4 or len(received) < 4 + int.from_bytes(received[:4], "big"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ConnectionError(f"closed after {len(received)} bytes")
+            received += chunk
+    return received[4:]

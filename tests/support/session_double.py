@@ -96,8 +96,9 @@ def produce(correlation_id: int, topics: dict[str, bytes], version: int = 8) -> 
     return bytes(request.encode(header=True, framed=True))
 
 
-def produce_answer(correlation_id: int, topics: list[str], version: int = 8) -> bytes:
-    """What a broker answers a produce of `topics` (partition 0 each), throttle 0."""
+def produce_answer(correlation_id: int, topics: list[str], version: int = 8, throttle: int = 0) -> bytes:
+    """What a broker answers a produce of `topics` (partition 0 each), any version (the fields a version
+    lacks are left out)."""
     topic, partition = (
         ProduceResponse.TopicProduceResponse,
         ProduceResponse.TopicProduceResponse.PartitionProduceResponse,
@@ -123,7 +124,7 @@ def produce_answer(correlation_id: int, topics: list[str], version: int = 8) -> 
             )
             for name in topics
         ],
-        throttle_time_ms=0,
+        throttle_time_ms=throttle,
     )
     payload = pack(">i", correlation_id) + bytes(response.encode())
     return pack(">i", len(payload)) + payload

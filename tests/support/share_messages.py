@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from struct import pack
 
-from quotagate.protocol.apis import SHARE_MAX_VERSION, ApiKey
+from quotagate.protocol.apis import ApiKey
+from quotagate.protocol.share import LAST_KNOWN_VERSION as SHARE_MAX_VERSION
 from tests.support.messages import compact
 
 GOLDEN: dict[tuple[int, int], bytes] = {

@@ -19,7 +19,7 @@ from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from quotagate.protocol.apis import MAX_VERSIONS, ApiKey
+from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.client_quotas import alter_refusal, decode_alter, decode_describe
 from quotagate.protocol.discovery import DISCOVERY_METADATA_VERSION, decode_discovery
 from quotagate.protocol.fetch import fetch_max_wait_ms
@@ -38,6 +38,7 @@ from quotagate.protocol.rewrite import RESPONSE_REWRITERS, response_rewriters
 from quotagate.protocol.sasl import authenticate_user, handshake_mechanism
 from quotagate.protocol.share import share_fetch_max_wait_ms
 from quotagate.protocol.throttle import _TABLE, patch_throttle_time
+from quotagate.protocol.version_caps import MAX_VERSIONS
 from tests.support.fuzz import FUZZ, bad_frames, header_only, produce_request, reframed
 from tests.support.messages import alteration_request, describe_request, produce_response
 from tests.support.mutation_messages import CASES as MUTATION_CASES

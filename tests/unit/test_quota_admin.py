@@ -387,7 +387,7 @@ def test_a_shadow_produce_quota_mutes_nothing_and_its_usage_record_says_what_it_
 def test_api_versions_advertises_the_quota_apis_at_the_versions_the_proxy_answers() -> None:
     from types import SimpleNamespace
 
-    from quotagate.protocol.rewrite import cap_api_versions
+    from quotagate.protocol.version_caps import cap_api_versions
 
     offered = [SimpleNamespace(api_key=key, min_version=0, max_version=3) for key in (DESCRIBE, ALTER)]
     assert [(e.api_key, e.max_version) for e in cap_api_versions(offered)] == [(DESCRIBE, 1), (ALTER, 1)]

@@ -4,17 +4,13 @@ import pytest
 from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 
-from quotagate.protocol.apis import (
-    FETCH_MAX_VERSION,
-    PRODUCE_MAX_VERSION,
-    SHARE_MAX_VERSION,
-    ApiKey,
-    exceeds_advertised_cap,
-)
+from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.headers import response_body_offset
 from quotagate.protocol.produce import _walked_throttle_offset, produce_response_throttle_offset
 from quotagate.protocol.produce_walk import usual_flexible_throttle_offset
 from quotagate.protocol.rewrite import RESPONSE_REWRITERS
+from quotagate.protocol.share import LAST_KNOWN_VERSION as SHARE_MAX_VERSION
+from quotagate.protocol.version_caps import FETCH_MAX_VERSION, PRODUCE_MAX_VERSION, exceeds_advertised_cap
 from tests.support.messages import produce_response
 from tests.support.rewrite_messages import (
     BROKER_CONFIGS,

@@ -14,8 +14,11 @@ from struct import pack, unpack_from
 
 import pytest
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+from kafka.protocol.metadata import ApiVersionsResponse
 from kafka.protocol.producer import ProduceResponse
 
+from quotagate.protocol.apis import ApiKey
+from quotagate.protocol.version_caps import unsupported_api_versions
 from quotagate.proxy.flow_control import ByteBudget
 from quotagate.proxy.metrics import PARTIAL_FRAMES_LIMIT
 from quotagate.proxy.session import PROTOCOL_ERROR, TOPIC_THRESHOLD_ERROR
@@ -278,6 +281,33 @@ def test_requests_pipelined_before_a_refused_one_are_answered_before_the_close(b
     session.broker_data(heartbeat_answer(1) + heartbeat_answer(2), now=0.1)
     assert correlation_ids(taken(session.to_client), 4) == [1, 2]
     assert not session.awaiting_answers, "answered: the connection may close now"
+
+
+def api_versions_v5(correlation_id: int) -> bytes:
+    """ApiVersions v5 as Kafka 4.4's clients send it: header v2 (tags), then the client software name
+    and version as compact strings, cluster_id (null), node_id (-1) and the body's tags."""
+    body = b"\x00" + b"\x0aquotagate" + b"\x041.0" + b"\x00" + pack(">i", -1) + b"\x00"
+    return header_only_request(ApiKey.API_VERSIONS, 5, correlation_id, body)
+
+
+def test_api_versions_above_what_the_proxy_reads_is_answered_as_the_broker_answers_a_version_it_lacks(
+    build: Build,
+) -> None:
+    # KIP-511: a v0 body, UNSUPPORTED_VERSION, and the range of ApiVersions the answerer reads; the
+    # client asks again at a version both know. Nothing goes to the broker, and the answer keeps its turn.
+    session, _ = build.session_with()
+    session.client_data(heartbeat(1) + api_versions_v5(2) + heartbeat(3), now=0.0)
+    assert correlation_ids(taken(session.to_broker), 8) == [1, 3]
+    assert session.refusal is None
+    session.broker_data(heartbeat_answer(1) + heartbeat_answer(3), now=0.1)
+    answers = frames(taken(session.to_client))
+    assert [unpack_from(">i", frame, 4)[0] for frame in answers] == [1, 2, 3]
+    answer = ApiVersionsResponse.decode(answers[1][8:], version=0)
+    assert answer.error_code == 35
+    assert [(e.api_key, e.min_version, e.max_version) for e in answer.api_keys] == [
+        (ApiKey.API_VERSIONS, 0, ApiVersionsResponse.max_version)
+    ]
+    assert answers[1] == unsupported_api_versions(2)
 
 
 def test_a_refusal_behind_a_mute_waits_for_the_requests_held_before_it(build: Build) -> None:

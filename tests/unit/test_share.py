@@ -53,7 +53,8 @@ def test_share_apis_are_flexible_in_every_version() -> None:
     for api_key in (76, 77, 78, 79):
         assert is_flexible(api_key, 1) and response_header_is_flexible(api_key, 1)
     assert not is_flexible(40, 1) and is_flexible(40, 2)  # ExpireDelegationToken: flexible from v2
-    assert not is_flexible(93, 0)  # not a Kafka API
+    assert is_flexible(94, 0)  # UnregisterController (4.4): flexible from its first version
+    assert not is_flexible(95, 0)  # not a Kafka API
 
 
 @pytest.mark.parametrize(("api_key", "version"), VERSIONS)

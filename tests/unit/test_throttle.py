@@ -331,12 +331,14 @@ def test_throttle_time_behind_other_fields_is_not_guessed_in_unknown_versions(ap
     assert patch_throttle_time(frame, api_key, version, HIGHER)[0] is frame
 
 
-@pytest.mark.parametrize(("api_key", "version"), [(ApiKey.FETCH, 19), (ApiKey.METADATA, 14), (68, 7), (78, 3)])
+@pytest.mark.parametrize(
+    ("api_key", "version"), [(ApiKey.FETCH, 19), (ApiKey.METADATA, 14), (68, 7), (78, 3), (93, 0), (94, 0)]
+)
 def test_leading_throttle_time_is_trusted_in_newer_versions(api_key: int, version: int) -> None:
     assert_hand_patched(hand_frame(pack(">ih", UPSTREAM, 0) + b"\x00", flexible=True), api_key, version, 9)
 
 
-@pytest.mark.parametrize("api_key", [4, 7, 52, 53, 54, 83, 87, 93, 200, -1])
+@pytest.mark.parametrize("api_key", [4, 7, 52, 53, 54, 83, 87, 95, 200, -1])
 def test_apis_in_neither_table_are_never_patched(api_key: int) -> None:
     frame = hand_frame(pack(">ih", UPSTREAM, 0) + b"\x00", flexible=True)
     assert throttle_time_offset(frame, api_key, 0) is None
