@@ -101,6 +101,9 @@ SessionCore = _core.SessionCore
 InFlight = _core.InFlight
 Admission = _core.Admission
 PROTOCOL_ERROR = _core.PROTOCOL_ERROR
+HANDSHAKE, AUTHENTICATE, AUTHENTICATED = _core.HANDSHAKE, _core.AUTHENTICATE, _core.AUTHENTICATED
+ROUND_ANSWERED, ROUND_ANSWERED_END_UNSEEN = _core.ROUND_ANSWERED, _core.ROUND_ANSWERED_END_UNSEEN
+AUTHENTICATION_REFUSED, ANSWER_PENDING, REFUSE = _core.AUTHENTICATION_REFUSED, _core.ANSWER_PENDING, _core.REFUSE
 
 # Error for partitions refused by per-topic bytes-in thresholds: THROTTLING_QUOTA_EXCEEDED. Clients
 # treat it as retriable (the Java producer retries it after retry.backoff.ms), and it says a quota
@@ -299,6 +302,7 @@ class SessionPolicy:
     def _refuse(self, reason: str, message: str) -> None:
         """What the client sent next the broker would close the connection for: nothing more is
         read or forwarded, and the connection closes once what went before is answered."""
+        self._enter(REFUSE)
         self.refusal = message
         self.refusal_reason = reason
         self.pending_refusal = None
@@ -358,22 +362,17 @@ class SessionPolicy:
                 raise FrameError("SaslHandshake v0 (raw SASL tokens) is unsupported; clients since 1.0 use v1")
             self.sasl_mechanism = handshake_mechanism(frame, body, version)
             self.claimed_user = None  # a new exchange (KIP-368 re-authentication too)
-            self.sasl_end_unknown = False
-            # A re-authentication's frames are read by the broker's authenticator again.
-            self.receive_limit = services.sasl_max_receive_size
+            if services.sasl_max_receive_size is not None:
+                # A re-authentication's frames are read by the broker's authenticator again.
+                self._enter(HANDSHAKE)
             return Admission(frame)
         if api_key == _SASL_AUTHENTICATE:
             claimed = authenticate_user(self.sasl_mechanism, frame, body, version, services.principal_claim)
             if claimed is not None:
                 self.claimed_user = claimed
-            self.awaiting_authentication = True
+            self._enter(AUTHENTICATE)
             return Admission(frame, stop=True)  # what follows waits for the broker's answer
         return Admission(frame)
-
-    @property
-    def awaiting_answer(self) -> bool:
-        """Reading stops until an answer: the broker's to a SaslAuthenticate, or one the proxy is making."""
-        return self.awaiting_authentication or self.awaiting_local_answer
 
     def _pending_answer_done(self, _answer: asyncio.Future[bytes]) -> None:
         if self.answer_ready is not None:
@@ -403,7 +402,7 @@ class SessionPolicy:
         if isinstance(answer, bytes):
             return Admission(None, answer)
         # Answered once the state file holds it (QuotaAdmin's StateWriter): what follows waits.
-        self.awaiting_local_answer = True
+        self._enter(ANSWER_PENDING)
         self.pending_answer = answer
         answer.add_done_callback(self._pending_answer_done)
         return Admission(None, stop=True)
@@ -586,14 +585,16 @@ class SessionPolicy:
             # SaslServerAuthenticator): neither does the proxy, so nothing is charged to anyone.
             self.held.clear()
             self.claimed_user = None
+            self._enter(AUTHENTICATION_REFUSED)
             return
-        self.awaiting_authentication = False
-        if outcome is None:
+        if outcome is None and self.services.sasl_max_receive_size is not None:
             # More rounds to come; or, for a mechanism whose end the proxy cannot read, perhaps none:
             # the next request that is not SASL then ends the exchange (SessionCore._before_authentication).
-            self.sasl_end_unknown = not end_readable(self.sasl_mechanism)
+            self._enter(ROUND_ANSWERED if end_readable(self.sasl_mechanism) else ROUND_ANSWERED_END_UNSEEN)
             return
-        self.receive_limit = None  # authenticated: the broker reads with socket.request.max.bytes
+        self._enter(AUTHENTICATED)  # the broker reads with socket.request.max.bytes from here
+        if outcome is None:
+            return  # a listener that requires no SASL: nothing is adopted
         claimed, self.claimed_user = self.claimed_user, None
         if outcome and claimed is not None and claimed != self.user:
             # The first authentication moves the connection from ANONYMOUS (or its certificate's

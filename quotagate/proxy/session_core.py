@@ -140,13 +140,59 @@ LATENCY_STRIDE = 17
 if (SLOTS, LATENCY_STRIDE) != (129, 17):
     raise ValueError("ExchangeCounters' arrays in session_core_c.pxd are sized for 129 slots of 17 buckets")
 
-# The session's phases: what it can do with a read.
-CONNECTING = 0  # the broker connection is not up yet: frames are held
-OPEN = 1  # requests flow; a mute or a hold may still stop them for a while
-AUTHENTICATING = 2  # SASL: frames before authentication completes are limited in size (receive_limit)
-AWAITING_AUTHENTICATION = 3  # a SaslAuthenticate is at the broker: what follows waits for its answer
-REFUSING = 4  # the client sent what the broker closes a connection for: nothing more is read
+# The session's phases, and every move between them: `_enter` moves only as TRANSITIONS says and
+# raises PhaseError on any other move (h11's _state.py). Nothing else sets the phase.
+AUTHENTICATING = 0  # before SASL authentication completes: frames within sasl_server_max_receive_size,
+#                     nothing but ApiVersions and SASL read (the broker's SaslServerAuthenticator)
+AUTHENTICATING_END_UNSEEN = 1  # the same, but the proxy cannot see the exchange end (GSSAPI after a
+#                     successful round; client_sasl "auto" before the brokers answered): the first
+#                     other request ends it
+AWAITING_AUTHENTICATION = 2  # a SaslAuthenticate is at the broker: what follows waits for its answer
+AUTHENTICATION_FAILED = 3  # the broker refused the authentication and closes the connection: nothing more is read
+OPEN = 4  # requests flow (a mute, or the broker connecting, may still hold them for a while)
 AWAITING_LOCAL_ANSWER = 5  # the proxy is making an answer (an alter being persisted): what follows waits for it
+REFUSED = 6  # the client sent what the broker closes a connection for: nothing more is read
+PHASES = ("AUTHENTICATING", "AUTHENTICATING_END_UNSEEN", "AWAITING_AUTHENTICATION", "AUTHENTICATION_FAILED",
+          "OPEN", "AWAITING_LOCAL_ANSWER", "REFUSED")  # fmt: skip
+
+# What moves the phase.
+HANDSHAKE = 0  # a SaslHandshake is read where the listener requires SASL: an exchange (re)starts
+AUTHENTICATE = 1  # a SaslAuthenticate is read: what follows waits for its answer
+AUTHENTICATED = 2  # its answer ends the exchange with a success (or the listener requires no SASL)
+ROUND_ANSWERED = 3  # its answer asks for another round
+ROUND_ANSWERED_END_UNSEEN = 4  # the same, where the proxy will not see the exchange's end
+AUTHENTICATION_REFUSED = 5  # its answer is a failure
+OTHER_REQUEST = 6  # a request that is not SASL where the exchange's end was unseen: it ended
+ANSWER_PENDING = 7  # the proxy is making a request's answer: what follows waits for it
+ANSWER_READY = 8  # that answer is made
+REFUSE = 9  # the client sent what the broker closes a connection for
+EVENTS = ("HANDSHAKE", "AUTHENTICATE", "AUTHENTICATED", "ROUND_ANSWERED", "ROUND_ANSWERED_END_UNSEEN",
+          "AUTHENTICATION_REFUSED", "OTHER_REQUEST", "ANSWER_PENDING", "ANSWER_READY", "REFUSE")  # fmt: skip
+
+# (phase, event) -> the phase it moves to; any other pair is a defect.
+TRANSITIONS = {
+    (AUTHENTICATING, HANDSHAKE): AUTHENTICATING,
+    (AUTHENTICATING_END_UNSEEN, HANDSHAKE): AUTHENTICATING,
+    (OPEN, HANDSHAKE): AUTHENTICATING,  # KIP-368 re-authentication
+    (AUTHENTICATING, AUTHENTICATE): AWAITING_AUTHENTICATION,
+    (AUTHENTICATING_END_UNSEEN, AUTHENTICATE): AWAITING_AUTHENTICATION,
+    (OPEN, AUTHENTICATE): AWAITING_AUTHENTICATION,
+    (AWAITING_AUTHENTICATION, AUTHENTICATED): OPEN,
+    (AWAITING_AUTHENTICATION, ROUND_ANSWERED): AUTHENTICATING,
+    (AWAITING_AUTHENTICATION, ROUND_ANSWERED_END_UNSEEN): AUTHENTICATING_END_UNSEEN,
+    (AWAITING_AUTHENTICATION, AUTHENTICATION_REFUSED): AUTHENTICATION_FAILED,
+    (AUTHENTICATING_END_UNSEEN, OTHER_REQUEST): OPEN,
+    (OPEN, ANSWER_PENDING): AWAITING_LOCAL_ANSWER,
+    (AWAITING_LOCAL_ANSWER, ANSWER_READY): OPEN,
+    **{(phase, REFUSE): REFUSED for phase in range(REFUSED)},
+}
+# What each phase means for reads: frames within sasl_server_max_receive_size only (RECEIVE_LIMITED),
+# and what is read waits, held in order, until the phase changes (WAITS).
+RECEIVE_LIMITED = [phase in (AUTHENTICATING, AUTHENTICATING_END_UNSEEN, AWAITING_AUTHENTICATION,
+                             AUTHENTICATION_FAILED) for phase in range(8)]  # fmt: skip
+WAITS = [phase in (AWAITING_AUTHENTICATION, AUTHENTICATION_FAILED, AWAITING_LOCAL_ANSWER) for phase in range(8)]
+if len(PHASES) > 8:
+    raise ValueError("RECEIVE_LIMITED and WAITS in session_core_c.pxd hold 8 phases")
 
 # The reason of a refusal for a request the broker cannot parse (counted as a protocol error).
 PROTOCOL_ERROR = FrameError.reason
@@ -154,7 +200,7 @@ PROTOCOL_ERROR = FrameError.reason
 # What one request did to the frames read after it.
 GO_ON = 0  # the next frame may go
 STOP = 1  # reading stops here (a mute, or a SaslAuthenticate waiting for its answer): the rest is held
-REFUSED = 2  # the client is refused: the rest is dropped
+DROP = 2  # the client is refused: the rest is dropped
 
 # Bytes of a frame that came through the splitter copied to peek at: a header, a produce's
 # transactional id and acks, nearly always; all of it when they are longer (`_ShortPeek`).
@@ -169,6 +215,10 @@ class BeforeAuthentication(FrameError):
     """A request other than ApiVersions or SASL before SASL authentication completed."""
 
     reason = BEFORE_AUTHENTICATION
+
+
+class PhaseError(RuntimeError):
+    """A move of the session's phase that TRANSITIONS does not allow: a defect, never a client's doing."""
 
 
 class _ShortPeek(Exception):
@@ -328,26 +378,21 @@ class SessionCore:
         self._client_id_raw = b""
         self._client_id = ""
         self._entity_key = None  # (user, client_id) of the entity counters last written
-        self.phase = CONNECTING
+        # Where the listener requires SASL, nothing but SASL is read until it completes; where the
+        # proxy does not know yet (client_sasl "auto"), the first other request ends it.
+        self._receive_limit = services.sasl_max_receive_size
+        if services.sasl_max_receive_size is None:
+            self.phase = OPEN
+        elif services.sasl_required is None:
+            self.phase = AUTHENTICATING_END_UNSEEN
+        else:
+            self.phase = AUTHENTICATING
         self.connected = False
-        # The first request that is not SASL is taken as the end of authentication: the SASL exchange in
-        # progress uses a mechanism whose end the proxy cannot read (GSSAPI) and had a successful
-        # round, or the proxy has not learned yet whether the brokers want SASL (client_sasl "auto").
-        self.sasl_end_unknown = services.sasl_max_receive_size is not None and services.sasl_required is None
-        # A SaslAuthenticate is in flight: what the client sent after it waits for the broker's
-        # answer, to be charged to the user that answer establishes (never to the one before).
-        self.awaiting_authentication = False
-        # The proxy is making the answer to a request (an AlterClientQuotas whose quotas are being
-        # written to the state file): what the client sent after it waits, as the broker reads
-        # nothing more from a connection until it has answered. `_answer_later` is its in-flight entry.
-        self.awaiting_local_answer = False
+        # The in-flight entry of the answer the proxy is making (AWAITING_LOCAL_ANSWER).
         self._answer_later = None
         # Until the first request that is not ApiVersions or SASL, the client is authenticating:
         # Kafka does not charge that exchange to request-time quotas.
         self.authenticating = True
-        # The limit on frames before SASL authentication completes, None once it has (or if the
-        # listener needs none): the broker's SaslServerAuthenticator reads them with this limit.
-        self.receive_limit = services.sasl_max_receive_size
         # A refusal waiting for the frames held before the offender: (reason, message).
         self.pending_refusal = None
         # Set when the client sent what the broker would close the connection for. Nothing more is
@@ -369,20 +414,23 @@ class SessionCore:
         self.entity_client_id = ""
 
     # the phase ---------------------------------------------------------------------------------
-    def _set_phase(self):
-        """The phase the session's state makes; called wherever that state changes."""
-        if self.refusal is not None or self.pending_refusal is not None:
-            self.phase = REFUSING
-        elif not self.connected:
-            self.phase = CONNECTING
-        elif self.awaiting_authentication:
-            self.phase = AWAITING_AUTHENTICATION
-        elif self.awaiting_local_answer:
-            self.phase = AWAITING_LOCAL_ANSWER
-        elif self.receive_limit is not None:
-            self.phase = AUTHENTICATING
-        else:
-            self.phase = OPEN
+    def _enter(self, event):
+        """Moves the phase as TRANSITIONS says for `event`; PhaseError for a move it does not list."""
+        phase = TRANSITIONS.get((self.phase, event), -1)
+        if phase < 0:
+            raise PhaseError(f"{EVENTS[event]} in phase {PHASES[self.phase]}")
+        self.phase = phase
+
+    @property
+    def receive_limit(self):
+        """The largest frame read now: sasl_server_max_receive_size before SASL authentication
+        completes (None where the listener requires none, and once it has)."""
+        return self._receive_limit if RECEIVE_LIMITED[self.phase] else None
+
+    @property
+    def awaiting_answer(self):
+        """What is read waits for an answer: the broker's to a SaslAuthenticate, or one the proxy makes."""
+        return WAITS[self.phase]
 
     @property
     def holding(self):
@@ -391,7 +439,7 @@ class SessionCore:
         return self.is_holding()
 
     def is_holding(self):
-        return bool(self.held) or ((self.awaiting_authentication or self.awaiting_local_answer) and self.client_partial)
+        return bool(self.held) or (WAITS[self.phase] and self.client_partial)
 
     # the interface -----------------------------------------------------------------------------
     def client_data(self, data, now):
@@ -406,6 +454,8 @@ class SessionCore:
         """client_data, for the compiled glue (connection_core) to call without a Python call."""
         if not (
             self.phase == OPEN
+            and self.connected
+            and self.pending_refusal is None
             and self.whole_reads
             and type(data) is bytes
             and not self.client_partial
@@ -414,37 +464,30 @@ class SessionCore:
             and self._whole_requests(data, now)
         ):
             self._client_data(data, now)
-        self._set_phase()
 
     def feed_broker(self, data, now):
         if not (
             self.whole_reads and type(data) is bytes and not self.broker_partial and self._whole_responses(data, now)
         ):
             self._broker_data(data, now)
-        self._set_phase()
 
     def broker_connected(self, now):
         """The broker connection is up: what was held may go."""
         self.connected = True
-        self._set_phase()
         self._release_held(now)
-        self._set_phase()
 
     def unmute(self, now):
         """The mute is over (`now` >= muted_until): forwards what was held while it lasted."""
         self._release_held(now)
-        self._set_phase()
 
     def _answer_ready(self, response, now):
         """The answer the proxy was making is `response`: it goes in its turn, then what waited for it."""
         entry = self._answer_later
         self._answer_later = None
         entry.local_response = response
-        self.awaiting_local_answer = False
+        self._enter(ANSWER_READY)
         self._local_turn(now)
-        self._set_phase()
         self._release_held(now)
-        self._set_phase()
 
     # hooks: Session's ---------------------------------------------------------------------------
     def _client_data(self, data, now):
@@ -460,9 +503,6 @@ class SessionCore:
         raise NotImplementedError
 
     def _refuse(self, reason, message):
-        raise NotImplementedError
-
-    def _receive_limit_message(self, size):
         raise NotImplementedError
 
     def _release_held(self, now):
@@ -546,15 +586,15 @@ class SessionCore:
         it did to the frames after it."""
         self._step = GO_ON
         size = end - pos - 4
-        if self.receive_limit is not None and size > self.receive_limit:
+        if RECEIVE_LIMITED[self.phase] and self._receive_limit is not None and size > self._receive_limit:
             self._refuse(SASL_RECEIVE_LIMIT, self._receive_limit_message(size))
-            self._step = REFUSED
+            self._step = DROP
             return None
         try:
             return self._peeked_request(data, pos, end, size, frame, now)
         except FrameError as exc:  # the broker closes on a request it cannot parse, after those before
             self._refuse(exc.reason, str(exc))
-            self._step = REFUSED
+            self._step = DROP
             return None
 
     def _peeked_request(self, data, pos, end, size, frame, now):
@@ -589,7 +629,7 @@ class SessionCore:
         if ends_authentication:
             # The first request past an exchange whose end the proxy cannot read (GSSAPI, or SASL not
             # known to be required yet): the broker would have closed the connection before it.
-            self.receive_limit = None
+            self._enter(OTHER_REQUEST)
         # What lies further in, read before anything happens (a short peek starts over).
         acks = 1
         max_wait = 0
@@ -666,7 +706,7 @@ class SessionCore:
             self.authenticating = False
         if api_key == API_API_VERSIONS and self.authenticating:
             policy &= ~REQUEST_TIME  # Kafka does not charge the authentication exchange
-        if local is None and forwarded is None and not self.awaiting_local_answer:
+        if local is None and forwarded is None and self.phase != AWAITING_LOCAL_ANSWER:
             raise AssertionError("a hook refused everything and made no answer")
         entry = _in_flight(correlation_id, api_key, version, client_id, size, now, max_wait, policy, over_quota)
         entry.handling_ms = handling_ms
@@ -712,14 +752,14 @@ class SessionCore:
         self._refuse_first(api_key, version, POLICY[api_key] if known else 0, known)
 
     def _before_authentication(self, api_key, policy):
-        """Before SASL authentication completes (`receive_limit` set), the broker's authenticator
+        """Before SASL authentication completes (AUTHENTICATING), the broker's authenticator
         reads ApiVersions, SaslHandshake and SaslAuthenticate only, and closes the connection on
         anything else (SaslServerAuthenticator: IllegalSaslStateException): so does the proxy,
         having answered and forwarded nothing of it. True: the request ends an exchange whose end the
-        proxy cannot read (`sasl_end_unknown`), and the limit lifts once it is parsed."""
-        if self.receive_limit is None or policy & SASL or api_key == API_API_VERSIONS:
+        proxy cannot read (AUTHENTICATING_END_UNSEEN), and the limit lifts once it is parsed."""
+        if not RECEIVE_LIMITED[self.phase] or policy & SASL or api_key == API_API_VERSIONS:
             return False
-        if not self.sasl_end_unknown:
+        if self.phase != AUTHENTICATING_END_UNSEEN:
             raise BeforeAuthentication(
                 f"{api_name(api_key)} before SASL authentication completed (the broker closes such a connection)"
             )
@@ -860,9 +900,7 @@ class SessionCore:
     def _release_held_if_answered(self, now):
         """After a read of responses: what waited for a SaslAuthenticate answer goes on, once none
         is awaited."""
-        if not self.awaiting_authentication and (
-            self.held or self.receive_limit is not None or self.pending_refusal is not None
-        ):
+        if not WAITS[self.phase] and (self.held or RECEIVE_LIMITED[self.phase] or self.pending_refusal is not None):
             self._release_held(now)
 
     def _streamable(self, head):

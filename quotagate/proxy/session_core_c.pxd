@@ -14,8 +14,13 @@ from quotagate.quotas.charging_c cimport charge_request, charge_response, count_
 cdef int KEYS, VERSIONS
 cdef int BYTES_IN, LONG_POLL, SASL, REQUEST_TIME, TOPIC_NAMES, DEFAULT_POLICY
 cdef int API_PRODUCE, API_FETCH, API_SASL_HANDSHAKE, API_API_VERSIONS, API_SASL_AUTHENTICATE, API_SHARE_FETCH
-cdef int CONNECTING, OPEN, AUTHENTICATING, AWAITING_AUTHENTICATION, REFUSING, AWAITING_LOCAL_ANSWER
-cdef int GO_ON, STOP, REFUSED
+cdef int AUTHENTICATING, AUTHENTICATING_END_UNSEEN, AWAITING_AUTHENTICATION, AUTHENTICATION_FAILED, OPEN
+cdef int AWAITING_LOCAL_ANSWER, REFUSED
+# The events moving the phase stay Python objects, for session.py to read.
+cdef dict TRANSITIONS
+cdef bint RECEIVE_LIMITED[8]
+cdef bint WAITS[8]
+cdef int GO_ON, STOP, DROP
 cdef Py_ssize_t PEEK_BYTES
 cdef long MAX_TAGS
 
@@ -92,11 +97,8 @@ cdef class SessionCore:
     cdef public int phase
     cdef public bint connected
     cdef public bint authenticating
-    cdef public bint awaiting_authentication
-    cdef public bint awaiting_local_answer
     cdef InFlight _answer_later
-    cdef public bint sasl_end_unknown
-    cdef public object receive_limit
+    cdef object _receive_limit
     cdef public object pending_refusal
     cdef public object refusal
     cdef public object in_flight
@@ -122,7 +124,8 @@ cdef class SessionCore:
     cdef object _in_flight_append, _in_flight_popleft
     cdef tuple _entity_key
 
-    cdef void _set_phase(self) noexcept
+    @cython.locals(phase=int)
+    cpdef void _enter(self, int event) except *
     cdef bint is_holding(self) except -1
     cdef void feed_client(self, object data, double now) except *
     cdef void feed_broker(self, object data, double now) except *
