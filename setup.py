@@ -12,6 +12,7 @@ from setuptools import Extension, setup
 # Kept in step with quotagate.compiled.MODULES (not imported: the package is not installed yet).
 COMPILED_MODULES = (
     "quotagate.protocol.produce_walk",
+    "quotagate.protocol.frames",
     "quotagate.protocol.wire_walk",
     "quotagate.protocol.rewrite_memo",
     "quotagate.quotas.token_bucket",

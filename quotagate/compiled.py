@@ -19,6 +19,7 @@ from types import ModuleType
 # The compiled modules, in the order they import each other.
 MODULES = (
     "quotagate.protocol.produce_walk",
+    "quotagate.protocol.frames",
     "quotagate.protocol.wire_walk",
     "quotagate.protocol.rewrite_memo",
     "quotagate.quotas.token_bucket",

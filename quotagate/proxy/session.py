@@ -55,12 +55,7 @@ from dataclasses import dataclass
 
 from quotagate import compiled
 from quotagate.protocol.apis import ApiKey
-from quotagate.protocol.framing import (
-    FrameError,
-    FrameSizeError,
-    FrameSplitter,
-    Piece,
-)
+from quotagate.protocol.framing import FrameError
 from quotagate.protocol.headers import RequestHeader, response_body_offset
 from quotagate.protocol.limits import NO_LIMIT
 from quotagate.protocol.mutations import (
@@ -88,7 +83,7 @@ from quotagate.protocol.sasl import (
 )
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.flow_control import ByteBudget
-from quotagate.proxy.metrics import PARTIAL_FRAME_SHARE, PARTIAL_FRAMES_LIMIT, SASL_RECEIVE_LIMIT, ProxyMetrics
+from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.quota_admin import PendingDescribe, QuotaAdmin
 from quotagate.proxy.topics import TopicCatalog
 from quotagate.proxy.usage import UsageRecorder
@@ -103,7 +98,7 @@ Admission = _core.Admission
 PROTOCOL_ERROR = _core.PROTOCOL_ERROR
 HANDSHAKE, AUTHENTICATE, AUTHENTICATED = _core.HANDSHAKE, _core.AUTHENTICATE, _core.AUTHENTICATED
 ROUND_ANSWERED, ROUND_ANSWERED_END_UNSEEN = _core.ROUND_ANSWERED, _core.ROUND_ANSWERED_END_UNSEEN
-AUTHENTICATION_REFUSED, ANSWER_PENDING, REFUSE = _core.AUTHENTICATION_REFUSED, _core.ANSWER_PENDING, _core.REFUSE
+AUTHENTICATION_REFUSED, ANSWER_PENDING = _core.AUTHENTICATION_REFUSED, _core.ANSWER_PENDING
 
 # Error for partitions refused by per-topic bytes-in thresholds: THROTTLING_QUOTA_EXCEEDED. Clients
 # treat it as retriable (the Java producer retries it after retry.backoff.ms), and it says a quota
@@ -115,9 +110,6 @@ PRODUCER_IDS_ERROR = 89
 # after this long without them: the Java client's default request.timeout.ms, after which it has
 # given up on them anyway.
 REFUSAL_ANSWERS_TIMEOUT_SECONDS = 30.0
-WHOLE, HEAD, LAST = Piece.WHOLE, Piece.HEAD, Piece.LAST
-# What a partial frame's first bytes tell before the rest is read: its size, API key and version.
-PARTIAL_HEAD_BYTES = 8
 _SASL_HANDSHAKE, _SASL_AUTHENTICATE = int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE)
 _DESCRIBE_CLIENT_QUOTAS = int(ApiKey.DESCRIBE_CLIENT_QUOTAS)
 
@@ -153,9 +145,6 @@ class SessionServices:
     partial_frame_share: int | None = None
     # The most array elements of one request the proxy decodes to change it (proxy.max_decoded_elements).
     max_decoded_elements: int = NO_LIMIT
-    # Reads of whole frames are taken straight from the read; False: every read goes through the
-    # splitters (the tests compare the two).
-    whole_reads: bool = True
     # The proxy's own time on an exchange it decodes or rewrites is charged as request time, read
     # from this clock (seconds): Kafka's request time is its threads' wall time.
     clock: Callable[[], float] = time.perf_counter
@@ -184,10 +173,7 @@ class SessionPolicy:
         self.sasl_mechanism: str | None = None
         # The user the current SASL exchange claims: adopted only when the broker says it succeeded.
         self.claimed_user: str | None = None
-        # SessionCore made the state the exchange shares (in_flight, held, the phase and its flags).
-        self.client_frames = FrameSplitter(services.max_frame_size)
-        self.partial_counted = 0  # bytes of the partial frame counted in services.partial_frames
-        self.refusal_reason = ""
+        # SessionCore made the state the exchange shares (in_flight, held, the phase, the splitters).
         # The last producer ID admitted under producer_ids_rate, as (ID, user, client id, engine
         # generation), and until when it is surely still seen (half a window: the filter it was
         # put in lives that long): a producer sends its one ID request after request.
@@ -197,127 +183,6 @@ class SessionPolicy:
         # when it is ready (it then calls `local_answered` and writes what that queued).
         self.pending_answer: asyncio.Future[bytes] | None = None
         self.answer_ready: Callable[[], None] | None = None
-
-    # hooks: reads the core does not take whole (SessionCore.feed_client, feed_broker) ------------
-    def _client_data(self, data: bytes, now: float) -> None:
-        """Bytes from the client. What the broker would close the connection for (bytes that are not
-        Kafka requests, a request it cannot parse, a frame over a limit) sets `refusal`; the requests
-        before it are forwarded and answered first, as the broker answers them before it reads on."""
-        self.services.metrics.counters.bytes_in += len(data)
-        if self.refusal is not None or self.pending_refusal is not None:
-            return  # the broker would never read past the offender
-        splitter = self.client_frames
-        try:
-            frames = splitter.feed(data)
-        except FrameSizeError as exc:
-            frames = exc.frames
-            splitter.clear()
-            self.pending_refusal = (PROTOCOL_ERROR, str(exc))
-        if self.partial_counted or splitter.buffered:
-            self._count_partial()
-        self.client_partial = splitter.buffered > 0
-        if self.held or not self.connected or self.muted_until > now or self.awaiting_answer:
-            # A read may land after a mute (or before the broker is connected): hold it, in order.
-            self.held.extend(frames)
-        else:
-            self._requests(frames, now)
-        if self.client_partial or self.pending_refusal is not None:
-            self._check_partial()
-
-    def close(self) -> None:
-        """The connection is gone: gives back what its partial frame held of the shared budget."""
-        self._drop_partial()
-
-    # limits on what a client makes the proxy hold -------------------------------------------------
-    def _count_partial(self) -> None:
-        """Counts the partial frame's growth in the budget shared by every client; over it, the
-        frame is dropped and the client will be refused."""
-        budget = self.services.partial_frames
-        if budget is None:
-            return
-        buffered = self.client_frames.buffered
-        grown = buffered - self.partial_counted
-        if grown > 0 and not budget.take(grown):
-            self._drop_partial()
-            if self.pending_refusal is None:
-                self.pending_refusal = (
-                    PARTIAL_FRAMES_LIMIT,
-                    f"a frame would take the partial frames of all clients over {budget.limit} bytes "
-                    "(proxy.partial_frames_max_bytes)",
-                )
-            return
-        if grown < 0:
-            budget.give(-grown)
-        self.partial_counted = buffered
-
-    def _drop_partial(self) -> None:
-        if self.partial_counted and self.services.partial_frames is not None:
-            self.services.partial_frames.give(self.partial_counted)
-        self.partial_counted = 0
-        self.client_frames.clear()
-        self.client_partial = False
-
-    def _check_partial(self) -> None:
-        """Refuses what follows the whole frames once none of them waits any more: a refusal held
-        back behind them, or a partial frame over the limit before authentication."""
-        if self.refusal is not None or self.held or self.awaiting_answer:
-            return  # checked again when they have gone (the partial grows by one read at most meanwhile)
-        if self.pending_refusal is None:
-            self.pending_refusal = self._partial_refusal()
-            if self.pending_refusal is None:
-                return
-        self._refuse(*self.pending_refusal)
-
-    def _partial_refusal(self) -> tuple[str, str] | None:
-        """Why the frame arriving now is refused before the rest of it is read, or None: its size
-        prefix (over sasl_server_max_receive_size before authentication, over this connection's
-        share of partial_frames_max_bytes), then its API and version (SessionCore.check_partial_head:
-        a version above what ApiVersions offered, anything but SASL before authentication)."""
-        splitter = self.client_frames
-        size = splitter.partial_size
-        if self.receive_limit is not None and size > self.receive_limit:
-            return SASL_RECEIVE_LIMIT, self._receive_limit_message(size)
-        share = self.services.partial_frame_share
-        if share is not None and size > share:
-            return (
-                PARTIAL_FRAME_SHARE,
-                f"a frame of {size} bytes is over one connection's share of partial_frames_max_bytes "
-                f"({share} bytes: proxy.partial_frames_max_bytes_per_connection)",
-            )
-        head = splitter.new_partial_head(PARTIAL_HEAD_BYTES)
-        if head is None:
-            return None
-        try:
-            self.check_partial_head(head)
-        except FrameError as exc:
-            return exc.reason, str(exc)
-        return None
-
-    def _receive_limit_message(self, size: int) -> str:
-        return (
-            f"frame size {size} before SASL authentication completed is over "
-            f"sasl_server_max_receive_size ({self.receive_limit})"
-        )
-
-    def _refuse(self, reason: str, message: str) -> None:
-        """What the client sent next the broker would close the connection for: nothing more is
-        read or forwarded, and the connection closes once what went before is answered."""
-        self._enter(REFUSE)
-        self.refusal = message
-        self.refusal_reason = reason
-        self.pending_refusal = None
-        self.held.clear()
-        self._drop_partial()
-        if reason != PROTOCOL_ERROR:
-            self.services.metrics.frames_refused_total.labels(reason).inc()
-
-    # requests ------------------------------------------------------------------------------------
-    def _release_held(self, now: float) -> None:
-        if self.held and self.connected and self.muted_until <= now and not self.awaiting_answer:
-            frames = list(self.held)
-            self.held.clear()
-            self._requests(frames, now)
-        self._check_partial()
 
     def _admit(self, frame: memoryview, header: RequestHeader, policies: int, now: float) -> Admission:
         """The hooked policies of one request (SessionCore._request has peeked, capped and counted
@@ -371,7 +236,7 @@ class SessionPolicy:
             if claimed is not None:
                 self.claimed_user = claimed
             self._enter(AUTHENTICATE)
-            return Admission(frame, stop=True)  # what follows waits for the broker's answer
+            return Admission(frame)  # what follows waits for the broker's answer (AWAITING_AUTHENTICATION)
         return Admission(frame)
 
     def _pending_answer_done(self, _answer: asyncio.Future[bytes]) -> None:
@@ -405,7 +270,7 @@ class SessionPolicy:
         self._enter(ANSWER_PENDING)
         self.pending_answer = answer
         answer.add_done_callback(self._pending_answer_done)
-        return Admission(None, stop=True)
+        return Admission(None)
 
     def quotas_changed(self) -> None:
         """The quotas changed live (a reload, AlterClientQuotas): Produce is given to the

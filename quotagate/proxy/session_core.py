@@ -18,27 +18,42 @@ upstream latency, the request time and the response bytes charged (quotas/chargi
 entity's counters and the usage record written, and the throttle patched and the client muted when
 one is due.
 
-The session's phase (`phase`) says what it can do with a read: OPEN takes whole frames straight from
-the read (`feed_client`), every other phase and any partial frame go through the session's splitter
-and holds first (`Session._client_data`); both end in the same `_requests`.
+One loop per direction. A read from the client (`feed_client`) is counted, and its frames, found by
+the client's FrameSplitter (protocol/frames.py: a read of whole frames is walked where it lies, a
+frame split across reads is joined once), are taken one by one by `_take_requests` while the client
+may be read (`_may_forward`: the broker connected, no mute, no answer awaited), the rest held in
+order; a read from the broker (`feed_broker`) is counted and its frames taken one by one by
+`_whole_response`, a large one that has not fully arrived cut through when its head is enough.
 """
-
-try:
-    import cython
-except ImportError:  # interpreted without Cython installed: quotagate/_cython_shadow.py
-    from quotagate import _cython_shadow as cython
 
 from collections import deque
 
 from quotagate.protocol.apis import api_name, is_flexible
 from quotagate.protocol.fetch import max_wait_offset
-from quotagate.protocol.framing import FrameError, Piece, StreamingFrameSplitter, frame_body_size
+from quotagate.protocol.frames import frame_end, splitter
+from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, FrameSizeError, frame_body_size, frame_size_problem
 from quotagate.protocol.headers import RequestHeader
 from quotagate.protocol.limits import MAX_TAGGED_FIELDS, tagged_fields_problem
+
+# Compiled, these are cimported (session_core_c.pxd): C calls, not the Python names imported here.
+from quotagate.protocol.produce_walk import (
+    _skip_tags,
+    _uvarint,
+    i32,
+    produce_acks,
+    produce_topics,
+    usual_throttle_offset,
+)
 from quotagate.protocol.share import share_fetch_max_wait_ms
 from quotagate.protocol.throttle import patch_throttle_time, throttle_time_offset
 from quotagate.protocol.version_caps import MAX_VERSIONS, unsupported_api_versions
-from quotagate.proxy.metrics import BEFORE_AUTHENTICATION, LATENCY_BUCKETS, SASL_RECEIVE_LIMIT
+from quotagate.proxy.metrics import (
+    BEFORE_AUTHENTICATION,
+    LATENCY_BUCKETS,
+    PARTIAL_FRAME_SHARE,
+    PARTIAL_FRAMES_LIMIT,
+    SASL_RECEIVE_LIMIT,
+)
 from quotagate.quotas.apis import (
     BYTES_IN,
     DEFAULT_POLICY,
@@ -52,27 +67,14 @@ from quotagate.quotas.apis import (
     TOPIC_NAMES,
 )
 from quotagate.quotas.apis import policy as api_policy
+from quotagate.quotas.charging import (
+    charge_request,
+    charge_response,
+    count_exchange,
+    request_time_ms,
+    shadow_throttle_ms,
+)
 from quotagate.quotas.entities import QuotaKey
-
-if not cython.compiled:  # compiled, these are cimported (session_core_c.pxd)
-    from quotagate.protocol.produce_walk import (
-        _skip_tags,
-        _uvarint,
-        i32,
-        produce_acks,
-        produce_topics,
-        produce_topics_of,
-        usual_throttle_offset,
-    )
-    from quotagate.protocol.rewrite_memo import RewriteMemo
-    from quotagate.proxy.usage_collectors import AggregateCollector
-    from quotagate.quotas.charging import (
-        charge_request,
-        charge_response,
-        count_exchange,
-        request_time_ms,
-        shadow_throttle_ms,
-    )
 
 # API keys and versions the tables cover; a request outside them is parsed by the general functions.
 KEYS = 128
@@ -123,7 +125,6 @@ MAX_RESPONSE_FRAME = 2**31 - 1
 # are here (enough for the header and throttle_time_ms); smaller ones are always handled whole.
 STREAM_RESPONSES_FROM = 16 * 1024
 RESPONSE_HEAD_BYTES = 64
-WHOLE, HEAD, LAST = Piece.WHOLE, Piece.HEAD, Piece.LAST
 
 # LATENCY_BUCKETS as the C array ExchangeCounters.observe_latency scans (compiled: double[16]).
 N_BOUNDS = len(LATENCY_BUCKETS)
@@ -197,14 +198,8 @@ if len(PHASES) > 8:
 # The reason of a refusal for a request the broker cannot parse (counted as a protocol error).
 PROTOCOL_ERROR = FrameError.reason
 
-# What one request did to the frames read after it.
-GO_ON = 0  # the next frame may go
-STOP = 1  # reading stops here (a mute, or a SaslAuthenticate waiting for its answer): the rest is held
-DROP = 2  # the client is refused: the rest is dropped
-
-# Bytes of a frame that came through the splitter copied to peek at: a header, a produce's
-# transactional id and acks, nearly always; all of it when they are longer (`_ShortPeek`).
-PEEK_BYTES = 512
+# What a partial frame's first bytes tell before the rest is read: its size, API key and version.
+PARTIAL_HEAD_BYTES = 8
 
 
 # A request header's tagged fields beyond this many are refused, not walked (protocol/limits.py).
@@ -221,10 +216,6 @@ class PhaseError(RuntimeError):
     """A move of the session's phase that TRANSITIONS does not allow: a defect, never a client's doing."""
 
 
-class _ShortPeek(Exception):
-    """What a request's peek needs lies past the bytes copied of it: copy them all and peek again."""
-
-
 def _i16(buf: bytes, pos: int) -> int:
     value = (buf[pos] << 8) | buf[pos + 1]
     return value - 0x10000 if value >= 0x8000 else value
@@ -239,10 +230,10 @@ class ExchangeCounters:
     def __init__(self):
         self.bytes_in = 0  # client to broker
         self.bytes_out = 0  # broker to client
-        if not cython.compiled:  # compiled, C arrays its allocation zeroed (session_core_c.pxd)
-            self.requests = [0] * SLOTS
-            self.latency_counts = [0] * (SLOTS * LATENCY_STRIDE)  # per slot: counts per LATENCY_BUCKETS bucket
-            self.latency_seconds = [0.0] * SLOTS
+        # Compiled, C arrays (session_core_c.pxd) filled from these lists.
+        self.requests = [0 for _ in range(SLOTS)]
+        self.latency_counts = [0 for _ in range(SLOTS * LATENCY_STRIDE)]  # per slot: counts per LATENCY_BUCKETS bucket
+        self.latency_seconds = [0.0 for _ in range(SLOTS)]
 
     def count_request(self, api_key):
         self.requests[_slot(api_key)] += 1
@@ -322,7 +313,6 @@ class Admission:
         order=(),
         refusal_wait=0,
         mutation=None,
-        stop=False,
         answer_after=None,
     ):
         self.forwarded = forwarded  # the frame to forward (the original, or one with fewer topics), or None
@@ -331,7 +321,6 @@ class Admission:
         self.order = order  # a produce's topics, in the client's order
         self.refusal_wait = refusal_wait  # least throttle the refusals need
         self.mutation = mutation  # MutationInFlight, settled when the response comes
-        self.stop = stop  # reading stops after this request (a SaslAuthenticate)
         # An answer the proxy makes once the broker's response allows it (Session._answered decides):
         # DescribeClientQuotas asked of the broker first, answered with the proxy's quotas.
         self.answer_after = answer_after
@@ -351,9 +340,18 @@ class SessionCore:
         self._entity_metrics = services.entity_metrics
         self._stats_by_entity = services.entity_metrics.stats  # its one dict, looked into per exchange
         self._rewriters = services.rewriters
+        # The rewriters that memoize their answers (protocol/rewrite_memo.py), called as C methods.
+        self._memos = {key: rewrite for key, rewrite in services.rewriters.items() if hasattr(rewrite, "rewritten")}
         self._cluster = services.cluster
         self._usage = services.usage
-        self._usage_collector = services.usage.collector if services.usage is not None else None
+        # The usage records' collector (usage_collectors.py): aggregates, or one record per request.
+        self._aggregates = None
+        self._records = None
+        if services.usage is not None:
+            if services.usage.config.records == "request":
+                self._records = services.usage.collector
+            else:
+                self._aggregates = services.usage.collector
         self._wall_offset = services.wall_offset
         self._topic_names = {}  # a produce's topic names as sent -> decoded (usage records)
         self._last_sent = None  # the last produce's topic names as sent, and decoded
@@ -368,13 +366,16 @@ class SessionCore:
         if services.engine.enforces(QuotaKey.PRODUCER_IDS_RATE):  # produce keeps the fast path without one
             hooked |= NEW_PRODUCER_IDS
         self.hooked = hooked
-        self.whole_reads = services.whole_reads
         self.in_flight = deque()
         self._in_flight_append = self.in_flight.append  # bound once: these run per exchange
         self._in_flight_popleft = self.in_flight.popleft
-        # Frames read but not forwarded yet (memoryviews): while the broker connects, while muted,
-        # while a SaslAuthenticate waits for its answer.
+        # Frames read but not forwarded yet, in order (reads, or their whole frames, each as bytes;
+        # the first one from `_held_from` on): while the broker connects, while muted, while an
+        # answer is awaited.
         self.held = deque()
+        self._held_from = 0
+        self.client_frames = splitter(services.max_frame_size)
+        self.partial_counted = 0  # bytes of the partial frame counted in services.partial_frames
         self._client_id_raw = b""
         self._client_id = ""
         self._entity_key = None  # (user, client_id) of the entity counters last written
@@ -393,16 +394,15 @@ class SessionCore:
         # Until the first request that is not ApiVersions or SASL, the client is authenticating:
         # Kafka does not charge that exchange to request-time quotas.
         self.authenticating = True
-        # A refusal waiting for the frames held before the offender: (reason, message).
+        # A refusal queued behind the frames held before the offender: (reason, message). Nothing
+        # after the offender is read.
         self.pending_refusal = None
-        # Set when the client sent what the broker would close the connection for. Nothing more is
-        # read or forwarded; the connection closes once the answers to what went before are written.
+        # Set when the client sent what the broker would close the connection for (phase REFUSED).
+        # Nothing more is read or forwarded; the connection closes once the answers to what went
+        # before are written.
         self.refusal = None
-        # Kept by the splitters: a partial frame is buffered on that side (or a response is being cut
-        # through), so the next read must go through the splitter.
-        self.client_partial = False
-        self.broker_partial = False
-        self.broker_frames = StreamingFrameSplitter(MAX_RESPONSE_FRAME, STREAM_RESPONSES_FROM, RESPONSE_HEAD_BYTES)
+        self.refusal_reason = ""
+        self.broker_frames = splitter(MAX_RESPONSE_FRAME, STREAM_RESPONSES_FROM, RESPONSE_HEAD_BYTES)
         self.to_broker = []
         self.to_client = []
         # Node ids a rewrite named for the first time: the caller has their listeners opened before
@@ -439,7 +439,7 @@ class SessionCore:
         return self.is_holding()
 
     def is_holding(self):
-        return bool(self.held) or (WAITS[self.phase] and self.client_partial)
+        return bool(self.held) or (WAITS[self.phase] and self.client_frames.buffered > 0)
 
     # the interface -----------------------------------------------------------------------------
     def client_data(self, data, now):
@@ -451,25 +451,86 @@ class SessionCore:
         self.feed_broker(data, now)
 
     def feed_client(self, data, now):
-        """client_data, for the compiled glue (connection_core) to call without a Python call."""
-        if not (
-            self.phase == OPEN
-            and self.connected
-            and self.pending_refusal is None
-            and self.whole_reads
-            and type(data) is bytes
-            and not self.client_partial
-            and not self.held
-            and self.muted_until <= now
-            and self._whole_requests(data, now)
-        ):
-            self._client_data(data, now)
+        """client_data, for the compiled glue (connection_core) to call without a Python call. What
+        the broker would close the connection for (bytes that are not Kafka requests, a request it
+        cannot parse, a frame over a limit) sets `refusal`; the requests before it are forwarded and
+        answered first, as the broker answers them before it reads on."""
+        if type(data) is not bytes:
+            data = bytes(data)
+        self._counters.bytes_in += len(data)  # every byte the client sent, here and nowhere else
+        if self.phase == REFUSED or self.pending_refusal is not None:
+            return  # the broker would never read past the offender
+        try:
+            buf = self.client_frames.feed(data)
+        except FrameSizeError as exc:
+            self._queue_refusal(PROTOCOL_ERROR, str(exc))
+            buf = b""
+        n = len(buf)
+        if n:
+            pos = 0
+            if not self.held:
+                pos = self._take_requests(buf, 0, n, now)
+            if pos < n and self.phase != REFUSED:
+                self._hold_rest(buf, pos, n)
+        self._after_reads()
 
     def feed_broker(self, data, now):
-        if not (
-            self.whole_reads and type(data) is bytes and not self.broker_partial and self._whole_responses(data, now)
-        ):
-            self._broker_data(data, now)
+        """broker_data, for the compiled glue. Raises FrameError if the bytes are not responses to
+        what is in flight."""
+        if type(data) is not bytes:
+            data = bytes(data)
+        out = self.to_client
+        start = len(out)
+        frames = self.broker_frames
+        pos = 0
+        if frames.stream_left:  # the rest of a response being cut through
+            pos = frames.streamed(len(data))
+            out.append(_slice(data, 0, pos))
+            if not frames.stream_left:  # its last bytes: what the proxy answered itself goes after it, in turn
+                self._local_responses(now)
+        buf = frames.feed(data)
+        if buf is not data:
+            pos = 0
+        n = len(buf)
+        view = None
+        end = 0
+        while pos < n:
+            end = frame_end(buf, pos, n, MAX_RESPONSE_FRAME)
+            if end < 0:
+                break
+            if pos == 0 and end == n:
+                self._whole_response(buf, now)
+            else:
+                if view is None:
+                    view = memoryview(buf)
+                self._whole_response(view[pos:end], now)
+            pos = end
+        if end == -2:
+            raise FrameError("response " + frame_size_problem(i32(buf, pos), MAX_RESPONSE_FRAME))
+        if pos < n:
+            self._response_arriving(buf, pos, now)
+        elif n == 0 and frames.may_offer_held():
+            head = memoryview(frames.held())
+            if self._streamable(head):
+                frames.stream(frames.needed, len(head))
+                out.append(self._respond(self._expected(head), head, now))
+            else:
+                frames.refused_offer()
+        self._counters.bytes_out += _bytes_from(out, start)  # every byte the client gets for the broker's, here
+        self._release_held_if_answered(now)
+
+    def _response_arriving(self, buf, pos, now):
+        """A response at buf[pos:] that has not fully arrived: cut through when its head is enough
+        (`_streamable`), else held until it is whole."""
+        frames = self.broker_frames
+        if frames.may_offer(buf, pos):
+            head = memoryview(buf)[pos:]
+            if self._streamable(head):
+                frames.stream(FRAME_SIZE_BYTES + i32(buf, pos), len(buf) - pos)
+                self.to_client.append(self._respond(self._expected(head), head, now))
+                return
+            frames.refused_offer()
+        frames.keep(buf, pos)
 
     def broker_connected(self, now):
         """The broker connection is up: what was held may go."""
@@ -490,9 +551,6 @@ class SessionCore:
         self._release_held(now)
 
     # hooks: Session's ---------------------------------------------------------------------------
-    def _client_data(self, data, now):
-        raise NotImplementedError
-
     def _admit(self, frame, header, policy, now):
         """The hooked policies of one request: an Admission."""
         raise NotImplementedError
@@ -502,106 +560,90 @@ class SessionCore:
         merged, a mutation settled): the response to send on, and the least throttle it carries."""
         raise NotImplementedError
 
-    def _refuse(self, reason, message):
-        raise NotImplementedError
-
-    def _release_held(self, now):
-        raise NotImplementedError
-
     @property
     def awaiting_answers(self):
         """Requests are in flight, or a response is still being cut through to the client."""
-        return bool(self.in_flight) or self.broker_frames.streaming
+        return bool(self.in_flight) or self.broker_frames.stream_left > 0
 
     # requests ----------------------------------------------------------------------------------
-    def _whole_requests(self, data, now):
-        """Takes a read of whole frames within the limit (the usual read) straight from `data`:
-        False, with nothing done, for any other read (the splitter's)."""
-        buf = data
-        n = len(data)
-        pos = 0
-        while pos < n:
-            if n - pos < 4:
-                return False
-            size = i32(buf, pos)
-            if size < 0 or size > self._max_frame_size or size > n - pos - 4:
-                return False
-            pos += 4 + size
-        self._counters.bytes_in += n
+    def _may_forward(self, now):
+        """Whether a request read now may go: the broker is connected, no mute, no answer awaited."""
+        return self.connected and self.muted_until <= now and not WAITS[self.phase]
+
+    def _take_requests(self, buf, pos, stop, now):
+        """Takes the requests of buf[pos:stop] one by one while they may go, forwarding each as it is
+        (a run of them in one slice) or as its policy changed it; returns where it stopped: `stop`,
+        a frame not whole yet or over the limit (the caller's), or the first frame that must wait."""
         out = self.to_broker
-        run = 0  # the frames from here on went to the broker as they are: one write for them all
-        pos = 0
-        step = GO_ON
-        while pos < n and step == GO_ON:
-            end = pos + 4 + i32(buf, pos)
-            forwarded = self._request(data, pos, end, None, now)
-            if forwarded is not data:  # not as it is: what came before it goes first
+        run = pos  # the frames from here on go to the broker as they are: one slice for them all
+        while self._may_forward(now):
+            end = frame_end(buf, pos, stop, self._max_frame_size)
+            if end < 0:
+                break
+            forwarded = self._request(buf, pos, end, now)
+            if forwarded is not buf:  # not as it is: what came before it goes first
                 if run < pos:
-                    out.append(_slice(data, run, pos))
+                    out.append(_slice(buf, run, pos))
                 if forwarded is not None:
                     out.append(forwarded)
                 run = end
             pos = end
-            step = self._step
+            if self.phase == REFUSED:
+                return stop  # the rest is dropped
         if run < pos:
-            out.append(_slice(data, run, pos))
-        if pos < n and step == STOP:
-            view = memoryview(data)
-            while pos < n:  # what was read after a request that stops reading waits, in order
-                end = pos + 4 + i32(buf, pos)
-                self.held.append(view[pos:end])
-                pos = end
+            out.append(_slice(buf, run, pos))
         self._local_turn(now)
-        return True
+        return pos
 
-    def _requests(self, frames, now):
-        """Requests that came through the splitter (or were held): each one as `_whole_requests`
-        takes them; stops (holding the rest) after one that stops reading."""
-        out = self.to_broker
-        count = len(frames)
-        index = 0
-        step = GO_ON
-        while index < count and step == GO_ON:
-            frame = frames[index]
-            index += 1
-            head = frame if type(frame) is bytes else bytes(frame[:PEEK_BYTES])
-            try:
-                forwarded = self._request(head, 0, len(frame), frame, now)
-            except _ShortPeek:  # raised before the request had any effect
-                head = bytes(frame)
-                forwarded = self._request(head, 0, len(frame), frame, now)
-            if forwarded is head:
-                out.append(frame)
-            elif forwarded is not None:
-                out.append(forwarded)
-            step = self._step
-        if step == STOP:
-            self.held.extend(frames[index:])
-        self._local_turn(now)
+    def _hold_rest(self, buf, pos, stop):
+        """What a read holds from `pos` on that is not taken now: its whole frames, held in order, and
+        the start of a frame not whole yet, kept by the splitter (a size over the limit: refused
+        after what came before)."""
+        whole = pos
+        end = frame_end(buf, whole, stop, self._max_frame_size)
+        while end >= 0:
+            whole = end
+            end = frame_end(buf, whole, stop, self._max_frame_size)
+        if whole > pos:
+            self.held.append(buf if pos == 0 and whole == len(buf) else buf[pos:whole])
+        if end == -2:
+            size = i32(buf, whole)
+            self._queue_refusal(PROTOCOL_ERROR, frame_size_problem(size, self._max_frame_size))
+        elif whole < stop:
+            self.client_frames.keep(buf, whole)
 
-    def _request(self, data, pos, end, frame, now):
-        """One request: data[pos:end] (size prefix included); `frame` is the frame's own object
-        when data holds only its head (a frame from the splitter), else None. Returns what to
-        forward (`data` itself: the frame as it is; None: nothing) and leaves in `_step` what
-        it did to the frames after it."""
-        self._step = GO_ON
+    def _release_held(self, now):
+        """Forwards what was held while it may go, then refuses what was refused behind it."""
+        held = self.held
+        while held and self._may_forward(now):
+            data = held[0]
+            pos = self._take_requests(data, self._held_from, len(data), now)
+            if self.phase == REFUSED:
+                break
+            if pos < len(data):
+                self._held_from = pos
+                break
+            held.popleft()
+            self._held_from = 0
+        self._check_partial()
+
+    def _request(self, buf, pos, end, now):
+        """One request, buf[pos:end] (size prefix included). Returns what to forward: `buf` itself
+        for the frame as it is, None for nothing. A request the broker would close the connection for
+        refuses the client (phase REFUSED)."""
         size = end - pos - 4
         if RECEIVE_LIMITED[self.phase] and self._receive_limit is not None and size > self._receive_limit:
             self._refuse(SASL_RECEIVE_LIMIT, self._receive_limit_message(size))
-            self._step = DROP
             return None
         try:
-            return self._peeked_request(data, pos, end, size, frame, now)
+            return self._peeked_request(buf, pos, end, size, now)
         except FrameError as exc:  # the broker closes on a request it cannot parse, after those before
             self._refuse(exc.reason, str(exc))
-            self._step = DROP
             return None
 
-    def _peeked_request(self, data, pos, end, size, frame, now):
+    def _peeked_request(self, data, pos, end, size, now):
         buf = data
-        peek_end = min(end, len(data))
-        if peek_end - pos < 14:
-            _short(peek_end, end)
+        if end - pos < 14:
             raise FrameError(f"request of {size} bytes is shorter than a header")
         # Refuse first, parse after: the API and its version decide whether anything further is read.
         api_key = _i16(buf, pos + 4)
@@ -613,8 +655,7 @@ class SessionCore:
         client_id_len = _i16(buf, pos + 12)
         body = pos + 14
         if client_id_len >= 0:
-            if body + client_id_len > peek_end:
-                _short(peek_end, end)
+            if body + client_id_len > end:
                 raise FrameError("client_id runs past the end of the request")
             client_id = self._decode_client_id(data, body, client_id_len)
             body += client_id_len
@@ -622,32 +663,30 @@ class SessionCore:
             client_id = ""
         flexible_from = FLEXIBLE_FROM[api_key] if known else -1
         if (version >= flexible_from) if flexible_from >= 0 else is_flexible(api_key, version):
-            if body < peek_end and buf[body] == 0:  # no tagged fields: the usual case
+            if body < end and buf[body] == 0:  # no tagged fields: the usual case
                 body += 1
             else:
-                body = _header_tags_end(buf, body, peek_end, end)
+                body = _header_tags_end(buf, body, end)
         if ends_authentication:
             # The first request past an exchange whose end the proxy cannot read (GSSAPI, or SASL not
             # known to be required yet): the broker would have closed the connection before it.
             self._enter(OTHER_REQUEST)
-        # What lies further in, read before anything happens (a short peek starts over).
+        # What lies further in, read before anything happens.
         acks = 1
         max_wait = 0
         if policy & BYTES_IN:
-            acks = produce_acks(buf, body, peek_end, version)
+            acks = produce_acks(buf, body, end, version)
             if acks < -0x8000:
-                _short(peek_end, end)
                 raise FrameError("produce request too short to hold acks")
         elif policy & LONG_POLL and api_key == API_FETCH:
             at = max_wait_offset(body, version)
-            if at + 4 > peek_end:
-                _short(peek_end, end)
+            if at + 4 > end:
                 raise FrameError("fetch request too short to hold max_wait_ms")
             max_wait = i32(buf, at)
             if max_wait < 0:
                 max_wait = 0
         self._counters.count_request(api_key)
-        forwarded = data  # as it is (the caller has the frame's own object)
+        forwarded = data  # as it is (the caller slices it)
         local = None
         refused = None
         order = ()
@@ -655,13 +694,12 @@ class SessionCore:
         mutation = None
         answer_after = None
         handling_ms = 0.0
-        stop = False
         if api_key == API_API_VERSIONS and version > MAX_VERSION[API_API_VERSIONS]:
             # Above what the proxy reads: answered as the broker answers one above what it speaks.
             forwarded = None
             local = unsupported_api_versions(correlation_id)
         if policy & self.hooked:
-            view = frame if frame is not None else memoryview(data)[pos:end]
+            view = _slice(data, pos, end)
             header = RequestHeader(
                 api_key, version, correlation_id, client_id if client_id_len >= 0 else None, body - pos
             )
@@ -677,9 +715,8 @@ class SessionCore:
             refusal_wait = admission.refusal_wait
             mutation = admission.mutation
             answer_after = admission.answer_after
-            stop = admission.stop
         if policy & TOPIC_NAMES and self._usage is not None and not order:  # usage records name its topics
-            order = self._topic_order(buf, frame, body, end, version)
+            order = self._topic_order(buf, body, end, version)
         throttle = 0
         if policy & BYTES_IN:
             if self._engine.limits_anyone:
@@ -691,15 +728,13 @@ class SessionCore:
                 # In debt: this request goes on (Kafka appends, then throttles), but reading stops
                 # here; what was read after it waits for the mute to end.
                 self._mute(throttle, now)
-                stop = True
             if acks == 0:  # no response will come
                 count_exchange(self._entity_stats(client_id, now), policy, size, 0, None, throttle)
-                self._step = STOP if stop else GO_ON
                 return forwarded
         else:
             over_quota = False
             if policy & LONG_POLL and api_key == API_SHARE_FETCH:
-                view = frame if frame is not None else memoryview(data)[pos:end]
+                view = _slice(data, pos, end)
                 max_wait = share_fetch_max_wait_ms(view, body - pos, version)
         if self.authenticating and not (policy & SASL) and api_key != API_API_VERSIONS:
             # Past the authentication exchange, which Kafka does not charge to request-time quotas.
@@ -727,7 +762,6 @@ class SessionCore:
         self._in_flight_append(entry)
         if local is None and forwarded is None:  # answered when ready (`_answer_ready`), in its turn
             self._answer_later = entry
-        self._step = STOP if stop else GO_ON
         return forwarded
 
     def _refuse_first(self, api_key, version, policy, known):
@@ -769,12 +803,12 @@ class SessionCore:
         """The client id at data[at:at+length], decoded once per connection (it sends the same one)."""
         raw = self._client_id_raw
         if len(raw) == length:
-            if cython.compiled:
-                buf = data
-                kept = raw
-                if memcmp(buf + at, kept, length) == 0:  # noqa: F821  (cimported: session_core_c.pxd)
-                    return self._client_id
-            elif data[at : at + length] == raw:
+            buf = data
+            kept = raw
+            index = 0
+            while index < length and buf[at + index] == kept[index]:  # compiled: a C loop, no copy
+                index += 1
+            if index == length:
                 return self._client_id
         raw = data[at : at + length]
         client_id = raw.decode("utf-8", "replace")
@@ -782,13 +816,10 @@ class SessionCore:
         self._client_id = client_id
         return client_id
 
-    def _topic_order(self, buf, frame, body, end, version):
+    def _topic_order(self, buf, body, end, version):
         """A produce request's topic names, in order (produce_walk's walk, names decoded once); the
-        request is buf[:end], or `frame` when buf holds only its head."""
-        if frame is None:
-            sent = produce_topics(buf, body, end, version, True)
-        else:
-            sent = produce_topics_of(frame, body, end, version, True)
+        request ends at buf[end]."""
+        sent = produce_topics(buf, body, end, version, True)
         if sent is None:
             raise FrameError("truncated produce request")
         if sent == self._last_sent:  # a producer names the same topics request after request
@@ -829,7 +860,7 @@ class SessionCore:
 
     def _local_turn(self, now):
         """Sends the proxy-made responses at the head of the FIFO, unless a response is being cut through."""
-        if _local_first(self.in_flight) and not self.broker_partial:
+        if _local_first(self.in_flight) and not self.broker_frames.stream_left:
             self._local_responses(now)
 
     def _local_responses(self, now):
@@ -840,68 +871,114 @@ class SessionCore:
             self.to_client.append(self._respond(request, request.local_response, now))
 
     # responses ---------------------------------------------------------------------------------
-    def _whole_responses(self, data, now):
-        """Takes a read of whole responses (the usual read) straight from `data`; False, with
-        nothing done, when its first frame is partial (the splitter's)."""
-        buf = data
-        n = len(data)
-        if n < 4 or not self.in_flight:
-            return False
-        size = i32(buf, 0)
-        if size < 0 or size > n - 4:
-            return False
-        out = self.to_client
-        start = len(out)
-        pos = 0
-        view = None
-        while n - pos >= 4:
-            size = i32(buf, pos)
-            if size < 0 or size > n - pos - 4:
-                break  # partial (or bad): the splitter's
-            if pos == 0 and size == n - 4:
-                frame = data
-            else:
-                if view is None:
-                    view = memoryview(data)
-                frame = view[pos : pos + 4 + size]
-            self._whole_response(frame, now)
-            pos += 4 + size
-        written = _bytes_from(out, start)
-        if pos < n:
-            self._broker_data(data[pos:], now)  # counted after it, as the splitter counts: not if it raises
-        else:
-            self._release_held_if_answered(now)
-        self._counters.bytes_out += written
-        return True
-
-    def _broker_data(self, data, now):
-        """Bytes from the broker that are not whole responses: split, and cut through where they can
-        be. Raises FrameError if they are not responses to what is in flight."""
-        out = self.to_client
-        start = len(out)
-        frames = self.broker_frames
-        frame = frames.whole_frame(data)
-        if frame is not None:  # one whole response: no splitting
-            self._whole_response(frame, now)
-        else:
-            for kind, piece in frames.pieces(data, self._streamable):
-                if kind is WHOLE:
-                    self._whole_response(piece, now)
-                elif kind is HEAD:
-                    out.append(self._respond(self._expected(piece), piece, now))
-                else:
-                    out.append(piece)
-                    if kind is LAST:  # what the proxy answered itself goes after it, in turn
-                        self._local_responses(now)
-        self._counters.bytes_out += _bytes_from(out, start)
-        self.broker_partial = frames.streaming or frames.buffered > 0
-        self._release_held_if_answered(now)
-
     def _release_held_if_answered(self, now):
         """After a read of responses: what waited for a SaslAuthenticate answer goes on, once none
         is awaited."""
         if not WAITS[self.phase] and (self.held or RECEIVE_LIMITED[self.phase] or self.pending_refusal is not None):
             self._release_held(now)
+
+    # what a client makes the proxy hold, and refusals ------------------------------------------
+    def _after_reads(self):
+        """After a read: the partial frame's growth counted, and what follows the whole frames refused
+        once none of them waits (`_check_partial`)."""
+        frames = self.client_frames
+        if self.partial_counted or frames.buffered:
+            self._count_partial()
+        if frames.buffered or self.pending_refusal is not None:
+            self._check_partial()
+
+    def _queue_refusal(self, reason, message):
+        """The client sent what the broker closes the connection for, behind what is held: refused
+        once that has gone; nothing after it is read."""
+        self.client_frames.clear()
+        if self.pending_refusal is None:
+            self.pending_refusal = (reason, message)
+
+    def _count_partial(self):
+        """Counts the partial frame's growth in the budget shared by every client; over it, the
+        frame is dropped and the client will be refused."""
+        budget = self.services.partial_frames
+        if budget is None:
+            return
+        buffered = self.client_frames.buffered
+        grown = buffered - self.partial_counted
+        if grown > 0 and not budget.take(grown):
+            self._drop_partial()
+            self._queue_refusal(
+                PARTIAL_FRAMES_LIMIT,
+                f"a frame would take the partial frames of all clients over {budget.limit} bytes "
+                "(proxy.partial_frames_max_bytes)",
+            )
+            return
+        if grown < 0:
+            budget.give(-grown)
+        self.partial_counted = buffered
+
+    def _drop_partial(self):
+        if self.partial_counted and self.services.partial_frames is not None:
+            self.services.partial_frames.give(self.partial_counted)
+        self.partial_counted = 0
+        self.client_frames.clear()
+
+    def close(self):
+        """The connection is gone: gives back what its partial frame held of the shared budget."""
+        self._drop_partial()
+
+    def _check_partial(self):
+        """Refuses what follows the whole frames once none of them waits any more: a refusal held
+        back behind them, or a partial frame over the limit before authentication."""
+        if self.phase == REFUSED or self.held or WAITS[self.phase]:
+            return  # checked again when they have gone (the partial grows by one read at most meanwhile)
+        if self.pending_refusal is None:
+            self.pending_refusal = self._partial_refusal()
+            if self.pending_refusal is None:
+                return
+        reason, message = self.pending_refusal
+        self._refuse(reason, message)
+
+    def _partial_refusal(self):
+        """Why the frame arriving now is refused before the rest of it is read, or None: its size
+        prefix (over sasl_server_max_receive_size before authentication, over this connection's
+        share of partial_frames_max_bytes), then its API and version (`check_partial_head`: a
+        version above what ApiVersions offered, anything but SASL before authentication)."""
+        frames = self.client_frames
+        size = frames.partial_size
+        limit = self.receive_limit
+        if limit is not None and size > limit:
+            return SASL_RECEIVE_LIMIT, self._receive_limit_message(size)
+        share = self.services.partial_frame_share
+        if share is not None and size > share:
+            return (
+                PARTIAL_FRAME_SHARE,
+                f"a frame of {size} bytes is over one connection's share of partial_frames_max_bytes "
+                f"({share} bytes: proxy.partial_frames_max_bytes_per_connection)",
+            )
+        head = frames.new_partial_head(PARTIAL_HEAD_BYTES)
+        if head is None:
+            return None
+        try:
+            self.check_partial_head(head)
+        except FrameError as exc:
+            return exc.reason, str(exc)
+        return None
+
+    def _receive_limit_message(self, size):
+        return (
+            f"frame size {size} before SASL authentication completed is over "
+            f"sasl_server_max_receive_size ({self._receive_limit})"
+        )
+
+    def _refuse(self, reason, message):
+        """What the client sent next the broker would close the connection for: nothing more is
+        read or forwarded, and the connection closes once what went before is answered."""
+        self._enter(REFUSE)
+        self.refusal = message
+        self.refusal_reason = reason
+        self.pending_refusal = None
+        self.held.clear()
+        self._drop_partial()
+        if reason != PROTOCOL_ERROR:
+            self._metrics.frames_refused_total.labels(reason).inc()
 
     def _streamable(self, head):
         """Whether the response that begins with `head` can be cut through: `_respond` needs no
@@ -940,10 +1017,10 @@ class SessionCore:
         request = self._expected(frame)
         response = frame
         rewrite = self._rewriters.get(request.api_key)
+        memo = self._memos.get(request.api_key) if rewrite is not None else None
         if rewrite is None:
             pass
-        elif type(rewrite) is RewriteMemo:  # its hits are nearly every ApiVersions, Metadata, FindCoordinator
-            memo = rewrite
+        elif memo is not None:  # its hits are nearly every ApiVersions, Metadata, FindCoordinator
             started = self._clock()
             response = memo.rewritten(frame, request.api_version, self._cluster) or frame
             request.handling_ms += (self._clock() - started) * 1000
@@ -1035,17 +1112,16 @@ class SessionCore:
         else:
             topics = request.topic_order
             partitions = 0
-        collector = self._usage_collector
         ts_ms = int((now + self._wall_offset) * 1000)
-        if type(collector) is AggregateCollector:
-            aggregates = collector
+        aggregates = self._aggregates
+        if aggregates is not None:
             added = aggregates.add_exchange(
                 ts_ms, self.user, request.client_id, request.api_key, request.api_version, topics,
                 request.request_size, response_size, partitions, latency_ms, throttle, decision, shadow_ms,
                 request.over_quota,
             )  # fmt: skip
         else:
-            records = collector
+            records = self._records
             added = records.add_exchange(
                 ts_ms, self.user, request.client_id, request.api_key, request.api_version, topics,
                 request.request_size, response_size, partitions, latency_ms, throttle, decision, shadow_ms,
@@ -1093,6 +1169,7 @@ def _local_first(in_flight):
 
 
 def _slice(data, start, end):
+    """data[start:end] as it is when that is all of it, else a view: never a copy."""
     return data if start == 0 and end == len(data) else memoryview(data)[start:end]
 
 
@@ -1103,22 +1180,14 @@ def _correlation_id(frame):
     return i32(head, 4)
 
 
-def _short(peek_end, end):
-    """A read past the bytes peeked at: _ShortPeek when the frame has more of them."""
-    if peek_end < end:
-        raise _ShortPeek()
-
-
-def _header_tags_end(buf, pos, peek_end, end):
-    """Where a request header's tagged fields (buf[pos:]) end: each skipped by its length, and more
-    than MAX_TAGS refused before any is walked (no client sends one: request headers define none).
-    A short peek starts over when they run past the bytes peeked (`end` is the frame's)."""
-    count, after = _uvarint(buf, pos, peek_end)
+def _header_tags_end(buf, pos, end):
+    """Where a request header's tagged fields (buf[pos:end]) end: each skipped by its length, and more
+    than MAX_TAGS refused before any is walked (no client sends one: request headers define none)."""
+    count, after = _uvarint(buf, pos, end)
     if count > MAX_TAGS:
         raise FrameError(tagged_fields_problem("the request header", count))
-    after = _skip_tags(buf, pos, peek_end)
-    if after > peek_end:
-        _short(peek_end, end)
+    after = _skip_tags(buf, pos, end)
+    if after > end:
         raise FrameError("malformed tagged fields in the request header")
     return after
 

@@ -19,11 +19,13 @@ from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
+from quotagate import compiled
+from quotagate.protocol import frames as interpreted_frames
 from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.client_quotas import alter_refusal, decode_alter, decode_describe
 from quotagate.protocol.discovery import DISCOVERY_METADATA_VERSION, decode_discovery
 from quotagate.protocol.fetch import fetch_max_wait_ms
-from quotagate.protocol.framing import FrameError, FrameSplitter, StreamingFrameSplitter
+from quotagate.protocol.framing import FrameError
 from quotagate.protocol.headers import peek_correlation_id, peek_request_header, response_body_offset
 from quotagate.protocol.mutations import decode_mutation, decode_results, merge_refusals
 from quotagate.protocol.produce import (
@@ -309,12 +311,22 @@ def test_discovery_decoder_raises_only_frame_errors(frame: memoryview) -> None:
 @FUZZ
 @given(st.lists(st.binary(max_size=30), max_size=8), st.integers(0, 64))
 def test_frame_splitters_raise_only_frame_errors(chunks: list[bytes], max_frame: int) -> None:
-    whole = FrameSplitter(max_frame)
-    streaming = StreamingFrameSplitter(max_frame + 40, 20, 8)
-    # After a FrameError the connection is closed: the splitter is not fed again.
-    for chunk in chunks:
-        if only_frame_errors(lambda chunk=chunk: whole.feed(chunk)) is None:
-            break
-    for chunk in chunks:
-        if only_frame_errors(lambda chunk=chunk: list(streaming.pieces(chunk, lambda h: len(h) % 2 == 0))) is None:
-            break
+    """Any bytes through a splitter as the session core walks them: whole frames, a refused size,
+    or bytes held; a FrameSizeError (a FrameError) at worst, and then the connection is closed."""
+    for frames in (compiled.load("quotagate.protocol.frames"), interpreted_frames):
+        whole = frames.splitter(max_frame)
+        streaming = frames.splitter(max_frame + 40, 20, 8)
+        for splitter, limit in ((whole, max_frame), (streaming, max_frame + 40)):
+            for chunk in chunks:
+                buf = only_frame_errors(lambda chunk=chunk, splitter=splitter: splitter.feed(chunk))
+                if buf is None:
+                    break
+                pos, end = 0, 0
+                while (end := frames.frame_end(buf, pos, len(buf), limit)) >= 0:
+                    pos = end
+                if end == -2:
+                    break
+                if pos < len(buf):
+                    if splitter.stream_from and splitter.may_offer(buf, pos):
+                        splitter.refused_offer()
+                    splitter.keep(buf, pos)

@@ -361,12 +361,14 @@ def test_file_shadow_flag_must_be_a_boolean() -> None:
 
 
 def test_a_shadow_produce_quota_mutes_nothing_and_its_usage_record_says_what_it_would_have_done(build: Build) -> None:
+    from quotagate.config.settings import UsageConfig
     from quotagate.proxy.usage import RequestCollector
     from tests.support.session_double import produce, produce_answer
 
     services = services_for('[[quotas]]\nclient_id = "app"\nproducer_byte_rate = 1000\nshadow = true\n')
 
-    class Usage:  # the recorder's part the session uses: its collector
+    class Usage:  # the recorder's part the session uses: its configuration's kind of records, its collector
+        config = UsageConfig(enabled=True, records="request")
         collector = RequestCollector(100)
 
         def dropped(self) -> None:
