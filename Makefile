@@ -39,6 +39,33 @@ $(SPARK_KAFKA_JARS)/.fetched: spark/pom.xml
 .PHONY: spark-kafka-jars
 spark-kafka-jars: $(SPARK_KAFKA_JARS)/.fetched
 
+# More jars from Maven Central, each set by a pom of its own into a folder of its own under .cache:
+# Delta Lake (the usage table's format) and S3A (s3a:// URIs), passed to Spark with spark.jars unless
+# the user gives them (docs/pipeline.md, "Jars"); S3Proxy and Hadoop's HDFS daemons, the object
+# store and HDFS the storage tests start on 127.0.0.1.
+define fetch-jars
+	rm -rf $(dir $@)
+	mvn -q -f $< dependency:copy-dependencies -DoutputDirectory=$(CURDIR)/$(dir $@) -DincludeScope=runtime
+	touch $@
+endef
+SPARK_DELTA_JARS := .cache/spark-delta/jars
+SPARK_S3A_JARS := .cache/spark-s3a/jars
+S3PROXY_JARS := .cache/s3proxy/jars
+HDFS_JARS := .cache/hadoop-hdfs/jars
+$(SPARK_DELTA_JARS)/.fetched: spark/delta/pom.xml
+	$(fetch-jars)
+$(SPARK_S3A_JARS)/.fetched: spark/s3a/pom.xml
+	$(fetch-jars)
+$(S3PROXY_JARS)/.fetched: spark/s3proxy/pom.xml
+	$(fetch-jars)
+$(HDFS_JARS)/.fetched: spark/hdfs/pom.xml
+	$(fetch-jars)
+
+.PHONY: spark-delta-jars spark-s3a-jars storage-test-jars
+spark-delta-jars: $(SPARK_DELTA_JARS)/.fetched
+spark-s3a-jars: $(SPARK_S3A_JARS)/.fetched
+storage-test-jars: $(SPARK_S3A_JARS)/.fetched $(S3PROXY_JARS)/.fetched $(HDFS_JARS)/.fetched
+
 kafka-up: venv kafka-jars
 	$(RIG) up --brokers $(BROKERS)
 
@@ -51,7 +78,7 @@ kafka-cluster-up: venv kafka-jars
 kafka-cluster-down: venv
 	$(RIG) down --name dev3
 
-demo: venv kafka-jars
+demo: venv kafka-jars spark-delta-jars
 	$(PY) -m scripts.demo
 
 # PYTEST_ARGS adds pytest options, e.g. PYTEST_ARGS="--durations=60" for the slowest phases or -m "not slow".
@@ -62,10 +89,10 @@ PYTEST_ARGS ?=
 # keeps the Spark tests, the users of the 3-node cluster and the machine-wide runs each on one worker and
 # starts them first; each worker picks its own ports above the ephemeral range (tests/support/proxy_fixtures.py).
 PYTEST_WORKERS ?= 3
-test: venv kafka-jars spark-kafka-jars prometheus-tools compose-tools helm-tool chromium redis-tools franz-go-suite
+test: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars prometheus-tools compose-tools helm-tool chromium redis-tools franz-go-suite
 	$(VENV)/bin/ruff check .
 	QUOTAGATE_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit  # the same sources, interpreted
-	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m "not matrix_only" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m "not matrix_only and not storage_only" $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-slice
 
 # The version_slice tests against each Kafka of KAFKA_SLICE, all at once: each run's ports SLICE_PORT_STEP above
@@ -108,6 +135,14 @@ test-matrix: venv kafka-jars redis-tools franz-go-suite
 test-canary: venv kafka-jars
 	QUOTAGATE_CANARY_ATTACKS=all $(PY) -m pytest -q -s -p no:randomly tests/integration/test_tenant_isolation.py \
 		tests/integration/test_usage_topic_flood.py $(PYTEST_ARGS)
+
+# The pipeline where platform teams run it (tests/pipeline/test_storage.py): `quotagate pipeline all` on a
+# standalone Spark cluster of two workers against S3Proxy and against HDFS, both started on 127.0.0.1,
+# then the same ingest again. make test runs its slice, the object store (on a worker of its own);
+# this target runs every store.
+.PHONY: test-storage
+test-storage: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars
+	$(PY) -m pytest -q -rs --durations=10 -p no:randomly tests/pipeline/test_storage.py $(PYTEST_ARGS)
 
 # The inner loop: tests/unit alone, no Kafka, JVM, socket, process, tool or sleep (tests/unit/conftest.py
 # fails a test that uses one), well under a minute. The rest: tests/loopback (sockets on 127.0.0.1,
@@ -185,7 +220,7 @@ bench-hot-path: venv
 
 # The pipeline's rollup and what-if throughput on 10 M synthetic records, local[2] (bench/pipeline.py).
 .PHONY: bench-pipeline
-bench-pipeline: venv
+bench-pipeline: venv spark-delta-jars storage-test-jars
 	$(PY) -m bench.pipeline
 
 # The soak and chaos runs of issue 12 (bench/README.md, "Soak and chaos"); loopback, ports 25092-25809

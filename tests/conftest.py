@@ -26,6 +26,9 @@ def pytest_configure(config: pytest.Config) -> None:
 # outside tests/unit is a group of its own: its module fixtures and fixed ports (the TLS cluster, the
 # frozen broker) exist once. tests/unit is spread test by test.
 SHARED_WORKER_GROUPS = {
+    # the pipeline on a standalone cluster against S3Proxy and HDFS: its own processes (no local
+    # SparkSession), beside the other Spark tests rather than after them (first match wins)
+    "tests/pipeline/test_storage.py": "spark-storage",
     "tests/pipeline/": "spark",  # one SparkSession (a JVM of ~1 GB) in the run, not one per worker
     # both stop and restart nodes of the shared 3-node cluster
     "tests/integration/test_cluster_failover.py": "kafka-cluster",
@@ -48,7 +51,7 @@ def worker_group(nodeid: str) -> str:
 # The Spark tests, ~270-420 s on their one worker of a ~600-s run, start first so that they are not
 # left running alone at the end: a stable sort, the rest in file order. (Starting the soak and the
 # 3-node cluster's tests at the same moment too put the machine at a load average of 11 at once.)
-FIRST_GROUPS = ("spark",)
+FIRST_GROUPS = ("spark", "spark-storage")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

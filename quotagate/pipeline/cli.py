@@ -1,18 +1,36 @@
 """`quotagate pipeline <job>`: the edge where the SparkSession is made, read and written.
 
-Every job reads and writes files (Parquet tables, TOML, shell, HTML); the job modules themselves
-only turn DataFrames into DataFrames. Spark runs locally (local[*]) unless --master names a cluster.
+Every job reads and writes through Spark and Hadoop's filesystems: inputs, the table, --work and
+--out are any Hadoop-compatible URIs (storage.py); only the proxy's quota file of apply and promote
+is a local path. The job modules themselves only turn DataFrames into DataFrames. Spark runs locally
+(local[*]) unless --master names a cluster.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from pathlib import Path
 
-JOBS = ("ingest", "rollup", "whatif", "recommend", "report", "all", "generate", "apply", "promote")
-# Jobs that only edit the proxy's quota file: no SparkSession.
+JOBS = (
+    "ingest",
+    "rollup",
+    "whatif",
+    "recommend",
+    "report",
+    "all",
+    "generate",
+    "apply",
+    "promote",
+    "migrate",
+    "compact",
+    "retention",
+)
+# Jobs that only edit the proxy's quota file: a SparkSession only to read recommendations that are
+# not on a local disk.
 WITHOUT_SPARK = ("apply", "promote")
+RECOMMENDATIONS = "recommendations.parquet"
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -27,35 +45,41 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             help="Spark master (default local[*]); e.g. spark://host:7077, yarn, k8s://https://host:443",
         )
         parser.add_argument(
-            "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting (repeatable)"
+            "--conf",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="a Spark setting (repeatable): spark.hadoop.fs.s3a.* for the object store, spark.jars.packages …",
         )
         return parser
 
     def ingest_inputs(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--input", action="append", default=[], help="a usage file or directory (repeatable)")
+        parser.add_argument(
+            "--input", action="append", default=[], help="a usage file or directory, any URI (repeatable)"
+        )
         parser.add_argument("--kafka-bootstrap", help="read the usage topic from this Kafka cluster instead")
         parser.add_argument("--kafka-topic", default="quotagate-usage")
-        parser.add_argument("--kafka-state", help="checkpoint and raw copy of the topic (default TABLE.kafka)")
+        parser.add_argument("--kafka-state", help="the topic's checkpoint, any URI (default TABLE.kafka)")
 
     def candidates(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--config",
-            help="the proxy's TOML: its quota windows, and the current quotas of entities whose usage records "
-            "do not say which quota was in force (records name it since schema 2's quota fields)",
+            help="the proxy's TOML (a local file): its quota windows, and the current quotas of entities whose "
+            "usage records do not say which quota was in force (records name it since schema 2's quota fields)",
         )
         parser.add_argument(
             "--quota", action="append", default=[], metavar="KEY=VALUE", help="a candidate quota (repeatable)"
         )
-        parser.add_argument("--candidates", help="CSV of candidates: quota_key,quota[,user,client_id]")
+        parser.add_argument("--candidates", help="CSV of candidates: quota_key,quota[,user,client_id] (a local file)")
 
     def objective(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--objective", type=float, default=0.01, help="largest share of active seconds throttled")
         parser.add_argument("--headroom", type=float, default=0.2, help="added to the quota meeting the objective")
         parser.add_argument("--bootstrap", default="BROKER:9092", help="for the kafka-configs.sh commands")
 
-    parser = job("ingest", "usage records (files or the usage topic) → one deduplicated Parquet table")
+    parser = job("ingest", "usage records (files or the usage topic) merged into the usage table (Delta Lake)")
     ingest_inputs(parser)
-    parser.add_argument("--table", required=True)
+    parser.add_argument("--table", required=True, help="the usage table, any URI")
     parser = job("rollup", "per entity and topic, per second and minute")
     parser.add_argument("--table", required=True)
     parser.add_argument("--out", required=True)
@@ -77,21 +101,38 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", required=True, help="the HTML file to write")
     parser = job("all", "ingest, rollup, whatif, recommend and report into one folder")
     ingest_inputs(parser)
-    parser.add_argument("--work", required=True, help="folder for the table and every output")
+    parser.add_argument("--work", required=True, help="folder (any URI) for the table and every output")
     candidates(parser)
     objective(parser)
     parser = job("apply", "write the recommendations into the proxy's quota file as shadow quotas (it reloads)")
-    parser.add_argument("--recommendations", required=True, help="the --out folder of recommend")
-    parser.add_argument("--config", required=True, help="the running proxy's TOML file, edited in place")
+    parser.add_argument("--recommendations", required=True, help="the --out folder of recommend (any URI)")
+    parser.add_argument("--config", required=True, help="the running proxy's TOML file (local), edited in place")
     parser.add_argument(
         "--quota-key", action="append", default=[], help="apply only this key's recommendations (repeatable)"
     )
     parser = job("promote", "make the quotas `apply` wrote binding (drops their shadow flags)")
-    parser.add_argument("--config", required=True, help="the running proxy's TOML file, edited in place")
+    parser.add_argument("--config", required=True, help="the running proxy's TOML file (local), edited in place")
     parser = job("generate", "synthetic usage records with known rates and bursts")
     parser.add_argument("--out", required=True)
     parser.add_argument("--seconds", type=int, default=300)
     parser.add_argument("--records", choices=("aggregate", "request"), default="aggregate")
+    parser = job("migrate", "make a plain-Parquet usage table (from before Delta Lake) a Delta table, in place")
+    parser.add_argument("--table", required=True)
+    parser = job("compact", "rewrite the usage table's small files into fewer (OPTIMIZE); --vacuum deletes old ones")
+    parser.add_argument("--table", required=True)
+    parser.add_argument("--since", metavar="YYYY-MM-DD", help="only the dates from this one on")
+    parser.add_argument(
+        "--vacuum",
+        action="store_true",
+        help="then delete the files the table stopped referencing more than --retain-hours ago (VACUUM)",
+    )
+    parser.add_argument(
+        "--retain-hours", type=float, help="for --vacuum (default: the table's retention, 168 h unless set)"
+    )
+    parser = job("retention", "drop the usage table's days older than --keep-days")
+    parser.add_argument("--table", required=True)
+    parser.add_argument("--keep-days", type=int, required=True, help="days kept, today (UTC) included")
+    parser.add_argument("--today", metavar="YYYY-MM-DD", help="instead of today's UTC date")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,17 +145,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"quotagate pipeline {args.job}: {exc}", file=sys.stderr)
             return 1
     try:
-        from quotagate.pipeline.session import create_session
+        spark = session_for(args)
     except ImportError as exc:
         print(
             f"quotagate pipeline needs the pipeline extra: pip install 'quotagate[pipeline]' ({exc})", file=sys.stderr
         )
         return 2
-    conf = dict(item.split("=", 1) for item in args.conf)
-    with_kafka = bool(getattr(args, "kafka_bootstrap", None))
-    try:
-        spark = create_session(args.master, f"quotagate-pipeline-{args.job}", conf, with_kafka=with_kafka)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ValueError, RuntimeError) as exc:  # MissingJars, a bad setting
         print(f"quotagate pipeline: {exc}", file=sys.stderr)
         return 2
     try:
@@ -126,32 +163,48 @@ def run(args: argparse.Namespace) -> int:
         spark.stop()
 
 
-def _ingest(spark, args: argparse.Namespace, table_path: str) -> int:
-    from quotagate.pipeline.ingest import classify, ingest, problems_in, read_usage_files, read_usage_topic, write_table
+def session_for(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The job's SparkSession, with the jars its inputs and outputs need (session.create_session)."""
+    from quotagate.pipeline.session import create_session
+
+    conf = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--conf {item!r}: give KEY=VALUE")
+        conf[key] = value
+    uris = [
+        *getattr(args, "input", []),
+        *(getattr(args, name, None) or "" for name in ("table", "out", "work", "whatif", "recommendations")),
+        getattr(args, "kafka_state", None) or "",
+    ]
+    with_kafka = bool(getattr(args, "kafka_bootstrap", None))
+    return create_session(args.master, f"quotagate-pipeline-{args.job}", conf, with_kafka=with_kafka, uris=uris)
+
+
+def _ingest(spark, args: argparse.Namespace, table: str) -> int:
+    from quotagate.pipeline.ingest import Ingested, ingest_files, ingest_topic
+    from quotagate.pipeline.table import table_format
 
     if not args.input and not args.kafka_bootstrap:
         raise ValueError("give --input (files or directories) or --kafka-bootstrap (the usage topic)")
-    raw, problems = read_usage_files(spark, args.input) if args.input else (None, [])
+    done = Ingested()
+    if args.input:
+        found = ingest_files(spark, args.input, table)
+        done.add(found, found.problems)
     if args.kafka_bootstrap:
-        state = args.kafka_state or f"{table_path.rstrip('/')}.kafka"
-        from_topic = read_usage_topic(spark, args.kafka_bootstrap, args.kafka_topic, state)
-        raw = from_topic if raw is None else raw.unionByName(from_topic)
-    classified = classify(raw).cache()
-    problems += problems_in(classified)
-    for problem in problems:
+        state = args.kafka_state or f"{table.rstrip('/')}.kafka"
+        found = ingest_topic(spark, args.kafka_bootstrap, args.kafka_topic, state, table)
+        done.add(found, found.problems)
+    for problem in done.problems:
         print(f"skipped: {problem}", file=sys.stderr)
-    existing = None
-    if Path(table_path).exists():
-        from quotagate.pipeline.ingest import read_table
+    from quotagate.pipeline.storage import Storage
 
-        existing = read_table(spark, table_path)
-    table = ingest(classified, existing).cache()
-    rows = table.count()
-    if rows == 0:
+    if not done.inserted and table_format(Storage(spark), table) is None:
         print("quotagate pipeline ingest: no usage records to ingest", file=sys.stderr)
         return 1
-    write_table(table, table_path)
-    print(f"usage table: {table_path} ({rows} rows; {len(problems)} problems)")
+    days = f" in {len(done.dates)} days" if done.dates else ""
+    print(f"usage table: {table} ({done.inserted} rows added{days}; {len(done.problems)} problems)")
     return 0
 
 
@@ -174,7 +227,7 @@ def _candidates(args: argparse.Namespace):
 
 
 def _whatif(spark, args: argparse.Namespace, table_path: str, out: str) -> None:
-    from quotagate.pipeline.ingest import read_table
+    from quotagate.pipeline.table import read_table
     from quotagate.pipeline.whatif import whatif
 
     candidates, config = _candidates(args)
@@ -187,27 +240,39 @@ def _whatif(spark, args: argparse.Namespace, table_path: str, out: str) -> None:
 def _recommend(spark, args: argparse.Namespace, whatif_path: str, out: str) -> object:
     from quotagate.config import load_config
     from quotagate.pipeline.recommend import recommend, to_kafka_configs, to_toml, with_current
+    from quotagate.pipeline.storage import Storage, child
 
     config = load_config(args.config) if args.config else None
     found = recommend(spark.read.parquet(whatif_path), args.objective, args.headroom).toPandas()
     found = with_current(found, config.quotas if config else None)
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    found.to_parquet(folder / "recommendations.parquet")
-    (folder / "quotas.toml").write_text(to_toml(found), encoding="utf-8")
-    (folder / "kafka-configs.sh").write_text("#!/bin/sh\n" + to_kafka_configs(found, args.bootstrap), encoding="utf-8")
-    print(f"recommendations: {folder / 'quotas.toml'} and {folder / 'kafka-configs.sh'}")
+    storage = Storage(spark)
+    parquet = io.BytesIO()
+    found.to_parquet(parquet)
+    storage.write_bytes(child(out, RECOMMENDATIONS), parquet.getvalue())
+    storage.write_text(child(out, "quotas.toml"), to_toml(found))
+    storage.write_text(child(out, "kafka-configs.sh"), "#!/bin/sh\n" + to_kafka_configs(found, args.bootstrap))
+    print(f"recommendations: {child(out, 'quotas.toml')} and {child(out, 'kafka-configs.sh')}")
     return found
 
 
+def read_recommendations(spark, folder: str):  # type: ignore[no-untyped-def]
+    """recommendations.parquet of a recommend --out folder, any URI."""
+    import pandas as pd
+
+    from quotagate.pipeline.storage import Storage, child
+
+    return pd.read_parquet(io.BytesIO(Storage(spark).read_bytes(child(folder, RECOMMENDATIONS))))
+
+
 def _report(spark, table_path: str, whatif_path: str, recommendations, out: str) -> None:
-    from quotagate.pipeline.ingest import read_table
     from quotagate.pipeline.report import render_report, report_data
+    from quotagate.pipeline.storage import Storage
+    from quotagate.pipeline.table import read_table
 
     data = report_data(read_table(spark, table_path), spark.read.parquet(whatif_path), recommendations)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(render_report(data), encoding="utf-8")
-    print(f"report: {Path(out).resolve()}")
+    storage = Storage(spark)
+    storage.write_text(out, render_report(data))
+    print(f"report: {storage.qualified(out)}")
 
 
 def _run_ingest(spark, args) -> int:
@@ -215,12 +280,13 @@ def _run_ingest(spark, args) -> int:
 
 
 def _run_rollup(spark, args) -> int:
-    from quotagate.pipeline.ingest import read_table
     from quotagate.pipeline.rollup import release, rollup
+    from quotagate.pipeline.storage import child
+    from quotagate.pipeline.table import read_table
 
     table = read_table(spark, args.table)
     for name, frame in rollup(table).items():
-        frame.write.mode("overwrite").parquet(str(Path(args.out) / name))
+        frame.write.mode("overwrite").parquet(child(args.out, name))
     release(table)
     print(f"roll-ups: {args.out}")
     return 0
@@ -237,24 +303,23 @@ def _run_recommend(spark, args) -> int:
 
 
 def _run_report(spark, args) -> int:
-    import pandas as pd
-
-    recommendations = pd.read_parquet(Path(args.recommendations) / "recommendations.parquet")
-    _report(spark, args.table, args.whatif, recommendations, args.out)
+    _report(spark, args.table, args.whatif, read_recommendations(spark, args.recommendations), args.out)
     return 0
 
 
 def _run_all(spark, args) -> int:
-    work = Path(args.work)
-    table = str(work / "usage-table")
+    from quotagate.pipeline.storage import child
+
+    work = args.work
+    table = child(work, "usage-table")
     status = _ingest(spark, args, table)
     if status:
         return status
-    args.table, args.out = table, str(work / "rollup")
+    args.table, args.out = table, child(work, "rollup")
     _run_rollup(spark, args)
-    _whatif(spark, args, table, str(work / "whatif"))
-    found = _recommend(spark, args, str(work / "whatif"), str(work / "recommendations"))
-    _report(spark, table, str(work / "whatif"), found, str(work / "report.html"))
+    _whatif(spark, args, table, child(work, "whatif"))
+    found = _recommend(spark, args, child(work, "whatif"), child(work, "recommendations"))
+    _report(spark, table, child(work, "whatif"), found, child(work, "report.html"))
     return 0
 
 
@@ -279,13 +344,21 @@ def _run_generate(spark, args) -> int:
 
 
 def _run_apply(_spark, args) -> int:
-    import pandas as pd
-
     from quotagate.pipeline.apply import apply_shadow, shadow_recommendations, write_config
     from quotagate.pipeline.recommend import by_entity
+    from quotagate.pipeline.storage import LOCAL_SCHEMES, scheme_of, shown_path
     from quotagate.quotas import QuotaKey
 
-    recommendations = pd.read_parquet(Path(args.recommendations) / "recommendations.parquet")
+    if scheme_of(args.recommendations) in LOCAL_SCHEMES:  # no JVM for a local file
+        import pandas as pd
+
+        recommendations = pd.read_parquet(Path(shown_path(args.recommendations)) / RECOMMENDATIONS)
+    else:  # on an object store or HDFS: read through Hadoop's filesystems, with the job's --conf
+        spark = session_for(args)
+        try:
+            recommendations = read_recommendations(spark, args.recommendations)
+        finally:
+            spark.stop()
     if args.quota_key:  # a name that is no quota key is refused (ValueError), not silently matched by nothing
         keys = [QuotaKey(name).value for name in args.quota_key]
         recommendations = recommendations[recommendations["quota_key"].isin(keys)]
@@ -310,6 +383,44 @@ def _run_promote(_spark, args) -> int:
     return 0
 
 
+def _run_migrate(spark, args) -> int:
+    from quotagate.pipeline.table import migrate
+
+    print(migrate(spark, args.table))
+    return 0
+
+
+def _run_compact(spark, args) -> int:
+    from quotagate.pipeline.table import compact, vacuum
+
+    metrics = compact(spark, args.table, args.since).first()["metrics"]
+    print(
+        f"compacted {args.table}: {metrics['numFilesRemoved']} files rewritten into {metrics['numFilesAdded']} "
+        f"in {metrics['partitionsOptimized']} dates"
+    )
+    if args.vacuum:
+        vacuum(spark, args.table, args.retain_hours)
+        print(f"vacuumed {args.table}: unreferenced files past the retention deleted")
+    return 0
+
+
+def _run_retention(spark, args) -> int:
+    import datetime
+
+    from quotagate.pipeline.table import drop_days_before
+
+    if args.keep_days < 1:
+        raise ValueError(f"--keep-days must be at least 1, got {args.keep_days}")
+    today = datetime.date.fromisoformat(args.today) if args.today else datetime.datetime.now(datetime.UTC).date()
+    first_kept = (today - datetime.timedelta(days=args.keep_days - 1)).isoformat()
+    removed = drop_days_before(spark, args.table, first_kept)
+    print(
+        f"retention {args.table}: {removed} rows of dates before {first_kept} removed "
+        "(their files are deleted by `compact --vacuum` once past the table's retention)"
+    )
+    return 0
+
+
 JOB_RUNNERS = {
     "ingest": _run_ingest,
     "rollup": _run_rollup,
@@ -320,4 +431,7 @@ JOB_RUNNERS = {
     "generate": _run_generate,
     "apply": _run_apply,
     "promote": _run_promote,
+    "migrate": _run_migrate,
+    "compact": _run_compact,
+    "retention": _run_retention,
 }

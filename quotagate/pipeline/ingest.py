@@ -1,32 +1,28 @@
-"""ingest: usage records from files or the usage topic → one deduplicated Parquet table.
+"""ingest: usage records from files or the usage topic → rows of the usage table (table.py).
 
-Inputs may mix JSONL and Parquet, v1 and v2. What cannot be read is reported by file (or topic
-partition) and skipped, and the rest of the run goes on: a malformed line, a record of an unknown
-schema version, an unreadable Parquet file, an input with no records, a missing directory.
-Records read from the topic go through Structured Streaming with trigger(availableNow=True): the
-checkpoint remembers the offsets, so each run reads what arrived since the last one.
+Inputs are any Hadoop-compatible URIs (storage.py) and may mix JSONL and Parquet, v1 and v2. What
+cannot be read is reported by file (or topic partition) and skipped, and the rest of the run goes
+on: a malformed line, a record of an unknown schema version, an unreadable or empty Parquet file,
+an input with no records, a missing directory. Records read from the topic go through Structured
+Streaming with trigger(availableNow=True), each micro-batch merged into the table as it comes
+(foreachBatch): the checkpoint remembers the offsets, so each run reads what arrived since the last
+one, and a batch read again after a failure merges to nothing new.
 """
 
 from __future__ import annotations
 
-import shutil
-import time
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import unquote
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from quotagate.pipeline.schema import (
-    DEDUP_KEY,
-    RAW_SCHEMA,
-    SUPPORTED_VERSIONS,
-    TABLE_COLUMNS,
-    TABLE_SCHEMA,
-    conform,
-    to_table,
-)
+from quotagate.pipeline.schema import RAW_SCHEMA, SUPPORTED_VERSIONS, conform, to_table
+from quotagate.pipeline.storage import Storage, child, shown_path
+from quotagate.pipeline.table import Merged, merge_rows
 
 CORRUPT = "_corrupt_record"
 
@@ -41,29 +37,31 @@ class Problem:
         return f"{self.source}: {self.what}" + (f" ({self.count} records skipped)" if self.count > 1 else "")
 
 
-def find_usage_files(inputs: list[str]) -> tuple[list[str], list[str], list[Problem]]:
-    """JSONL and Parquet files under each input (a file or a directory), hidden files left out."""
+@dataclass
+class UsageFiles:
+    """The raw records of the usage files under some inputs, the files read, and what was wrong."""
+
+    raw: DataFrame
+    parquet: list[str]  # the Parquet files read (the read skips a corrupt one: unreadable_parquet)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def find_usage_files(storage: Storage, inputs: list[str]) -> tuple[list[str], list[str], list[Problem]]:
+    """JSONL and Parquet files under each input (a file or a directory, any URI), hidden files left out."""
     jsonl: list[str] = []
     parquet: list[str] = []
     problems: list[Problem] = []
     for entry in inputs:
-        path = Path(entry)
-        if not path.exists():
+        if not storage.exists(entry):
             problems.append(Problem(entry, "no such file or directory"))
             continue
-        files = [path] if path.is_file() else sorted(path.rglob("*"))
         found = 0
-        for file in files:
-            if not file.is_file() or any(part.startswith((".", "_")) for part in file.relative_to(path).parts):
-                continue
-            if file.suffix == ".jsonl" or file.name.endswith(".json"):
-                jsonl.append(str(file))
-            elif file.suffix == ".parquet":
-                problem = _unreadable_parquet(file)
-                if problem:
-                    problems.append(problem)
-                    continue
-                parquet.append(str(file))
+        for file in storage.list_files(entry):
+            name = file.uri.rsplit("/", 1)[-1]
+            if name.endswith((".jsonl", ".json")):
+                jsonl.append(file.uri)
+            elif name.endswith(".parquet"):
+                parquet.append(file.uri)
             else:
                 continue
             found += 1
@@ -72,26 +70,18 @@ def find_usage_files(inputs: list[str]) -> tuple[list[str], list[str], list[Prob
     return jsonl, parquet, problems
 
 
-def _unreadable_parquet(file: Path) -> Problem | None:
-    import pyarrow.parquet as pq
-
-    try:
-        pq.read_metadata(file)
-    except Exception as exc:  # a truncated or foreign file: name it and go on
-        return Problem(str(file), f"not a readable Parquet file ({exc})")
-    return None
-
-
-def read_usage_files(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame, list[Problem]]:
+def read_usage_files(spark: SparkSession, inputs: list[str]) -> UsageFiles:
     """Raw records (RAW_SCHEMA + source + _corrupt_record) from the files under `inputs`."""
-    jsonl, parquet, problems = find_usage_files(inputs)
+    jsonl, parquet, problems = find_usage_files(Storage(spark), inputs)
     parts = []
     if jsonl:
         schema = T.StructType([*RAW_SCHEMA.fields, T.StructField(CORRUPT, T.StringType())])
         frame = spark.read.schema(schema).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT)
         parts.append(frame.json(jsonl).withColumn("source", F.col("_metadata.file_path")))
     if parquet:
-        frame = spark.read.option("mergeSchema", "true").parquet(*parquet)
+        # A truncated or foreign file is skipped here (schema merge included) and named after the
+        # read, among the files no record came from (unreadable_parquet).
+        frame = spark.read.option("mergeSchema", "true").option("ignoreCorruptFiles", "true").parquet(*parquet)
         parts.append(
             frame.select(
                 *conform(frame, RAW_SCHEMA),
@@ -100,11 +90,11 @@ def read_usage_files(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame,
             )
         )
     if not parts:
-        return empty_raw(spark), problems
+        return UsageFiles(empty_raw(spark), parquet, problems)
     raw = parts[0]
     for part in parts[1:]:
         raw = raw.unionByName(part)
-    return raw, problems
+    return UsageFiles(raw, parquet, problems)
 
 
 def empty_raw(spark: SparkSession) -> DataFrame:
@@ -112,10 +102,25 @@ def empty_raw(spark: SparkSession) -> DataFrame:
     return spark.createDataFrame([], T.StructType([*RAW_SCHEMA.fields, *extra]))
 
 
-def read_usage_topic(spark: SparkSession, bootstrap: str, topic: str, state_dir: str) -> DataFrame:
-    """Copies what the usage topic holds beyond the checkpoint into state_dir/raw (availableNow), then
-    returns every raw record copied so far (the table's dedup makes re-reading them harmless)."""
-    state = Path(state_dir)
+def parse_topic_records(records: DataFrame) -> DataFrame:
+    """The usage topic's records (value, source: topic/partition, offset) → raw records."""
+    parsed = F.from_json("value", RAW_SCHEMA)
+    return records.select(
+        parsed.alias("record"),
+        "value",
+        F.concat("source", F.lit(" offset "), F.col("offset").cast("string")).alias("at"),
+    ).select(
+        "record.*",
+        F.when(F.col("record.v").isNull() | F.col("record.ts").isNull(), F.col("value")).alias(CORRUPT),
+        F.col("at").alias("source"),
+    )
+
+
+def stream_usage_topic(
+    spark: SparkSession, bootstrap: str, topic: str, state: str, each_batch: Callable[[DataFrame], None]
+) -> None:
+    """Hands each micro-batch of what the usage topic holds beyond the checkpoint under `state` (any
+    URI) to `each_batch` as raw records, until the topic's end as of now (availableNow)."""
     stream = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -130,26 +135,12 @@ def read_usage_topic(spark: SparkSession, bootstrap: str, topic: str, state_dir:
         )
     )
     query = (
-        stream.writeStream.format("parquet")
-        .option("path", str(state / "raw"))
-        .option("checkpointLocation", str(state / "checkpoint"))
+        stream.writeStream.foreachBatch(lambda batch, _batch_id: each_batch(parse_topic_records(batch)))
+        .option("checkpointLocation", child(state, "checkpoint"))
         .trigger(availableNow=True)
         .start()
     )
     query.awaitTermination()
-    copied = spark.read.parquet(str(state / "raw")) if any((state / "raw").glob("*.parquet")) else None
-    if copied is None:
-        return empty_raw(spark)
-    parsed = F.from_json("value", RAW_SCHEMA)
-    return copied.select(
-        parsed.alias("record"),
-        "value",
-        F.concat("source", F.lit(" offset "), F.col("offset").cast("string")).alias("at"),
-    ).select(
-        "record.*",
-        F.when(F.col("record.v").isNull() | F.col("record.ts").isNull(), F.col("value")).alias(CORRUPT),
-        F.col("at").alias("source"),
-    )
 
 
 def classify(raw: DataFrame) -> DataFrame:
@@ -177,7 +168,7 @@ def problems_in(classified: DataFrame) -> list[Problem]:
     )
     return [
         Problem(
-            row["where"].removeprefix("file://"),
+            shown_path(row["where"]),
             f"{row['count']} × {row['problem']} (first at {row['first']})"
             if " offset " in row["first"]
             else f"{row['count']} × {row['problem']}",
@@ -187,33 +178,71 @@ def problems_in(classified: DataFrame) -> list[Problem]:
     ]
 
 
-def ingest(raw: DataFrame, existing: DataFrame | None = None) -> DataFrame:
-    """Usable raw records (and an existing table) → the table, one row per (writer, seq, topic)."""
+def unreadable_parquet(spark: SparkSession, classified: DataFrame, parquet: list[str]) -> list[Problem]:
+    """The Parquet files (of `parquet`) the read skipped as corrupt: of those no record came from, the
+    ones whose footer cannot be read (a file with no rows is no problem)."""
+    if not parquet:
+        return []
+    seen = {shown_path(unquote(row["source"])) for row in classified.select("source").distinct().collect()}
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    problems = []
+    for uri in parquet:
+        if shown_path(uri) in seen:
+            continue
+        try:  # the footer, as Spark reads it (any filesystem)
+            source = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(
+                jvm.org.apache.hadoop.fs.Path(uri), conf
+            )
+            jvm.org.apache.parquet.hadoop.ParquetFileReader.open(source).close()
+        except Py4JJavaError as exc:
+            why = str(exc.java_exception.toString()).splitlines()[0]
+            problems.append(Problem(shown_path(uri), f"not a readable Parquet file ({why})"))
+    return problems
+
+
+def ingest(raw: DataFrame) -> DataFrame:
+    """Usable raw records → rows of the table (merge_rows keeps one per (writer, seq, topic))."""
     classified = raw if "problem" in raw.columns else classify(raw)
-    rows = to_table(classified.where(F.col("problem").isNull()))
-    if existing is not None:
-        rows = existing.select(TABLE_COLUMNS).unionByName(rows)
-    return rows.dropDuplicates(DEDUP_KEY)
+    return to_table(classified.where(F.col("problem").isNull()))
 
 
-def read_table(spark: SparkSession, path: str) -> DataFrame:
-    if not Path(path).exists():
-        raise FileNotFoundError(f"{path}: no usage table here (make one with `quotagate pipeline ingest`)")
-    table = spark.read.parquet(path)
-    return table.select(*conform(table, TABLE_SCHEMA))
+@dataclass
+class Ingested:
+    inserted: int = 0
+    dates: set[str] = field(default_factory=set)
+    problems: list[Problem] = field(default_factory=list)
+
+    def add(self, merged: Merged | Ingested, problems: list[Problem]) -> None:
+        self.inserted += merged.inserted
+        self.dates.update(merged.dates)
+        self.problems += problems
 
 
-def write_table(table: DataFrame, path: str) -> None:
-    """Writes the table partitioned by date, replacing what was at `path` only once it is written
-    (the new table may be made from the old one, which Spark cannot overwrite while reading)."""
-    target = Path(path)
-    staging = target.with_name(f".{target.name}.writing-{time.time_ns()}")
-    table.repartition("date").write.partitionBy("date").parquet(str(staging))
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{time.time_ns()}")
-        target.rename(old)
-        staging.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging.rename(target)
+def ingest_files(spark: SparkSession, inputs: list[str], table: str) -> Ingested:
+    """The usage files under `inputs` merged into the table at `table`."""
+    found = read_usage_files(spark, inputs)
+    classified = classify(found.raw).persist()
+    try:
+        problems = found.problems + problems_in(classified) + unreadable_parquet(spark, classified, found.parquet)
+        done = Ingested()
+        done.add(merge_rows(spark, table, ingest(classified)), problems)
+        return done
+    finally:
+        classified.unpersist()
+
+
+def ingest_topic(spark: SparkSession, bootstrap: str, topic: str, state: str, table: str) -> Ingested:
+    """What the usage topic holds beyond the checkpoint under `state`, merged into the table batch
+    by batch."""
+    done = Ingested()
+
+    def merge_batch(raw: DataFrame) -> None:
+        classified = classify(raw).persist()
+        try:
+            done.add(merge_rows(spark, table, ingest(classified)), problems_in(classified))
+        finally:
+            classified.unpersist()
+
+    stream_usage_topic(spark, bootstrap, topic, state, merge_batch)
+    return done

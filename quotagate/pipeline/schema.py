@@ -5,12 +5,12 @@ A v2 row counts each request in the interval it was charged in (a produce when r
 the response's time.
 A v1 produce naming several topics becomes one row per topic, as the proxy's aggregates split it:
 bytes_in evenly, the request (its count, time, throttle, refusal) on its first topic's row.
-Rows are unique by (writer, seq, topic); the dedup of `ingest` keeps one of each.
+Rows are unique by (writer, seq, topic): the table's merge (table.merge_rows) keeps one of each.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -122,12 +122,29 @@ def date_of(ts_ms: Column) -> Column:
     return F.date_format(F.timestamp_millis(ts_ms), "yyyy-MM-dd")
 
 
+def _with_legacy_names(v1: DataFrame) -> DataFrame:
+    """v1 records from before writer and seq get them from where they were read and what they say:
+    writer "v1:<source>", seq a hash of the record and of its rank among identical records of that
+    source, so that reading the same file again gives the same keys (and a merge inserts nothing)."""
+    named = F.col("writer").isNotNull() & F.col("seq").isNotNull()
+    legacy = v1.where(~named)
+    content = F.xxhash64(*(F.col(f.name) for f in RAW_SCHEMA.fields))
+    nth = F.row_number().over(Window.partitionBy("source", "_content").orderBy("_content"))
+    legacy = (
+        legacy.withColumn("_content", content)
+        .withColumn("writer", F.concat(F.lit("v1:"), F.col("source")))
+        .withColumn("seq", F.xxhash64("_content", nth))
+        .drop("_content")
+    )
+    return v1.where(named).unionByName(legacy)
+
+
 def to_table(raw: DataFrame) -> DataFrame:
     """Raw records of a supported version (RAW_SCHEMA columns) → rows of TABLE_SCHEMA.
 
     `raw` may carry a `source` column (file or topic partition) that names v1 records written
-    before they had writer and seq; those are never deduplicated against each other."""
-    v1 = raw.where(F.col("v") == 1)
+    before they had writer and seq (_with_legacy_names)."""
+    v1 = _with_legacy_names(raw.where(F.col("v") == 1)) if "source" in raw.columns else raw.where(F.col("v") == 1)
     # a row per topic for the APIs whose usage records name their topics (quotas/apis.py)
     per_topic = F.col("api_key").isin(*apis_with(TOPIC_NAMES))
     produce_topics = F.when(per_topic & (F.size("topics") > 0), F.col("topics")).otherwise(F.array(F.lit("")))
@@ -137,9 +154,6 @@ def to_table(raw: DataFrame) -> DataFrame:
     throttled = F.col("throttle_ms") > 0
     writer = F.col("writer")
     seq = F.col("seq")
-    if "source" in raw.columns:  # v1 records from before writer/seq: unique per source and position
-        writer = F.coalesce(writer, F.concat(F.lit("v1:"), F.col("source")))
-        seq = F.coalesce(seq, F.monotonically_increasing_id())
     v1_rows = v1.select(
         F.lit(1).cast("int").alias("v"),
         F.col("ts"),

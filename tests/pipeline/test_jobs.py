@@ -9,10 +9,11 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
-from quotagate.pipeline.ingest import classify, ingest, problems_in, read_table, read_usage_files, write_table
+from quotagate.pipeline.ingest import ingest_files
 from quotagate.pipeline.recommend import recommend, to_kafka_configs, to_toml, with_current
 from quotagate.pipeline.rollup import per_entity_topic_second, release, rollup
 from quotagate.pipeline.synthetic import START_MS, SyntheticEntity, synthetic_aggregates, synthetic_requests
+from quotagate.pipeline.table import read_table
 from quotagate.pipeline.whatif import whatif
 from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 
@@ -125,29 +126,37 @@ def v1(seq: int, **fields) -> str:
     return json.dumps({**record, **fields})
 
 
-def test_ingest_reads_v1_and_v2_deduplicates_and_names_each_bad_input(spark, tmp_path: Path) -> None:
+def test_ingest_reads_v1_and_v2_merges_each_row_once_and_names_each_bad_input(spark, tmp_path: Path) -> None:
     write_jsonl(tmp_path / "in" / "good.jsonl", [v1(1), v1(2), v1(1)])  # seq 1 twice: one kept
     write_jsonl(tmp_path / "in" / "bad.jsonl", [v1(3), "{not json", json.dumps({"v": 9, "ts": 1}), v1(4)])
+    # from before writer and seq: named by file and content, the same again on every read
+    legacy = [json.loads(v1(s)) for s in (5, 6, 6)]
+    write_jsonl(tmp_path / "in" / "legacy v1.jsonl", [json.dumps({**r, "writer": None, "seq": None}) for r in legacy])
     synthetic_aggregates(spark, [SyntheticEntity("u", "agg", 1000, 2)], 3).drop("date").write.parquet(
         str(tmp_path / "in" / "agg")
     )
+    (tmp_path / "in" / "cut.parquet").write_bytes(b"PAR1" + bytes(200))  # renamed into place without its footer
+    (tmp_path / "in" / "empty.jsonl").write_text("")
     (tmp_path / "empty").mkdir()
-    raw, problems = read_usage_files(spark, [str(tmp_path / "in"), str(tmp_path / "missing"), str(tmp_path / "empty")])
-    classified = classify(raw).cache()
-    problems += problems_in(classified)
-    text = "\n".join(map(str, problems))
+    inputs = [str(tmp_path / "in"), str(tmp_path / "missing"), str(tmp_path / "empty")]
+    table = str(tmp_path / "table")
+    first = ingest_files(spark, inputs, table)
+    text = "\n".join(map(str, first.problems))
     assert f"{tmp_path / 'missing'}: no such file or directory" in text
     assert f"{tmp_path / 'empty'}: no usage files" in text
     assert f"{tmp_path / 'in' / 'bad.jsonl'}: 1 × malformed record" in text
     assert f"{tmp_path / 'in' / 'bad.jsonl'}: 1 × unknown schema version 9" in text
-    table = ingest(classified)
-    write_table(table, str(tmp_path / "table"))
-    write_table(ingest(classified, read_table(spark, str(tmp_path / "table"))), str(tmp_path / "table"))  # again
-    rows = read_table(spark, str(tmp_path / "table")).collect()
-    v1_rows = sorted((r["seq"], r["topic"], r["requests"], r["bytes_in"]) for r in rows if r["v"] == 1)
+    assert f"{tmp_path / 'in' / 'cut.parquet'}: not a readable Parquet file" in text
+    assert len(first.problems) == 5, text
+    assert first.inserted == 4 * 2 + 3 * 2 + 3, "a v1 produce naming two topics is a row each; 3 aggregates"
+    again = ingest_files(spark, inputs, table)
+    assert again.inserted == 0, "the same input again changes nothing"
+    rows = read_table(spark, table).collect()
+    v1_rows = sorted((r["seq"], r["topic"], r["requests"], r["bytes_in"]) for r in rows if r["writer"] == "w")
     assert v1_rows == [(s, t, int(t == "a"), 500) for s in (1, 2, 3, 4) for t in ("a", "b")]
+    assert sum(1 for r in rows if r["writer"].startswith("v1:")) == 3 * 2, "identical legacy records stay two"
     assert sum(r["requests"] for r in rows if r["v"] == 2) == 6
-    assert sum(r["throttled_requests"] for r in rows if r["v"] == 1) == 4
+    assert sum(r["throttled_requests"] for r in rows if r["v"] == 1) == 7
 
 
 def test_replay_uses_the_configured_windows(spark) -> None:

@@ -22,7 +22,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from quotagate.pipeline.ingest import classify, ingest, problems_in, read_usage_files, read_usage_topic
+from quotagate.pipeline.ingest import classify, ingest, ingest_topic, problems_in, read_usage_files
+from quotagate.pipeline.table import read_table
 from quotagate.pipeline.whatif import whatif
 from quotagate.quotas import QuotaWindows
 from tests.support.kafka_clients import Acked, confluent_producer_loop, kafka_python_producer_loop
@@ -70,12 +71,19 @@ def produce_through(bootstrap: str, direct: str) -> None:
         thread.join(120)
 
 
-def replay_against_the_same_quota(raw) -> dict[str, dict]:
+def replay_against_the_same_quota(rows) -> dict[str, dict]:
+    candidate = pd.DataFrame({"quota_key": ["producer_byte_rate"], "quota": [float(QUOTA)]})
+    return {
+        row["client_id"]: row.asDict()
+        for row in whatif(rows, candidate, WINDOWS).collect()
+        if row["client_id"].startswith("proof-")
+    }
+
+
+def usable_rows(raw):
     classified = classify(raw).cache()
     assert problems_in(classified) == []
-    candidate = pd.DataFrame({"quota_key": ["producer_byte_rate"], "quota": [float(QUOTA)]})
-    rows = whatif(ingest(classified), candidate, WINDOWS).collect()
-    return {row["client_id"]: row.asDict() for row in rows if row["client_id"].startswith("proof-")}
+    return ingest(classified)
 
 
 def assert_agrees(results: dict[str, dict], kind: str) -> None:
@@ -113,9 +121,10 @@ def test_the_replay_of_the_records_a_proxy_wrote_agrees_with_its_throttle(
     proxy = proxy_factory(kafka.bootstrap, quota_toml(f'directory = "{usage_dir}"\n{usage}'))
     produce_through(proxy.bootstrap, kafka.bootstrap)
     proxy.stop()  # SIGTERM: flushes and closes the files
-    raw, problems = read_usage_files(spark, [str(usage_dir)])
-    assert problems == []
-    assert_agrees(replay_against_the_same_quota(raw), "files v1" if "request" in usage else "files v2")
+    found = read_usage_files(spark, [str(usage_dir)])
+    assert found.problems == []
+    rows = usable_rows(found.raw)
+    assert_agrees(replay_against_the_same_quota(rows), "files v1" if "request" in usage else "files v2")
 
 
 def test_the_usage_topic_ingests_and_replays_the_same(spark, proxy_factory, kafka, tmp_path: Path) -> None:
@@ -128,8 +137,9 @@ def test_the_usage_topic_ingests_and_replays_the_same(spark, proxy_factory, kafk
     produce_through(proxy.bootstrap, kafka.bootstrap)
     proxy.stop()
     time.sleep(0.5)
-    raw = read_usage_topic(spark, kafka.bootstrap, usage_topic, str(tmp_path / "state"))
-    assert_agrees(replay_against_the_same_quota(raw), "topic v2")
-    # a second run reads only what arrived since (nothing): the table's dedup keeps it whole anyway
-    again = read_usage_topic(spark, kafka.bootstrap, usage_topic, str(tmp_path / "state"))
-    assert again.count() == raw.count()
+    table, state = str(tmp_path / "table"), str(tmp_path / "state")
+    done = ingest_topic(spark, kafka.bootstrap, usage_topic, state, table)
+    assert done.problems == [] and done.inserted > 0
+    assert_agrees(replay_against_the_same_quota(read_table(spark, table)), "topic v2")
+    # a second run reads only what arrived since (nothing): the checkpoint holds the offsets
+    assert ingest_topic(spark, kafka.bootstrap, usage_topic, state, table).inserted == 0

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from quotagate.pipeline.ingest import classify, ingest, problems_in, read_usage_topic
+from quotagate.pipeline.ingest import ingest_topic
+from quotagate.pipeline.table import read_table
 from quotagate.pipeline.whatif import whatif
 from tests.support.kafka_clients import Acked, kafka_python_producer_loop
 from tests.support.kafka_fixtures import KAFKA_SASL_BOOTSTRAP, SASL_USERS
@@ -39,10 +40,10 @@ def test_usage_records_reach_a_sasl_usage_topic_and_the_pipeline_ingests_them(
     assert "usage sink failed" not in proxy.log_text(), proxy.log_text()[-3000:]
     time.sleep(0.5)
 
-    raw = read_usage_topic(spark, kafka.bootstrap, usage_topic, str(tmp_path / "state"))
-    classified = classify(raw).cache()
-    assert problems_in(classified) == []
-    table = ingest(classified)
+    table_uri = str(tmp_path / "table")
+    done = ingest_topic(spark, kafka.bootstrap, usage_topic, str(tmp_path / "state"), table_uri)
+    assert done.problems == []
+    table = read_table(spark, table_uri)
     mine = table.where("client_id = 'sasl-sink-producer' and api_key = 0").collect()
     assert mine and sum(row["bytes_in"] for row in mine) > QUOTA, "three seconds of produce, in the topic"
     assert {row["quota_producer_byte_rate"] for row in mine} == {QUOTA}
