@@ -11,7 +11,8 @@ refused before anything is held for it.
   before `stop`; -1 when it does not (yet), -2 when its size is outside 0..max_size.
 - `FrameSplitter.feed(data)`: the bytes to walk with frame_end, from offset 0: `data` itself while
   nothing is held (the zero-copy read), the held partial frame joined with `data` once it is whole
-  (its one copy), else b"" (held). `keep(buf, pos)` holds the partial frame a walk ended on.
+  (its one copy), b"" while it is not, None when its size, completed by `data`, is outside the
+  limit (`bad_size`). `keep(buf, pos)` holds the partial frame a walk ended on.
 - A splitter made with `stream_from` may pass a large frame on as it arrives (cut-through): its
   caller offers the frame's head once (`may_offer`, `may_offer_held`), and a frame it streams is
   counted off the reads that follow (`streamed`), never held.
@@ -19,7 +20,7 @@ refused before anything is held for it.
 Compiled as frames_c (typed by frames_c.pxd), interpreted as it is: quotagate/compiled.py.
 """
 
-from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameSizeError
+from quotagate.protocol.framing import FRAME_SIZE_BYTES
 from quotagate.protocol.produce_walk import i32
 
 EMPTY = b""
@@ -65,10 +66,11 @@ class FrameSplitter:
         self._head_taken = False  # new_partial_head gave the partial frame's head already
         self._offered = False  # the partial frame was offered for cut-through and refused
         self.stream_left = 0
+        self.bad_size = 0  # the size outside the limit that feed() returned None for
 
-    def feed(self, data: bytes) -> bytes:
-        """The bytes whose whole frames `data` completes, to walk from offset 0 (see the module).
-        Raises FrameSizeError when the held frame's size, completed by `data`, is outside the limit."""
+    def feed(self, data: bytes) -> bytes | None:
+        """The bytes whose whole frames `data` completes, to walk from offset 0; None when the held
+        frame's size, completed by `data`, is outside the limit (see the module)."""
         if self.buffered == 0:
             return data
         self._chunks.append(data)
@@ -76,7 +78,8 @@ class FrameSplitter:
         if self._needed == 0 and self.buffered >= FRAME_SIZE_BYTES:
             size = i32(self._joined_head(FRAME_SIZE_BYTES), 0)
             if size < 0 or size > self.max_frame_size:
-                raise FrameSizeError(size, self.max_frame_size)
+                self.bad_size = size
+                return None
             self._needed = FRAME_SIZE_BYTES + size
         if self._needed == 0 or self.buffered < self._needed:
             return EMPTY

@@ -25,6 +25,7 @@ cdef class FrameSplitter:
     cdef bint _head_taken
     cdef bint _offered
     cdef public Py_ssize_t stream_left
+    cdef public long bad_size
 
     @cython.locals(size=long, joined=bytes)
     cpdef bytes feed(self, bytes data)

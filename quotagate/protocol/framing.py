@@ -24,14 +24,6 @@ class FrameError(ValueError):
     reason = "protocol_error"
 
 
-class FrameSizeError(FrameError):
-    """A frame announced a size outside the limit."""
-
-    def __init__(self, size: int, max_frame_size: int) -> None:
-        super().__init__(frame_size_problem(size, max_frame_size))
-        self.size = size
-
-
 def frame_size_problem(size: int, max_frame_size: int) -> str:
     return f"frame size {size} is outside 0..{max_frame_size}"
 

@@ -31,7 +31,7 @@ from collections import deque
 from quotagate.protocol.apis import api_name, is_flexible
 from quotagate.protocol.fetch import max_wait_offset
 from quotagate.protocol.frames import frame_end, splitter
-from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, FrameSizeError, frame_body_size, frame_size_problem
+from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_body_size, frame_size_problem
 from quotagate.protocol.headers import RequestHeader
 from quotagate.protocol.limits import MAX_TAGGED_FIELDS, tagged_fields_problem
 
@@ -340,8 +340,8 @@ class SessionCore:
         self._entity_metrics = services.entity_metrics
         self._stats_by_entity = services.entity_metrics.stats  # its one dict, looked into per exchange
         self._rewriters = services.rewriters
-        # The rewriters that memoize their answers (protocol/rewrite_memo.py), called as C methods.
-        self._memos = {key: rewrite for key, rewrite in services.rewriters.items() if hasattr(rewrite, "rewritten")}
+        # The APIs whose rewriter memoizes its answers (protocol/rewrite_memo.py): called as a C method.
+        self._memoized = [hasattr(services.rewriters.get(key), "rewritten") for key in range(KEYS)]
         self._cluster = services.cluster
         self._usage = services.usage
         # The usage records' collector (usage_collectors.py): aggregates, or one record per request.
@@ -460,10 +460,10 @@ class SessionCore:
         self._counters.bytes_in += len(data)  # every byte the client sent, here and nowhere else
         if self.phase == REFUSED or self.pending_refusal is not None:
             return  # the broker would never read past the offender
-        try:
-            buf = self.client_frames.feed(data)
-        except FrameSizeError as exc:
-            self._queue_refusal(PROTOCOL_ERROR, str(exc))
+        frames = self.client_frames
+        buf = frames.feed(data)
+        if buf is None:  # the held frame's size, completed by this read, is over the limit
+            self._queue_refusal(PROTOCOL_ERROR, frame_size_problem(frames.bad_size, frames.max_frame_size))
             buf = b""
         n = len(buf)
         if n:
@@ -489,6 +489,8 @@ class SessionCore:
             if not frames.stream_left:  # its last bytes: what the proxy answered itself goes after it, in turn
                 self._local_responses(now)
         buf = frames.feed(data)
+        if buf is None:
+            raise FrameError("response " + frame_size_problem(frames.bad_size, MAX_RESPONSE_FRAME))
         if buf is not data:
             pos = 0
         n = len(buf)
@@ -576,7 +578,7 @@ class SessionCore:
         a frame not whole yet or over the limit (the caller's), or the first frame that must wait."""
         out = self.to_broker
         run = pos  # the frames from here on go to the broker as they are: one slice for them all
-        while self._may_forward(now):
+        while pos < stop and self._may_forward(now):
             end = frame_end(buf, pos, stop, self._max_frame_size)
             if end < 0:
                 break
@@ -802,14 +804,8 @@ class SessionCore:
     def _decode_client_id(self, data, at, length):
         """The client id at data[at:at+length], decoded once per connection (it sends the same one)."""
         raw = self._client_id_raw
-        if len(raw) == length:
-            buf = data
-            kept = raw
-            index = 0
-            while index < length and buf[at + index] == kept[index]:  # compiled: a C loop, no copy
-                index += 1
-            if index == length:
-                return self._client_id
+        if len(raw) == length and data.startswith(raw, at):  # compiled: a memcmp, no copy
+            return self._client_id
         raw = data[at : at + length]
         client_id = raw.decode("utf-8", "replace")
         self._client_id_raw = raw
@@ -1017,10 +1013,10 @@ class SessionCore:
         request = self._expected(frame)
         response = frame
         rewrite = self._rewriters.get(request.api_key)
-        memo = self._memos.get(request.api_key) if rewrite is not None else None
         if rewrite is None:
             pass
-        elif memo is not None:  # its hits are nearly every ApiVersions, Metadata, FindCoordinator
+        elif self._memoized[request.api_key]:  # its hits are nearly every ApiVersions, Metadata, FindCoordinator
+            memo = rewrite
             started = self._clock()
             response = memo.rewritten(frame, request.api_version, self._cluster) or frame
             request.handling_ms += (self._clock() - started) * 1000

@@ -113,7 +113,8 @@ cdef class SessionCore:
     cdef object _clock, _engine, _metrics, _entity_metrics, _cluster, _usage
     cdef AggregateCollector _aggregates
     cdef RequestCollector _records
-    cdef dict _rewriters, _memos, _stats_by_entity
+    cdef dict _rewriters, _stats_by_entity
+    cdef bint _memoized[128]
     cdef double _wall_offset
     cdef dict _topic_names
     cdef list _last_sent
@@ -127,7 +128,7 @@ cdef class SessionCore:
     @cython.locals(phase=int)
     cpdef void _enter(self, int event) except *
     cdef bint is_holding(self) except -1
-    @cython.locals(buf=bytes, n=Py_ssize_t, pos=Py_ssize_t)
+    @cython.locals(frames=FrameSplitter, buf=bytes, n=Py_ssize_t, pos=Py_ssize_t)
     cdef void feed_client(self, object data, double now) except *
     @cython.locals(out=list, start=Py_ssize_t, frames=FrameSplitter, pos=Py_ssize_t, buf=bytes, n=Py_ssize_t, end=Py_ssize_t)
     cdef void feed_broker(self, object data, double now) except *
@@ -155,7 +156,7 @@ cdef class SessionCore:
     @cython.locals(api_key=int, version=int, known=bint)
     cdef void check_partial_head(self, bytes head) except *
     cdef bint _before_authentication(self, int api_key, int policy) except -1
-    @cython.locals(raw=bytes, buf="const unsigned char*", kept="const unsigned char*", index=Py_ssize_t)
+    @cython.locals(raw=bytes)
     cdef object _decode_client_id(self, bytes data, Py_ssize_t at, Py_ssize_t length)
     @cython.locals(sent=list, names=dict, order=list, raw=bytes)
     cdef tuple _topic_order(self, const unsigned char* buf, Py_ssize_t body, Py_ssize_t end, int version)
