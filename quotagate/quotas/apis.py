@@ -4,7 +4,7 @@
 §2-4) and what else the proxy does with it. Everything else is derived from it:
 
 - the session core's per-API table (proxy/session_core.py's POLICY): what it charges and reads of a
-  request, and which policy handlers (proxy/policies.py) see it;
+  request, and which of the session's hooks (proxy/session.py: `_admit`, `_answered`) see it;
 - the charging functions (quotas/charging.py), handed an exchange's policy bits;
 - the quota fields of a usage record (`quota_keys`: proxy/usage.py) and the per-topic rows of
   produce aggregates (proxy/usage_collectors.py);
@@ -26,7 +26,7 @@ BYTES_OUT = 2  # consumer_byte_rate: the response's size, charged when it is bac
 REQUEST_TIME = 4  # request_percentage: the exchange's time (the broker's as the proxy sees it, and the proxy's own)
 PARTITIONS_MUTATED = 8  # controller_mutation_rate: partitions created or deleted, admitted topic by topic (KIP-599)
 NEW_PRODUCER_IDS = 16  # producer_ids_rate: an idempotent producer ID new to its entity (KIP-936)
-# What else the proxy does with it: each a policy (proxy/policies.py), besides LONG_POLL.
+# What else the proxy does with it: each a hook of the session (proxy/session.py), besides LONG_POLL.
 LONG_POLL = 32  # may wait at the broker up to its max_wait_ms for data: that wait is not request time
 SASL = 64  # the SASL exchange: its mechanism, the user it claims, what follows held until the broker answers
 LOCAL_ANSWER = 128  # answered from the proxy's own quotas (with [admin])
