@@ -89,10 +89,10 @@ PYTEST_ARGS ?=
 # keeps the Spark tests, the users of the 3-node cluster and the machine-wide runs each on one worker and
 # starts them first; each worker picks its own ports above the ephemeral range (tests/support/proxy_fixtures.py).
 PYTEST_WORKERS ?= 3
-test: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars prometheus-tools compose-tools helm-tool chromium redis-tools franz-go-suite
+test: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars prometheus-tools compose-tools helm-tool chromium redis-tools franz-go-suite go-kadm-quotas
 	$(VENV)/bin/ruff check .
 	QUOTAGATE_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit  # the same sources, interpreted
-	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m "not matrix_only and not storage_only" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m "not matrix_only and not storage_only and not fetch_shape_only and not sarama_only" $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-slice
 
 # The version_slice tests against each Kafka of KAFKA_SLICE, all at once: each run's ports SLICE_PORT_STEP above
@@ -143,6 +143,14 @@ test-canary: venv kafka-jars
 .PHONY: test-storage
 test-storage: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars
 	$(PY) -m pytest -q -rs --durations=10 -p no:randomly tests/pipeline/test_storage.py $(PYTEST_ARGS)
+
+# Consumers at a small quota with large fetches (tests/integration/test_fetch_quota_shape.py): each client
+# library's received rate and longest gap, proxied and direct with a broker-side quota, and two connections of
+# one client sharing a quota with their fetch sessions kept. 1-2 min a test, so not in make test, whose slice of
+# the same decisions is tests/unit/test_throttled_fetch.py (both compiled and interpreted).
+.PHONY: test-fetch-shape
+test-fetch-shape: venv kafka-jars
+	$(PY) -m pytest -q -rs -s --durations=10 -p no:randomly tests/integration/test_fetch_quota_shape.py $(PYTEST_ARGS)
 
 # The inner loop: tests/unit alone, no Kafka, JVM, socket, process, tool or sleep (tests/unit/conftest.py
 # fails a test that uses one), well under a minute. The rest: tests/loopback (sockets on 127.0.0.1,
@@ -294,6 +302,31 @@ $(HELM):
 
 .PHONY: helm-tool
 helm-tool: $(HELM)
+
+# Go clients' quota admin calls through the proxy and direct (tests/integration/test_quota_admin_go_clients.py):
+# franz-go's kadm driven by tests/go/kadm_quotas, and IBM/sarama's own functional TestFuncAdminQuotas with the
+# toxiproxy server its suite needs (run in a network namespace by tests/go/sarama_quotas.py), built from their Go
+# modules with the module and build caches under .cache/go-quota-suites (~3 min the first time).
+GO_QUOTA_SUITES := .cache/go-quota-suites
+GO_QUOTA_ENV := GOMODCACHE=$(CURDIR)/$(GO_QUOTA_SUITES)/mod GOCACHE=$(CURDIR)/$(GO_QUOTA_SUITES)/build GOFLAGS=-modcacherw GOTOOLCHAIN=local
+SARAMA_VERSION := v1.61.1
+TOXIPROXY_VERSION := v2.12.0
+$(GO_QUOTA_SUITES)/kadm_quotas: tests/go/kadm_quotas/main.go tests/go/kadm_quotas/go.mod tests/go/kadm_quotas/go.sum
+	cd tests/go/kadm_quotas && $(GO_QUOTA_ENV) go build -o $(CURDIR)/$@ .
+$(GO_QUOTA_SUITES)/sarama_functional.test:
+	$(GO_QUOTA_ENV) go mod download github.com/IBM/sarama@$(SARAMA_VERSION)
+	cd $(GO_QUOTA_SUITES)/mod/github.com/\!i\!b\!m/sarama@$(SARAMA_VERSION) && $(GO_QUOTA_ENV) nice go test -c -tags functional -o $(CURDIR)/$@ .
+$(GO_QUOTA_SUITES)/bin/server:
+	$(GO_QUOTA_ENV) GOBIN=$(CURDIR)/$(GO_QUOTA_SUITES)/bin nice go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
+
+.PHONY: go-kadm-quotas go-quota-clients
+go-kadm-quotas: $(GO_QUOTA_SUITES)/kadm_quotas
+go-quota-clients: $(GO_QUOTA_SUITES)/kadm_quotas $(GO_QUOTA_SUITES)/sarama_functional.test $(GO_QUOTA_SUITES)/bin/server
+
+# sarama's run (a 3-node cluster in a network namespace, about a minute) is not in make test, which runs kadm's.
+.PHONY: test-sarama-quotas
+test-sarama-quotas: venv kafka-jars go-quota-clients
+	$(PY) -m pytest -q -rs -s --durations=5 -m sarama_only tests/integration/test_quota_admin_go_clients.py $(PYTEST_ARGS)
 
 # Headless Chromium (Debian's package) renders the pipeline's HTML report in its test.
 .PHONY: chromium

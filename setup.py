@@ -14,6 +14,7 @@ COMPILED_MODULES = (
     "quotagate.protocol.produce_walk",
     "quotagate.protocol.frames",
     "quotagate.protocol.wire_walk",
+    "quotagate.protocol.response_walk",
     "quotagate.protocol.rewrite_memo",
     "quotagate.quotas.token_bucket",
     "quotagate.quotas.charging",

@@ -229,9 +229,11 @@ class ProxyConfig:
         metadata={
             "doc": "The most array elements (quota entries and their parts, topics, partitions, configs) of one "
             "request that the proxy decodes to answer or change it: AlterClientQuotas from an alter_principals "
-            "user, and CreateTopics, CreatePartitions and DeleteTopics while a controller_mutation_rate applies. "
-            "A request with more closes its connection, as a frame over max_frame_size does, naming this key: "
-            "decoding is the proxy's CPU, shared by every client. Requests forwarded as they are never count.",
+            "user, CreateTopics, CreatePartitions and DeleteTopics while a controller_mutation_rate applies, and "
+            "the topics of a Produce whose topics the proxy names (per-topic thresholds, a producer_ids_rate "
+            "refusal). A request with more closes its connection, as a frame over max_frame_size does, naming "
+            "this key: decoding is the proxy's CPU, shared by every client. Requests forwarded as they are "
+            "never count.",
             "min": 1,
             "max": MAX_INT32,
         },

@@ -26,11 +26,12 @@ from kafka.protocol.admin import (
 from quotagate import compiled
 from quotagate.protocol.apis import ApiKey, is_flexible
 from quotagate.protocol.framing import FrameError
-from quotagate.protocol.headers import RequestHeader, encode_count, encode_string, response_body_offset
+from quotagate.protocol.headers import RequestHeader, encode_count, encode_string, encode_uvarint, response_body_offset
 from quotagate.protocol.limits import DECODED_ELEMENTS_KEY, MAX_ARRAY_ELEMENTS, NO_LIMIT
 
 _wire = compiled.load("quotagate.protocol.wire_walk")
 CLUSTER_AUTHORIZATION_FAILED = 31
+SMALL_COUNTS = 16  # counts the describe answer writes from a table: an entity's parts, its values
 
 # The highest versions whose requests the proxy reads and whose responses it writes (version_caps.py).
 _DESCRIBE = (DescribeClientQuotasRequest, DescribeClientQuotasResponse)
@@ -157,19 +158,12 @@ def describe_verdict(frame: memoryview | bytes, version: int) -> tuple[bool, int
 
 
 def describe_response(correlation_id: int, version: int, result: DescribeResult, throttle_ms: int = 0) -> bytes:
+    """The answer to a DescribeClientQuotas: kafka-python's encoding of its head, and its entries (as
+    many as the proxy's quotas match: kafka-python took ~50 us each, half a second for 10 000 on the
+    loop) written field by field as the schema lays them out, in place of its empty array."""
     cls = DescribeClientQuotasResponse
-    entries = None
-    if result.error_code == 0:
-        entries = [
-            cls.EntryData(
-                version=version,
-                entity=[cls.EntryData.EntityData(version=version, entity_type=t, entity_name=n) for t, n in entity],
-                values=[
-                    cls.EntryData.ValueData(version=version, key=key, value=value) for key, value in values.items()
-                ],
-            )
-            for entity, values in result.entries
-        ]
+    flexible = is_flexible(ApiKey.DESCRIBE_CLIENT_QUOTAS, version)
+    entries = [] if result.error_code == 0 else None
     response = cls(
         version=version,
         throttle_time_ms=throttle_ms,
@@ -177,7 +171,49 @@ def describe_response(correlation_id: int, version: int, result: DescribeResult,
         error_message=result.error_message,
         entries=entries,
     )
-    return _frame(ApiKey.DESCRIBE_CLIENT_QUOTAS, correlation_id, version, response)
+    frame = _frame(ApiKey.DESCRIBE_CLIENT_QUOTAS, correlation_id, version, response)
+    if entries is None:
+        return frame
+    tags = b"\x00" if flexible else b""  # the response's, after the entries
+    empty = encode_count(0, flexible) + tags
+    written = _described_entries(result.entries, flexible)
+    size = len(frame) - 4 - len(empty) + len(written) + len(tags)
+    return b"".join((pack(">i", size), frame[4 : len(frame) - len(empty)], written, tags))
+
+
+def _described_entries(entries: tuple[tuple[EntityParts, dict[str, float]], ...], flexible: bool) -> bytes:
+    """DescribeClientQuotasResponse's entries array: per entry its entity (type, name) and its values
+    (key, float64), each struct ending with its tagged fields (flexible versions). No Python call an
+    entry: entity types and keys (a handful) are encoded once, names and counts inline."""
+    tags = b"\x00" if flexible else b""
+    null = encode_string(None, flexible)
+    small = [encode_count(n, flexible) for n in range(SMALL_COUNTS)]  # an entity's parts, its values
+    known: dict[str, bytes] = {}
+    parts = [encode_count(len(entries), flexible)]
+    for entity, values in entries:
+        parts.append(small[len(entity)] if len(entity) < SMALL_COUNTS else encode_count(len(entity), flexible))
+        for kind, name in entity:
+            head = known.get(kind)
+            if head is None:
+                head = known[kind] = encode_string(kind, flexible)
+            if name is None:
+                parts += (head, null, tags)
+                continue
+            data = name.encode()
+            if not flexible:
+                parts += (head, pack(">h", len(data)), data)
+            elif len(data) < 0x7F:
+                parts += (head, bytes((len(data) + 1,)), data, tags)
+            else:
+                parts += (head, encode_uvarint(len(data) + 1), data, tags)
+        parts.append(small[len(values)] if len(values) < SMALL_COUNTS else encode_count(len(values), flexible))
+        for key, value in values.items():
+            head = known.get(key)
+            if head is None:
+                head = known[key] = encode_string(key, flexible)
+            parts += (head, pack(">d", value), tags)
+        parts.append(tags)
+    return b"".join(parts)
 
 
 def alter_response(correlation_id: int, version: int, results: list[AlterResult]) -> bytes:

@@ -4,7 +4,7 @@ cimport cython
 
 from quotagate.protocol.produce_walk_c cimport i32
 
-cdef Py_ssize_t FRAME_SIZE_BYTES, NEVER
+cdef Py_ssize_t FRAME_SIZE_BYTES, NEVER, GATHER_READS_BELOW
 cdef bytes EMPTY
 
 @cython.locals(size=long, end=Py_ssize_t)
@@ -27,12 +27,12 @@ cdef class FrameSplitter:
     cdef public Py_ssize_t stream_left
     cdef public long bad_size
 
-    @cython.locals(size=long, joined=bytes)
+    @cython.locals(size=long, joined=bytes, chunks=list)
     cpdef bytes feed(self, bytes data)
     @cython.locals(rest=bytes)
     cpdef void keep(self, bytes buf, Py_ssize_t pos) except *
     cpdef object new_partial_head(self, Py_ssize_t size)
-    @cython.locals(head=bytes, chunk=bytes)
+    @cython.locals(head=bytes)
     cdef bytes _joined_head(self, Py_ssize_t size)
     cpdef void clear(self) noexcept
     @cython.locals(have=Py_ssize_t)

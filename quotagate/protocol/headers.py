@@ -103,9 +103,12 @@ def read_count(buf: bytes | memoryview, pos: int, flexible: bool) -> tuple[int, 
 
 
 def encode_count(count: int, flexible: bool) -> bytes:
-    if not flexible:
-        return pack(">i", count)
-    value, out = count + 1, bytearray()
+    """An array's count: int32, or in flexible versions uvarint count + 1."""
+    return encode_uvarint(count + 1) if flexible else pack(">i", count)
+
+
+def encode_uvarint(value: int) -> bytes:
+    out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7

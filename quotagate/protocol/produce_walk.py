@@ -74,9 +74,9 @@ def produce_topics_of(frame: bytes | memoryview, pos: int, end: int, version: in
 
 def produce_topics(buf: bytes, pos: int, end: int, version: int, names_only: bool) -> list | None:
     """The topics of a produce request whose body starts at buf[pos] and which ends at end:
-    (name as bytes, start, end, partition indexes, record bytes) each, or the names alone, in order,
-    the record batches (or v0-v2's message sets) never read; None when the request is truncated or
-    malformed."""
+    (name as bytes, start, end, where its partition array starts, record bytes) each, or the names
+    alone, in order, the record batches (or v0-v2's message sets) never read; None when the request
+    is truncated or malformed."""
     flexible = version >= 9
     pos = _topics_start(buf, pos, end, version)
     count, pos = _count(buf, pos, end, flexible)
@@ -91,16 +91,14 @@ def produce_topics(buf: bytes, pos: int, end: int, version: int, names_only: boo
         # Compiled, a slice of the char* is a new bytes already; bytes() of it made the name twice.
         name = buf[pos : pos + length] if cython.compiled else bytes(buf[pos : pos + length])
         pos += length
+        partitions_at = pos
         partition_count, pos = _count(buf, pos, end, flexible)
         if partition_count < 0:
             return None
-        partitions = None if names_only else []
         record_bytes = 0
         for _p in range(partition_count):
             if pos + 4 > end:
                 return None
-            if partitions is not None:
-                partitions.append(i32(buf, pos))
             pos += 4
             if flexible:
                 size, pos = _uvarint(buf, pos, end)
@@ -121,10 +119,10 @@ def produce_topics(buf: bytes, pos: int, end: int, version: int, names_only: boo
             pos = _skip_tags(buf, pos, end)
         if pos > end:
             return None
-        if partitions is None:
+        if names_only:
             topics.append(name)
         else:
-            topics.append((name, start, pos, tuple(partitions), record_bytes))
+            topics.append((name, start, pos, partitions_at, record_bytes))
     return topics
 
 

@@ -22,8 +22,8 @@ cpdef int produce_acks(const unsigned char* buf, Py_ssize_t body, Py_ssize_t end
 @cython.locals(view="const unsigned char[:]")
 cpdef list produce_topics_of(object frame, Py_ssize_t pos, Py_ssize_t end, int version, bint names_only)
 @cython.locals(
-    flexible=bint, length=long, count=long, _t=long, start=Py_ssize_t, partition_count=long, _p=long,
-    size=long, record_bytes=long, topics=list, partitions=list,
+    flexible=bint, length=long, count=long, _t=long, start=Py_ssize_t, partitions_at=Py_ssize_t,
+    partition_count=long, _p=long, size=long, record_bytes=long, topics=list,
 )
 cpdef list produce_topics(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, int version, bint names_only)
 @cython.locals(count=long, _i=long, _tag=long, size=long)

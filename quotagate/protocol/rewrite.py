@@ -13,8 +13,8 @@ ApiVersions is rewritten too: the proxy caps the versions it lets clients use (v
 
 from __future__ import annotations
 
-import re
 import uuid
+from array import array
 from collections.abc import Callable, Iterable
 from struct import pack, unpack_from
 from typing import Any, Protocol
@@ -22,21 +22,14 @@ from typing import Any, Protocol
 from quotagate import compiled
 from quotagate.protocol.apis import RESPONSE_CLASSES, ApiKey
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
-from quotagate.protocol.headers import (
-    encode_string,
-    read_count,
-    read_string,
-    response_body_offset,
-    skip_string,
-    skip_tagged_fields,
-)
-from quotagate.protocol.produce import produce_response_has_top_level_tags
-from quotagate.protocol.share import encode_node_endpoints, share_response_node_endpoints
+from quotagate.protocol.headers import encode_count, encode_string, encode_uvarint, response_body_offset
+from quotagate.protocol.produce import node_endpoints_edits
+from quotagate.protocol.share import share_response_node_endpoints
 from quotagate.protocol.version_caps import UNSUPPORTED_VERSION, cap_api_versions
 
 RewriteMemo = compiled.load("quotagate.protocol.rewrite_memo").RewriteMemo
 _wire = compiled.load("quotagate.protocol.wire_walk")
-METADATA_FLEXIBLE_FROM = 9
+_walk = compiled.load("quotagate.protocol.response_walk")
 
 
 class ClusterView(Protocol):
@@ -58,6 +51,7 @@ DESCRIBE_CLUSTER_ENDPOINT_CONTROLLERS = 2
 # name and security protocol of the broker to one of the proxy's, which has no faithful answer
 # (the proxy has one listener per broker, not the broker's set); hiding is what the broker itself
 # does for what a client must not read, and clients and tools already show it as "sensitive".
+# Any other value is hidden too when it holds a host:port (response_walk.holds_host_port).
 ADDRESS_CONFIGS = frozenset(
     {
         "listeners",
@@ -67,7 +61,9 @@ ADDRESS_CONFIGS = frozenset(
         "zookeeper.connect",
     }
 )
-_HOST_PORT = re.compile(r"[A-Za-z0-9\]][A-Za-z0-9.\-\[\]:]*:\d{1,5}(?![\d.])")
+_ADDRESS_CONFIG_NAMES = frozenset(name.encode() for name in ADDRESS_CONFIGS)
+# What config_edits puts in place of a hidden value and of is_sensitive, per flexibility.
+_HIDDEN = {False: [pack(">h", -1), b"\x01"], True: [b"\x00", b"\x01"]}
 
 
 def _decode(api_key: int, frame: memoryview, version: int) -> tuple[int, object]:
@@ -86,40 +82,68 @@ def _reframe(frame: memoryview, body_offset: int, message: object) -> bytes:
     return b"".join((pack(">i", len(header) + len(body)), header, body))
 
 
+def _program(api_key: int, version: int) -> Any:
+    """The schema walk (wire_walk.Program) of an API's response at `version`."""
+    return _wire.program(RESPONSE_CLASSES[api_key], version)
+
+
+def advertised(addresses: list[tuple[int, bytes, int]], cluster: ClusterView, flexible: bool) -> list[bytes]:
+    """What replaces each distinct broker address (node id, host, port) that response_walk.address_edits
+    found: the host and port `cluster.advertise` answers for it, encoded as they stand in the message."""
+    replacements = []
+    for node_id, host, port in addresses:
+        new_host, new_port = cluster.advertise(node_id, str(host, "utf-8", "replace"), port)
+        replacements.append(encode_string(new_host, flexible) + pack(">i", new_port))
+    return replacements
+
+
+def _rewrite_addresses(
+    frame: memoryview, api_key: int, version: int, cluster: ClusterView, array: str, node: str, error: str | None
+) -> bytes | None:
+    """The response with the host and port of each entry of `array` (a struct array of the message;
+    "": the message's own fields) that names a broker in `node` (and has no error in `error`)
+    replaced where they stand; every other byte copied as it came. None when no entry names one."""
+    prog = _program(api_key, version)
+    ops_at = prog.ops_at
+    prefix = f"{array}." if array else ""
+    addresses, edits, _start, _end, _after = _walk.address_edits(
+        prog,
+        frame,
+        response_body_offset(frame, api_key, version),
+        ops_at[array] if array else -1,
+        ops_at[prefix + node],
+        ops_at[prefix + error] if error is not None else -1,
+        True,
+    )
+    if not edits:
+        return None
+    return _walk.splice(frame, edits, advertised(addresses, cluster, prog.flexible), True)
+
+
 @frame_errors("Metadata response")
-def rewrite_metadata(frame: memoryview, version: int, cluster: ClusterView) -> bytes:
+def rewrite_metadata(frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
     """Each broker's host and port replaced where they stand; every other byte copied as it came.
     The topics, which a client sizes (a request may name 50 000), are walked in C (wire_walk) only
     to tell the cluster view the partition counts of those answered without error: never decoded."""
-    flexible = version >= METADATA_FLEXIBLE_FROM
-    pos = response_body_offset(frame, ApiKey.METADATA, version) + (4 if version >= 3 else 0)  # throttle_time_ms
-    brokers, pos = read_count(frame, pos, flexible)
-    parts: list[bytes | memoryview] = [frame[FRAME_SIZE_BYTES:pos]]
-    for _ in range(brokers):
-        node_id = unpack_from(">i", frame, pos)[0]
-        host, at = read_string(frame, pos + 4, flexible)
-        port = unpack_from(">i", frame, at)[0]
-        rest = end = at + 4
-        if version >= 1:
-            end = skip_string(frame, end, flexible)  # rack
-        if flexible:
-            end = skip_tagged_fields(frame, end)
-        if host is None:
-            raise FrameError("a broker without a host")
-        new_host, new_port = cluster.advertise(node_id, host, port)
-        parts += (frame[pos : pos + 4], encode_string(new_host, flexible), pack(">i", new_port), frame[rest:end])
-        pos = end
-    topics_at = pos
-    if version >= 2:
-        topics_at = skip_string(frame, topics_at, flexible)  # cluster_id
-    if version >= 1:
-        topics_at += 4  # controller_id
-    topics, _end = _wire.metadata_topics(_wire.program(RESPONSE_CLASSES[ApiKey.METADATA], version), frame, topics_at)
+    prog = _program(ApiKey.METADATA, version)
+    ops_at = prog.ops_at
+    brokers_at = ops_at["Brokers"]
+    addresses, edits, _start, brokers_end, _after = _walk.address_edits(
+        prog,
+        frame,
+        response_body_offset(frame, ApiKey.METADATA, version),
+        brokers_at,
+        ops_at["Brokers.NodeId"],
+        -1,
+        False,
+    )
+    replacements = advertised(addresses, cluster, prog.flexible)
+    topics_at = _walk.fields_end(prog, frame, brokers_end, prog.following(brokers_at), ops_at["Topics"])
+    topics, _end = _wire.metadata_topics(prog, frame, topics_at)
     cluster.observe_topics(
         (str(name, "utf-8", "replace"), _topic_id(topic_id), partitions) for name, topic_id, partitions in topics
     )
-    parts.append(frame[pos:])
-    return b"".join([pack(">i", sum(len(part) for part in parts)), *parts])
+    return _walk.splice(frame, edits, replacements, True) if edits else None
 
 
 def _topic_id(raw: bytes | None) -> uuid.UUID | None:
@@ -129,59 +153,55 @@ def _topic_id(raw: bytes | None) -> uuid.UUID | None:
 
 @frame_errors("FindCoordinator response")
 def rewrite_find_coordinator(frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
-    body_offset, response = _decode(ApiKey.FIND_COORDINATOR, frame, version)
+    """The coordinator's host and port (v0-3), or each found coordinator's (batched, v4+: a client
+    may ask for 20 000 keys), replaced where they stand; errors left alone."""
     if version < 4:
-        if response.error_code != 0 or response.node_id < 0:  # type: ignore[attr-defined]
-            return None
-        response.host, response.port = cluster.advertise(response.node_id, response.host, response.port)  # type: ignore[attr-defined]
-    else:
-        for coordinator in response.coordinators:  # type: ignore[attr-defined]
-            if coordinator.error_code == 0 and coordinator.node_id >= 0:
-                coordinator.host, coordinator.port = cluster.advertise(
-                    coordinator.node_id, coordinator.host, coordinator.port
-                )
-    return _reframe(frame, body_offset, response)
+        return _rewrite_addresses(frame, ApiKey.FIND_COORDINATOR, version, cluster, "", "NodeId", "ErrorCode")
+    return _rewrite_addresses(frame, ApiKey.FIND_COORDINATOR, version, cluster, "Coordinators", "NodeId", "ErrorCode")
 
 
 @frame_errors("DescribeCluster response")
-def rewrite_describe_cluster(frame: memoryview, version: int, cluster: ClusterView) -> bytes:
-    body_offset, response = _decode(ApiKey.DESCRIBE_CLUSTER, frame, version)
-    if response.endpoint_type == DESCRIBE_CLUSTER_ENDPOINT_CONTROLLERS:  # type: ignore[attr-defined]
-        # Controller endpoints are not reachable through the proxy: name none of them.
-        response.brokers = []  # type: ignore[attr-defined]
-    else:
-        for broker in response.brokers:  # type: ignore[attr-defined]
-            broker.host, broker.port = cluster.advertise(broker.broker_id, broker.host, broker.port)
-    return _reframe(frame, body_offset, response)
+def rewrite_describe_cluster(frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
+    prog = _program(ApiKey.DESCRIBE_CLUSTER, version)
+    ops_at = prog.ops_at
+    body = response_body_offset(frame, ApiKey.DESCRIBE_CLUSTER, version)
+    if "EndpointType" in ops_at:
+        at = _walk.fields_end(prog, frame, body, 0, ops_at["EndpointType"])
+        if at >= len(frame):
+            raise FrameError("truncated DescribeCluster response")
+        if frame[at] == DESCRIBE_CLUSTER_ENDPOINT_CONTROLLERS:
+            # Controller endpoints are not reachable through the proxy: name none of them.
+            _addresses, _edits, start, end, _after = _walk.address_edits(
+                prog, frame, body, ops_at["Brokers"], ops_at["Brokers.BrokerId"], -1, True
+            )
+            return _walk.splice(frame, array("q", (start, end, 0)), [encode_count(0, prog.flexible)], True)
+    return _rewrite_addresses(frame, ApiKey.DESCRIBE_CLUSTER, version, cluster, "Brokers", "BrokerId", None)
 
 
 @frame_errors("Produce response")
 def rewrite_produce(frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
-    # The usual produce response has no top-level tags: check cheaply, decode only when needed.
-    body_offset = response_body_offset(frame, ApiKey.PRODUCE, version)
-    if not produce_response_has_top_level_tags(frame, body_offset, version):
+    """The brokers of KIP-951's NodeEndpoints (a top-level tagged field behind every partition's
+    result) advertised; None when the response has none (nearly always): it then goes on untouched."""
+    found = node_endpoints_edits(frame, response_body_offset(frame, ApiKey.PRODUCE, version), version)
+    if found is None or not found.edits:
         return None
-    body_offset, response = _decode(ApiKey.PRODUCE, frame, version)
-    for node in response.node_endpoints or ():  # type: ignore[attr-defined]
-        node.host, node.port = cluster.advertise(node.node_id, node.host, node.port)
-    return _reframe(frame, body_offset, response)
+    replacements = advertised(found.addresses, cluster, True)
+    edits = found.edits
+    grown = sum(len(replacements[edits[i + 2]]) - (edits[i + 1] - edits[i]) for i in range(0, len(edits), 3))
+    replacements.append(encode_uvarint(found.size + grown))  # the tagged field's new size, before it
+    resized = array("q", (found.size_start, found.size_end, len(replacements) - 1)) + edits
+    return _walk.splice(frame, resized, replacements, True)
 
 
 def _rewrite_share_response(api_key: int, frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
     """Advertises the proxy for each broker a ShareFetch or ShareAcknowledge response's NodeEndpoints
     names; None when it names none (nearly always): the response then goes on untouched."""
-    body_offset = response_body_offset(frame, api_key, version)
-    start, end, endpoints = share_response_node_endpoints(frame, body_offset, api_key, version)
-    if not endpoints:
+    addresses, edits = share_response_node_endpoints(
+        frame, response_body_offset(frame, api_key, version), api_key, version
+    )
+    if not edits:
         return None
-    advertised = [
-        node._replace(host=host, port=port)
-        for node in endpoints
-        for host, port in (cluster.advertise(node.node_id, node.host, node.port),)
-    ]
-    encoded = encode_node_endpoints(advertised)
-    size = len(frame) - FRAME_SIZE_BYTES - (end - start) + len(encoded)
-    return b"".join((pack(">i", size), frame[FRAME_SIZE_BYTES:start], encoded, frame[end:]))
+    return _walk.splice(frame, edits, advertised(addresses, cluster, True), True)
 
 
 @frame_errors("ShareFetch response")
@@ -213,28 +233,18 @@ def rewrite_api_versions(frame: memoryview, version: int, cluster: ClusterView) 
 
 def names_an_address(name: str, value: str | None) -> bool:
     """Whether a config (name, value) names a broker or controller address."""
-    return name in ADDRESS_CONFIGS or (value is not None and _HOST_PORT.search(value) is not None)
+    return name in ADDRESS_CONFIGS or (value is not None and _walk.holds_host_port(value.encode()))
 
 
 @frame_errors("DescribeConfigs response")
 def rewrite_describe_configs(frame: memoryview, version: int, cluster: ClusterView) -> bytes | None:
-    """Hides config values that name broker addresses, as sensitive values are hidden (see ADDRESS_CONFIGS)."""
-    body_offset, response = _decode(ApiKey.DESCRIBE_CONFIGS, frame, version)
-    hidden = 0
-    for result in response.results:  # type: ignore[attr-defined]
-        for config in result.configs:
-            if config.is_sensitive:
-                continue
-            synonyms = (config.synonyms or ()) if version >= 1 else ()
-            if names_an_address(config.name, config.value) or any(
-                names_an_address(synonym.name, synonym.value) for synonym in synonyms
-            ):
-                config.value = None
-                config.is_sensitive = True
-                for synonym in synonyms:
-                    synonym.value = None
-                hidden += 1
-    return _reframe(frame, body_offset, response) if hidden else None
+    """Hides config values that name broker addresses, as sensitive values are hidden (see
+    ADDRESS_CONFIGS): walked in C, whatever the number of resources and configs a client asked for;
+    None (the response goes on untouched) when no value names one."""
+    prog = _program(ApiKey.DESCRIBE_CONFIGS, version)
+    body = response_body_offset(frame, ApiKey.DESCRIBE_CONFIGS, version)
+    edits = _walk.config_edits(prog, frame, body, _ADDRESS_CONFIG_NAMES)
+    return _walk.splice(frame, edits, _HIDDEN[prog.flexible], True) if edits else None
 
 
 RESPONSE_REWRITERS: dict[int, Rewriter] = {

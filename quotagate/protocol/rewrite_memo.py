@@ -105,6 +105,8 @@ class RewriteMemo:
     def rewritten(self, frame, version, cluster):
         """The rewritten frame, or None when it goes on as it is; `frame` is bytes or a memoryview."""
         body_offset = self._body_offset(frame, version)
+        if len(frame) - body_offset > self.max_body_bytes:  # never kept, so never found: no copy, no hash
+            return self.rewrite(frame if type(frame) is memoryview else memoryview(frame), version, cluster)
         body = frame[body_offset:] if type(frame) is bytes else bytes(frame[body_offset:])
         key = (version, body)
         entry = self.entries.get(key)
@@ -123,14 +125,13 @@ class RewriteMemo:
         held = len(body) + (len(new_body) if new_body is not None else 0)
         if entry is not None:
             self._drop(key)
-        if len(body) <= self.max_body_bytes:
-            prefix = b"" if new_body is None else pack(">i", body_offset - 4 + len(new_body))
-            self.entries[key] = _Rewritten(
-                new_body, tuple(recording.advertised), tuple(recording.topics), held, body_offset, prefix
-            )
-            self.held_bytes += held
-            while len(self.entries) > self.max_entries or self.held_bytes > self.max_bytes:
-                self._drop(next(iter(self.entries)))
+        prefix = b"" if new_body is None else pack(">i", body_offset - 4 + len(new_body))
+        self.entries[key] = _Rewritten(
+            new_body, tuple(recording.advertised), tuple(recording.topics), held, body_offset, prefix
+        )
+        self.held_bytes += held
+        while len(self.entries) > self.max_entries or self.held_bytes > self.max_bytes:
+            self._drop(next(iter(self.entries)))
         return rewritten
 
     def _drop(self, key):

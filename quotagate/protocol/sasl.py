@@ -132,7 +132,7 @@ def jws_claim(token: str, claim: str) -> str | None:
         return None
     try:
         payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-    except (binascii.Error, ValueError):
+    except (binascii.Error, ValueError, RecursionError):  # a token nested deeper than json reads
         return None
     value = payload.get(claim) if isinstance(payload, dict) else None
     return value if isinstance(value, str) and value else None

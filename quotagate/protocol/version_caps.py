@@ -25,8 +25,9 @@ from quotagate.protocol.apis import RESPONSE_CLASSES, ApiKey
 
 UNSUPPORTED_VERSION = 35
 
-# Responses rewrite.py decodes whole with kafka-python's classes, to rewrite the brokers they name
-# (or, ApiVersions, to cap them): read up to the classes' newest version.
+# Responses rewrite.py reads by kafka-python's classes (walked in C by their schemas, response_walk;
+# ApiVersions decoded), to rewrite the brokers they name (or, ApiVersions, to cap them): read up to
+# the classes' newest version.
 REWRITTEN_RESPONSES = (
     ApiKey.PRODUCE,
     ApiKey.METADATA,

@@ -128,6 +128,10 @@ class Program:
             ops[at : at + STRIDE] = [op[0], op[1], op[2], op[3], name_index]
         return start + STRIDE * len(present)
 
+    def following(self, at):
+        """The op of the field after the field of op `at`, in the same struct."""
+        return at + STRIDE
+
 
 def _tagged(field, version):
     return _in_versions(field.get("taggedVersions"), version)
@@ -138,10 +142,16 @@ _PROGRAMS = {}
 
 def program(cls, version):
     """The Program of kafka-python message class `cls` at `version` (made once)."""
-    key = (cls.__name__, version)
+    return schema_program(cls.__name__, cls._json, version)
+
+
+def schema_program(name, schema, version):
+    """The Program of the message `name` whose schema (Kafka's JSON, as a dict) is `schema`, at
+    `version` (made once per name and version)."""
+    key = (name, version)
     made = _PROGRAMS.get(key)
     if made is None:
-        made = _PROGRAMS[key] = Program(cls.__name__, version, cls._json)
+        made = _PROGRAMS[key] = Program(name, version, schema)
     return made
 
 
@@ -229,18 +239,36 @@ class Walk:
                 self._truncated(at)
         elif op == OP_ARRAY_STRING:
             for _i in range(count):
-                length, pos = self._length(pos, at)
-                if length > MAX_STRING:
-                    raise FrameError(self._where() + string_problem(self._name(at), length))
-                if length > 0:
-                    pos += length
-                if pos > self.end:
-                    self._truncated(at)
+                pos = self.string_element(pos, at)
         elif op == OP_ARRAY_STRUCT:
             for _i in range(count):
                 pos = self.struct(pos, ops[at + 2], ops[at + 3])
         else:  # OP_STRUCT: not an array; count() read nothing for it
             pos = self.struct(pos, ops[at + 2], ops[at + 3])
+        return pos
+
+    def int16(self, pos, at):
+        """The int16 of op `at`'s field at `pos`, which must lie within the frame."""
+        if pos + 2 > self.end:
+            self._truncated(at)
+        value = (self._buf[pos] << 8) | self._buf[pos + 1]
+        return value - 0x10000 if value >= 0x8000 else value
+
+    def int32(self, pos, at):
+        """The int32 of op `at`'s field at `pos`, which must lie within the frame."""
+        if pos + 4 > self.end:
+            self._truncated(at)
+        return i32(self._buf, pos)
+
+    def string_element(self, pos, at):
+        """Walks one element of the array of strings of op `at` from `pos`; returns where it ends."""
+        length, pos = self._length(pos, at)
+        if length > MAX_STRING:
+            raise FrameError(self._where() + string_problem(self._name(at), length))
+        if length > 0:
+            pos += length
+        if pos > self.end:
+            self._truncated(at)
         return pos
 
     def count(self, pos, at):
@@ -378,9 +406,7 @@ def metadata_topics(prog, frame, pos):
         at = start
         while at < stop:
             if at == error_at:
-                if pos + 2 > walk.end:
-                    walk._truncated(at)
-                error = (walk._buf[pos] << 8) | walk._buf[pos + 1]
+                error = walk.int16(pos, at)
             elif at == name_at:
                 name_start = pos
             elif at == id_at:

@@ -33,6 +33,11 @@ cdef class Walk:
     cdef Py_ssize_t fields(self, Py_ssize_t pos, int start, int stop) except -1
     @cython.locals(ops="const int*", op=int, length=long, count=long, _i=long)
     cdef Py_ssize_t field(self, Py_ssize_t pos, int at) except -1
+    @cython.locals(value=int)
+    cdef int int16(self, Py_ssize_t pos, int at) except? -32769
+    cdef long int32(self, Py_ssize_t pos, int at) except? -2147483649
+    @cython.locals(length=long)
+    cdef Py_ssize_t string_element(self, Py_ssize_t pos, int at) except -1
     @cython.locals(ops="const int*", value=long, count=long)
     cdef (long, Py_ssize_t) count(self, Py_ssize_t pos, int at) except *
     @cython.locals(after=Py_ssize_t)

@@ -90,6 +90,13 @@ class ProxyMetrics:
             "Produce requests answered THROTTLING_QUOTA_EXCEEDED for a new producer ID over producer_ids_rate",
             registry=self.registry,
         )
+        self.throttled_fetches_total = Counter(
+            "quotagate_throttled_fetches",
+            "Fetches that arrived while their client was throttled, answered with no data and the throttle (KIP-219): "
+            "by the proxy (session: full, sessionless) or with the broker's answer emptied (incremental)",
+            ["session"],
+            registry=self.registry,
+        )
         self.tls_handshake_failures_total = Counter(
             "quotagate_tls_handshake_failures",
             "Client TLS handshakes that failed, by reason (OpenSSL's, or timeout, closed_by_client)",
@@ -122,7 +129,8 @@ class ProxyMetrics:
             "sasl_server_max_receive_size (a frame over it before SASL authentication completes), "
             "partial_frames_max_bytes (all connections' partial frames), partial_frames_max_bytes_per_connection "
             "(one connection's), before_sasl_authentication (a request other than ApiVersions or SASL before "
-            "authentication completes), max_decoded_elements (a request the proxy must decode, too large)",
+            "authentication completes: unanswered before a SaslHandshake, the broker's ILLEGAL_SASL_STATE after "
+            "it), max_decoded_elements (a request the proxy must decode, too large)",
             ["reason"],
             registry=self.registry,
         )

@@ -35,6 +35,8 @@ LABEL_MEANINGS: dict[str, str] = {
     "client_id": "The client.id (or `other`)",
     "group": "The quota group: `produce`, `fetch`, `request`, `controller_mutation`",
     "quota": "The quota key: " + ", ".join(f"`{key.value}`" for key in QuotaKey),
+    "session": "The fetch's session (KIP-227): `full` (a full or sessionless fetch, answered by the proxy) or "
+    "`incremental` (sent to the broker, whose session takes it, and its answer emptied)",
 }
 
 

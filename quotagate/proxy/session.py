@@ -72,6 +72,7 @@ from quotagate.protocol.produce import (
     produce_request_keeping,
     produce_request_layout,
     produce_response_with_refusals,
+    refused_topic_entry,
 )
 from quotagate.protocol.rewrite import ClusterView, Rewriter
 from quotagate.protocol.sasl import (
@@ -201,9 +202,7 @@ class SessionPolicy:
                 return Admission(forwarded, None, None, order)
             local = None
             if forwarded is None:  # every topic refused: the proxy answers, in turn
-                local = produce_refusal_response(
-                    header.correlation_id, version, refused, TOPIC_THRESHOLD_ERROR, self._refusal_message(refused, now)
-                )
+                local = produce_refusal_response(header.correlation_id, version, list(refused.values()))
             return Admission(forwarded, local, refused, order, services.topic_guard.retry_after_ms(refused, now))
         if policies & LOCAL_ANSWER:  # the proxy's quotas, not the brokers', are described and altered
             return self._admit_quota_admin(frame, header, now)
@@ -232,6 +231,10 @@ class SessionPolicy:
                 self._enter(HANDSHAKE)
             return Admission(frame)
         if api_key == _SASL_AUTHENTICATE:
+            if self.receive_limit is None:
+                # No exchange in progress (authenticated, or a listener without SASL): the broker
+                # answers it ILLEGAL_SASL_STATE, and nothing of it (its size is the client's) is read.
+                return Admission(frame)
             claimed = authenticate_user(self.sasl_mechanism, frame, body, version, services.principal_claim)
             if claimed is not None:
                 self.claimed_user = claimed
@@ -295,40 +298,47 @@ class SessionPolicy:
             self._producer_seen = seen
             self._producer_seen_until = now + engine.producer_ids.window_seconds / 2
             return None
-        layout = produce_request_layout(frame, body, version)
-        refused = {topic.name: topic.partitions for topic in layout.topics}
-        self.services.metrics.producer_id_refusals_total.inc()
+        layout = produce_request_layout(frame, body, version, self.services.max_decoded_elements)
         message = "quotagate: produce refused: a new producer ID over producer_ids_rate (KIP-936)"
-        local = produce_refusal_response(header.correlation_id, version, refused, PRODUCER_IDS_ERROR, message)
+        refused = {t.name: refused_topic_entry(frame, version, t, PRODUCER_IDS_ERROR, message) for t in layout.topics}
+        self.services.metrics.producer_id_refusals_total.inc()
+        local = produce_refusal_response(header.correlation_id, version, list(refused.values()))
         order = tuple(topic.name for topic in layout.topics)
         return Admission(None, local, refused, order, throttle_ms)
 
     def _apply_topic_thresholds(
         self, frame: memoryview, body: int, version: int, now: float
-    ) -> tuple[memoryview | bytes | None, dict[str, tuple[int, ...]] | None, tuple[str, ...]]:
+    ) -> tuple[memoryview | bytes | None, dict[str, bytes] | None, tuple[str, ...]]:
         """Drops the topics that are over their threshold while the total is too; returns the frame to
-        forward (None when nothing is left), the refused topics and the request's topic order."""
+        forward (None when nothing is left), the refused topics' answers (by name) and the request's
+        topic order. A request of more topics than max_decoded_elements is refused (ElementsOverLimit)."""
         guard = self.services.topic_guard
-        layout = produce_request_layout(frame, body, version)
+        layout = produce_request_layout(frame, body, version, self.services.max_decoded_elements)
         refused_names = guard.refused([topic.name for topic in layout.topics], now)
         guard.record({t.name: t.record_bytes for t in layout.topics if t.name not in refused_names}, now)
         order = tuple(topic.name for topic in layout.topics)
         if not refused_names:
             return frame, None, order
         self.services.metrics.topic_refusals_total.inc(len(refused_names))
-        refused = {t.name: t.partitions for t in layout.topics if t.name in refused_names}
+        refused = {
+            t.name: refused_topic_entry(frame, version, t, TOPIC_THRESHOLD_ERROR, self._refusal_message(t.name, now))
+            for t in layout.topics
+            if t.name in refused_names
+        }
         if len(refused) == len(layout.topics):
             return None, refused, order
         kept = {topic.name for topic in layout.topics} - refused_names
         return produce_request_keeping(frame, version, layout, kept), refused, order
 
-    def _refusal_message(self, refused: dict[str, tuple[int, ...]], now: float) -> str:
+    def _refusal_message(self, topic: str, now: float) -> str:
+        """What each partition of a topic refused by thresholds says: that topic's threshold alone (a
+        message naming every refused topic, in every partition, grew with their product)."""
         guard = self.services.topic_guard
         assert guard.thresholds is not None
-        topics = ", ".join(f"{name} ({guard.threshold(name, now):.0f} B/s)" for name in refused)
         return (
             f"quotagate: produce refused: bytes in over the total threshold "
-            f"({guard.thresholds.total_bytes_in_per_sec} B/s) and over the topic's own: {topics}"
+            f"({guard.thresholds.total_bytes_in_per_sec} B/s) and over the topic's own: "
+            f"{topic} ({guard.threshold(topic, now):.0f} B/s)"
         )
 
     def _admit_mutation(
@@ -384,14 +394,7 @@ class SessionPolicy:
         elif request.api_key == _SASL_AUTHENTICATE:
             self._note_authentication(request, frame)
         elif request.refused:
-            frame = produce_response_with_refusals(
-                frame,
-                request.api_version,
-                request.topic_order,
-                request.refused,
-                TOPIC_THRESHOLD_ERROR,
-                self._refusal_message(request.refused, now),
-            )
+            frame = produce_response_with_refusals(frame, request.api_version, request.topic_order, request.refused)
         mutation = request.mutation
         if mutation is not None:
             frame = self._settle_mutation(request, frame, now)
@@ -441,7 +444,10 @@ class SessionPolicy:
 
     def _note_authentication(self, request: InFlight, frame: memoryview | bytes) -> None:
         """Adopts the claimed user once the broker says the exchange is over and succeeded; a refusal
-        leaves the principal as it was (the broker closes the connection after it)."""
+        leaves the principal as it was (the broker closes the connection after it). A SaslAuthenticate
+        outside an exchange (the broker refuses it and goes on) changes nothing."""
+        if not self.awaiting_authentication:
+            return
         view = memoryview(frame)
         body = response_body_offset(view, request.api_key, request.api_version)
         outcome = authentication_outcome(self.sasl_mechanism, view, body, request.api_version)

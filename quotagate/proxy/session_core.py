@@ -28,8 +28,9 @@ order; a read from the broker (`feed_broker`) is counted and its frames taken on
 
 from collections import deque
 
+from quotagate.protocol import fetch
 from quotagate.protocol.apis import api_name, is_flexible
-from quotagate.protocol.fetch import max_wait_offset
+from quotagate.protocol.fetch import max_wait_offset, throttled_fetch_replacement, throttled_fetch_response
 from quotagate.protocol.frames import frame_end, splitter
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_body_size, frame_size_problem
 from quotagate.protocol.headers import RequestHeader
@@ -71,6 +72,7 @@ from quotagate.quotas.charging import (
     charge_request,
     charge_response,
     count_exchange,
+    fetch_throttle_ms,
     request_time_ms,
     shadow_throttle_ms,
 )
@@ -145,16 +147,18 @@ if (SLOTS, LATENCY_STRIDE) != (129, 17):
 # raises PhaseError on any other move (h11's _state.py). Nothing else sets the phase.
 AUTHENTICATING = 0  # before SASL authentication completes: frames within sasl_server_max_receive_size,
 #                     nothing but ApiVersions and SASL read (the broker's SaslServerAuthenticator)
-AUTHENTICATING_END_UNSEEN = 1  # the same, but the proxy cannot see the exchange end (GSSAPI after a
+EXCHANGING = 1  # the same, after a SaslHandshake went to the broker: nothing but SaslAuthenticate is
+#                 read; anything else the broker answers ILLEGAL_SASL_STATE, and closes the connection
+AUTHENTICATING_END_UNSEEN = 2  # the same, but the proxy cannot see the exchange end (GSSAPI after a
 #                     successful round; client_sasl "auto" before the brokers answered): the first
 #                     other request ends it
-AWAITING_AUTHENTICATION = 2  # a SaslAuthenticate is at the broker: what follows waits for its answer
-AUTHENTICATION_FAILED = 3  # the broker refused the authentication and closes the connection: nothing more is read
-OPEN = 4  # requests flow (a mute, or the broker connecting, may still hold them for a while)
-AWAITING_LOCAL_ANSWER = 5  # the proxy is making an answer (an alter being persisted): what follows waits for it
-REFUSED = 6  # the client sent what the broker closes a connection for: nothing more is read
-PHASES = ("AUTHENTICATING", "AUTHENTICATING_END_UNSEEN", "AWAITING_AUTHENTICATION", "AUTHENTICATION_FAILED",
-          "OPEN", "AWAITING_LOCAL_ANSWER", "REFUSED")  # fmt: skip
+AWAITING_AUTHENTICATION = 3  # a SaslAuthenticate is at the broker: what follows waits for its answer
+AUTHENTICATION_FAILED = 4  # the broker refused the authentication and closes the connection: nothing more is read
+OPEN = 5  # requests flow (a mute, or the broker connecting, may still hold them for a while)
+AWAITING_LOCAL_ANSWER = 6  # the proxy is making an answer (an alter being persisted): what follows waits for it
+REFUSED = 7  # the client sent what the broker closes a connection for: nothing more is read
+PHASES = ("AUTHENTICATING", "EXCHANGING", "AUTHENTICATING_END_UNSEEN", "AWAITING_AUTHENTICATION",
+          "AUTHENTICATION_FAILED", "OPEN", "AWAITING_LOCAL_ANSWER", "REFUSED")  # fmt: skip
 
 # What moves the phase.
 HANDSHAKE = 0  # a SaslHandshake is read where the listener requires SASL: an exchange (re)starts
@@ -172,14 +176,14 @@ EVENTS = ("HANDSHAKE", "AUTHENTICATE", "AUTHENTICATED", "ROUND_ANSWERED", "ROUND
 
 # (phase, event) -> the phase it moves to; any other pair is a defect.
 TRANSITIONS = {
-    (AUTHENTICATING, HANDSHAKE): AUTHENTICATING,
-    (AUTHENTICATING_END_UNSEEN, HANDSHAKE): AUTHENTICATING,
-    (OPEN, HANDSHAKE): AUTHENTICATING,  # KIP-368 re-authentication
+    (AUTHENTICATING, HANDSHAKE): EXCHANGING,
+    (AUTHENTICATING_END_UNSEEN, HANDSHAKE): EXCHANGING,
+    (OPEN, HANDSHAKE): EXCHANGING,  # KIP-368 re-authentication
     (AUTHENTICATING, AUTHENTICATE): AWAITING_AUTHENTICATION,
+    (EXCHANGING, AUTHENTICATE): AWAITING_AUTHENTICATION,
     (AUTHENTICATING_END_UNSEEN, AUTHENTICATE): AWAITING_AUTHENTICATION,
-    (OPEN, AUTHENTICATE): AWAITING_AUTHENTICATION,
     (AWAITING_AUTHENTICATION, AUTHENTICATED): OPEN,
-    (AWAITING_AUTHENTICATION, ROUND_ANSWERED): AUTHENTICATING,
+    (AWAITING_AUTHENTICATION, ROUND_ANSWERED): EXCHANGING,
     (AWAITING_AUTHENTICATION, ROUND_ANSWERED_END_UNSEEN): AUTHENTICATING_END_UNSEEN,
     (AWAITING_AUTHENTICATION, AUTHENTICATION_REFUSED): AUTHENTICATION_FAILED,
     (AUTHENTICATING_END_UNSEEN, OTHER_REQUEST): OPEN,
@@ -189,7 +193,7 @@ TRANSITIONS = {
 }
 # What each phase means for reads: frames within sasl_server_max_receive_size only (RECEIVE_LIMITED),
 # and what is read waits, held in order, until the phase changes (WAITS).
-RECEIVE_LIMITED = [phase in (AUTHENTICATING, AUTHENTICATING_END_UNSEEN, AWAITING_AUTHENTICATION,
+RECEIVE_LIMITED = [phase in (AUTHENTICATING, EXCHANGING, AUTHENTICATING_END_UNSEEN, AWAITING_AUTHENTICATION,
                              AUTHENTICATION_FAILED) for phase in range(8)]  # fmt: skip
 WAITS = [phase in (AWAITING_AUTHENTICATION, AUTHENTICATION_FAILED, AWAITING_LOCAL_ANSWER) for phase in range(8)]
 if len(PHASES) > 8:
@@ -198,12 +202,29 @@ if len(PHASES) > 8:
 # The reason of a refusal for a request the broker cannot parse (counted as a protocol error).
 PROTOCOL_ERROR = FrameError.reason
 
+# What the broker's SASL authenticator does with a request before authentication completes
+# (`_before_authentication`): reads it as any other (or no exchange is in progress), takes it as the
+# end of an exchange whose end the proxy cannot read, or, after a SaslHandshake, answers anything but
+# SaslAuthenticate with the API's error response (ILLEGAL_SASL_STATE) and closes the connection.
+READS_IT = 0
+ENDS_EXCHANGE = 1
+STRAY_IN_EXCHANGE = 2
+
+
 # What a partial frame's first bytes tell before the rest is read: its size, API key and version.
 PARTIAL_HEAD_BYTES = 8
 
 
 # A request header's tagged fields beyond this many are refused, not walked (protocol/limits.py).
 MAX_TAGS = MAX_TAGGED_FIELDS
+# A fetch request's fields after max_wait_ms, and the versions that have them (protocol/fetch.py):
+# C ints here, read for every fetch.
+MIN_BYTES_AFTER = fetch.MIN_BYTES_AFTER
+MAX_BYTES_AFTER = fetch.MAX_BYTES_AFTER
+SESSION_EPOCH_AFTER = fetch.SESSION_EPOCH_AFTER
+MAX_BYTES_FROM = fetch.MAX_BYTES_FROM
+SESSIONS_FROM = fetch.SESSIONS_FROM
+REPLICA_ID_IN_BODY_UNTIL = fetch.REPLICA_ID_IN_BODY_UNTIL
 
 
 class BeforeAuthentication(FrameError):
@@ -293,7 +314,8 @@ class InFlight:
     response must carry: a refusal says when to come back); mutation; answer_after (Admission's);
     handling_ms (the proxy's own time on the exchange where it decodes or rewrites: its hooks, its
     rewrites; charged as request time with the broker's); over_quota (a produce whose charge when read
-    left its entity over quota: usage records)."""
+    left its entity over quota: usage records); empty_fetch (a throttled incremental fetch whose
+    answer goes to the client emptied)."""
 
     def __repr__(self):
         return (
@@ -317,7 +339,7 @@ class Admission:
     ):
         self.forwarded = forwarded  # the frame to forward (the original, or one with fewer topics), or None
         self.local = local  # a response the proxy makes itself, sent in the request's turn
-        self.refused = refused  # produce topics refused by their thresholds, merged into the response
+        self.refused = refused  # produce topics refused, name -> its answer (produce.refused_topic_entry)
         self.order = order  # a produce's topics, in the client's order
         self.refusal_wait = refusal_wait  # least throttle the refusals need
         self.mutation = mutation  # MutationInFlight, settled when the response comes
@@ -426,6 +448,11 @@ class SessionCore:
         """The largest frame read now: sasl_server_max_receive_size before SASL authentication
         completes (None where the listener requires none, and once it has)."""
         return self._receive_limit if RECEIVE_LIMITED[self.phase] else None
+
+    @property
+    def awaiting_authentication(self):
+        """A SaslAuthenticate of an exchange is at the broker: its answer moves the phase."""
+        return self.phase == AWAITING_AUTHENTICATION
 
     @property
     def awaiting_answer(self):
@@ -590,8 +617,10 @@ class SessionCore:
                     out.append(forwarded)
                 run = end
             pos = end
-            if self.phase == REFUSED:
-                return stop  # the rest is dropped
+            if self.phase == REFUSED:  # the rest is dropped; what went before (and this, if forwarded) goes
+                if run < end:
+                    out.append(_slice(buf, run, end))
+                return stop
         if run < pos:
             out.append(_slice(buf, run, pos))
         self._local_turn(now)
@@ -652,7 +681,9 @@ class SessionCore:
         version = _i16(buf, pos + 6)
         known = 0 <= api_key < KEYS and 0 <= version < VERSIONS
         policy = POLICY[api_key] if known else DEFAULT_POLICY
-        ends_authentication = self._refuse_first(api_key, version, policy, known)
+        authentication = self._refuse_first(api_key, version, policy, known)
+        if authentication == STRAY_IN_EXCHANGE:
+            policy = 0  # the broker's authenticator answers it: nothing is hooked or charged
         correlation_id = i32(buf, pos + 8)
         client_id_len = _i16(buf, pos + 12)
         body = pos + 14
@@ -669,7 +700,7 @@ class SessionCore:
                 body += 1
             else:
                 body = _header_tags_end(buf, body, end)
-        if ends_authentication:
+        if authentication == ENDS_EXCHANGE:
             # The first request past an exchange whose end the proxy cannot read (GSSAPI, or SASL not
             # known to be required yet): the broker would have closed the connection before it.
             self._enter(OTHER_REQUEST)
@@ -700,6 +731,39 @@ class SessionCore:
             # Above what the proxy reads: answered as the broker answers one above what it speaks.
             forwarded = None
             local = unsupported_api_versions(correlation_id)
+        replace_answer = False
+        if policy & LONG_POLL and api_key == API_FETCH and self._engine.limits_anyone:
+            # A consumer's fetch under a quota, as the broker takes it: answered with no data at once
+            # while the client would be throttled (KIP-219), else its max_bytes capped (KAFKA-9677).
+            # A follower's (replica_id 0 or more: never a client of the proxy) is the broker's alone.
+            if version > REPLICA_ID_IN_BODY_UNTIL or i32(buf, body) < 0:
+                buckets = self._buckets(client_id, now)
+                refusal_wait = fetch_throttle_ms(buckets, now)
+                if refusal_wait > 0:
+                    epoch = -1
+                    if version >= SESSIONS_FROM and at + SESSION_EPOCH_AFTER + 4 <= end:
+                        epoch = i32(buf, at + SESSION_EPOCH_AFTER)
+                    if epoch <= 0:
+                        # Full or sessionless: nothing at the broker depends on it; the proxy answers.
+                        local = throttled_fetch_response(correlation_id, version)
+                        forwarded = None
+                        self._metrics.throttled_fetches_total.labels(session="full").inc()
+                    else:
+                        # Incremental: the broker's session must take it (its changes, its next epoch),
+                        # as the client's will when it reads the answer; asked to answer at once with
+                        # next to nothing, and that answer emptied (`_respond`).
+                        replace_answer = True
+                        view = _slice(data, pos, end)
+                        forwarded = _patched_fetch(view, at - pos, 0, True)
+                        self._metrics.throttled_fetches_total.labels(session="incremental").inc()
+                    self._mute(refusal_wait, now)
+                elif (
+                    version >= MAX_BYTES_FROM
+                    and at + MAX_BYTES_AFTER + 4 <= end
+                    and i32(buf, at + MAX_BYTES_AFTER) > buckets.fetch_max_bytes
+                ):
+                    view = _slice(data, pos, end)
+                    forwarded = _patched_fetch(view, at - pos, buckets.fetch_max_bytes, False)
         if policy & self.hooked:
             view = _slice(data, pos, end)
             header = RequestHeader(
@@ -761,10 +825,24 @@ class SessionCore:
             entry.min_throttle_ms = refusal_wait
             entry.mutation = mutation
             entry.answer_after = answer_after
+            entry.empty_fetch = replace_answer
         self._in_flight_append(entry)
         if local is None and forwarded is None:  # answered when ready (`_answer_ready`), in its turn
             self._answer_later = entry
+        if authentication == STRAY_IN_EXCHANGE:
+            self._refuse_after_stray(api_key)
         return forwarded
+
+    def _refuse_after_stray(self, api_key):
+        """A request other than SaslAuthenticate after a SaslHandshake went to the broker as it came:
+        the broker's authenticator parses it, answers it with that API's error response carrying
+        ILLEGAL_SASL_STATE, and closes the connection (SaslServerAuthenticator.handleSaslToken).
+        The client gets that answer, the broker's own, and nothing after it is read."""
+        self._refuse(
+            BEFORE_AUTHENTICATION,
+            f"{api_name(api_key)} after SaslHandshake, before SASL authentication completed "
+            "(the broker answers it ILLEGAL_SASL_STATE and closes the connection)",
+        )
 
     def _refuse_first(self, api_key, version, policy, known):
         """What a request's API and version alone decide, before any more of it is read: a version
@@ -788,18 +866,25 @@ class SessionCore:
         self._refuse_first(api_key, version, POLICY[api_key] if known else 0, known)
 
     def _before_authentication(self, api_key, policy):
-        """Before SASL authentication completes (AUTHENTICATING), the broker's authenticator
-        reads ApiVersions, SaslHandshake and SaslAuthenticate only, and closes the connection on
-        anything else (SaslServerAuthenticator: IllegalSaslStateException): so does the proxy,
-        having answered and forwarded nothing of it. True: the request ends an exchange whose end the
-        proxy cannot read (AUTHENTICATING_END_UNSEEN), and the limit lifts once it is parsed."""
-        if not RECEIVE_LIMITED[self.phase] or policy & SASL or api_key == API_API_VERSIONS:
-            return False
-        if self.phase != AUTHENTICATING_END_UNSEEN:
+        """Before SASL authentication completes (RECEIVE_LIMITED phases), the broker's authenticator
+        reads ApiVersions, SaslHandshake and then SaslAuthenticate only. Anything else before a
+        SaslHandshake closes the connection unanswered (IllegalSaslStateException): so does the
+        proxy, having answered and forwarded nothing of it. After a SaslHandshake (EXCHANGING),
+        anything but SaslAuthenticate is STRAY_IN_EXCHANGE (`_refuse_after_stray`). ENDS_EXCHANGE:
+        the request ends an exchange whose end the proxy cannot read (AUTHENTICATING_END_UNSEEN),
+        and the limit lifts once it is parsed."""
+        phase = self.phase
+        if not RECEIVE_LIMITED[phase] or api_key == API_SASL_AUTHENTICATE:
+            return READS_IT
+        if phase == EXCHANGING:
+            return STRAY_IN_EXCHANGE
+        if policy & SASL or api_key == API_API_VERSIONS:
+            return READS_IT
+        if phase != AUTHENTICATING_END_UNSEEN:
             raise BeforeAuthentication(
                 f"{api_name(api_key)} before SASL authentication completed (the broker closes such a connection)"
             )
-        return True
+        return ENDS_EXCHANGE
 
     def _decode_client_id(self, data, at, length):
         """The client id at data[at:at+length], decoded once per connection (it sends the same one)."""
@@ -987,6 +1072,7 @@ class SessionCore:
             request.refused
             or request.mutation is not None
             or request.answer_after is not None
+            or request.empty_fetch
             or request.api_key == API_SASL_AUTHENTICATE
             or request.api_key in self._rewriters
         ):
@@ -1043,6 +1129,8 @@ class SessionCore:
         announces, and only what the session's `_streamable` allows happens to it."""
         api_key = request.api_key
         throttle = request.min_throttle_ms
+        if request.empty_fetch:  # a throttled incremental fetch: the broker's answer, emptied
+            frame = throttled_fetch_replacement(frame, request.api_version)
         if (
             request.refused
             or request.mutation is not None
@@ -1151,6 +1239,7 @@ def _in_flight(correlation_id, api_key, api_version, client_id, request_size, se
     entry.min_throttle_ms = 0
     entry.mutation = None
     entry.answer_after = None
+    entry.empty_fetch = False
     entry.handling_ms = 0.0
     entry.over_quota = over_quota
     return entry
@@ -1174,6 +1263,26 @@ def _correlation_id(frame):
         raise FrameError("response shorter than a correlation id")
     head = frame if type(frame) is bytes else bytes(frame[:8])
     return i32(head, 4)
+
+
+def _patched_fetch(frame, max_wait_at, max_bytes, answer_replaced):
+    """A copy of the fetch request `frame` (size prefix included, max_wait_ms at `max_wait_at`, v3+)
+    asking for at most `max_bytes`, its other bytes the client's; with `answer_replaced`, also asking
+    the broker to answer at once with as little as it can (max_wait_ms and min_bytes 0: at most the
+    first record batch it finds, KIP-74), because the proxy answers the client without it."""
+    patched = bytearray(frame)
+    _put_i32(patched, max_wait_at + MAX_BYTES_AFTER, max_bytes)
+    if answer_replaced:
+        _put_i32(patched, max_wait_at, 0)
+        _put_i32(patched, max_wait_at + MIN_BYTES_AFTER, 0)
+    return patched
+
+
+def _put_i32(buf, pos, value):
+    buf[pos] = (value >> 24) & 0xFF
+    buf[pos + 1] = (value >> 16) & 0xFF
+    buf[pos + 2] = (value >> 8) & 0xFF
+    buf[pos + 3] = value & 0xFF
 
 
 def _header_tags_end(buf, pos, end):

@@ -7,21 +7,23 @@ from quotagate.protocol.frames_c cimport FrameSplitter, frame_end, splitter
 from quotagate.protocol.produce_walk_c cimport _skip_tags, _uvarint, i32, produce_acks, produce_topics, usual_throttle_offset
 from quotagate.proxy.usage_collectors_c cimport AggregateCollector, RequestCollector
 from quotagate.protocol.rewrite_memo_c cimport RewriteMemo
-from quotagate.quotas.charging_c cimport charge_request, charge_response, count_exchange, request_time_ms, shadow_throttle_ms
+from quotagate.quotas.charging_c cimport charge_request, charge_response, count_exchange, fetch_throttle_ms, request_time_ms, shadow_throttle_ms
 
 # Constants (their values and meaning: session_core.py, quotas/apis.py); THRESHOLDS, LOCAL_ANSWER,
 # PARTITIONS_MUTATED and NEW_PRODUCER_IDS stay Python objects, for session.py to read.
 cdef int KEYS, VERSIONS
 cdef int BYTES_IN, LONG_POLL, SASL, REQUEST_TIME, TOPIC_NAMES, DEFAULT_POLICY
 cdef int API_PRODUCE, API_FETCH, API_SASL_HANDSHAKE, API_API_VERSIONS, API_SASL_AUTHENTICATE, API_SHARE_FETCH
-cdef int AUTHENTICATING, AUTHENTICATING_END_UNSEEN, AWAITING_AUTHENTICATION, AUTHENTICATION_FAILED, OPEN
+cdef int AUTHENTICATING, EXCHANGING, AUTHENTICATING_END_UNSEEN, AWAITING_AUTHENTICATION, AUTHENTICATION_FAILED, OPEN
 cdef int AWAITING_LOCAL_ANSWER, REFUSED
 # The events moving the phase stay Python objects, for session.py to read.
 cdef dict TRANSITIONS
 cdef bint RECEIVE_LIMITED[8]
 cdef bint WAITS[8]
 cdef Py_ssize_t FRAME_SIZE_BYTES, PARTIAL_HEAD_BYTES, MAX_RESPONSE_FRAME, STREAM_RESPONSES_FROM, RESPONSE_HEAD_BYTES
+cdef int READS_IT, ENDS_EXCHANGE, STRAY_IN_EXCHANGE
 cdef long MAX_TAGS
+cdef int MIN_BYTES_AFTER, MAX_BYTES_AFTER, SESSION_EPOCH_AFTER, MAX_BYTES_FROM, SESSIONS_FROM, REPLICA_ID_IN_BODY_UNTIL
 
 cdef int POLICY[128]
 cdef int MAX_VERSION[128]
@@ -73,6 +75,7 @@ cdef class InFlight:
     cdef readonly object answer_after
     cdef readonly double handling_ms
     cdef readonly bint over_quota
+    cdef readonly bint empty_fetch
 
 
 cdef class Admission:
@@ -146,16 +149,18 @@ cdef class SessionCore:
     cdef object _request(self, bytes buf, Py_ssize_t pos, Py_ssize_t end, double now)
     @cython.locals(
         buf="const unsigned char*", api_key=int, version=int, correlation_id=int,
-        client_id_len=int, body=Py_ssize_t, known=bint, ends_authentication=bint, flexible_from=int, policy=int, acks=int,
-        max_wait=int, at=Py_ssize_t, refusal_wait=int, handling_ms=double, started=double, throttle=long, over_quota=bint,
+        client_id_len=int, body=Py_ssize_t, known=bint, authentication=int, flexible_from=int, policy=int, acks=int,
+        max_wait=int, at=Py_ssize_t, refusal_wait=int, replace_answer=bint, epoch=int, handling_ms=double, started=double, throttle=long, over_quota=bint,
         entry=InFlight, admission=Admission,
     )
     cdef object _peeked_request(self, bytes data, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t size, double now)
+    cdef int _refuse_after_stray(self, int api_key) except -1
     @cython.locals(cap=int)
-    cdef bint _refuse_first(self, int api_key, int version, int policy, bint known) except -1
+    cdef int _refuse_first(self, int api_key, int version, int policy, bint known) except -1
     @cython.locals(api_key=int, version=int, known=bint)
     cdef void check_partial_head(self, bytes head) except *
-    cdef bint _before_authentication(self, int api_key, int policy) except -1
+    @cython.locals(phase=int)
+    cdef int _before_authentication(self, int api_key, int policy) except -1
     @cython.locals(raw=bytes)
     cdef object _decode_client_id(self, bytes data, Py_ssize_t at, Py_ssize_t length)
     @cython.locals(sent=list, names=dict, order=list, raw=bytes)
@@ -195,6 +200,8 @@ cdef bint _local_first(object in_flight) except -1
 cdef object _slice(bytes data, Py_ssize_t start, Py_ssize_t end)
 @cython.locals(head=bytes)
 cdef int _correlation_id(object frame) except? -1
+cdef bytearray _patched_fetch(object frame, Py_ssize_t max_wait_at, long max_bytes, bint answer_replaced)
+cdef void _put_i32(bytearray buf, Py_ssize_t pos, long value) except *
 @cython.locals(count=long, after=Py_ssize_t)
 cdef Py_ssize_t _header_tags_end(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end) except -1
 @cython.locals(data=bytes, length=Py_ssize_t, throttle_at=Py_ssize_t)

@@ -50,6 +50,29 @@ def charge_request(buckets: EntityBuckets, policy: int, request_size: int, now: 
     return 0
 
 
+def fetch_throttle_ms(buckets: EntityBuckets, now: float) -> int:
+    """The throttle a fetch arriving now would be answered with: the larger of its byte-rate and
+    request-time throttles as they stand (the request-time one capped at one window). Above 0, the
+    broker answers it with no data at once (KIP-219: FetchContext.getThrottledResponse)."""
+    throttle = 0
+    # A bucket's tokens only grow until the next charge: one not in debt when last charged is not now
+    # (an attribute read, where throttle_ms is a call: this runs for every fetch under a quota).
+    bucket = buckets.fetch
+    if bucket is not None and bucket.tokens < 0:
+        throttle = bucket.throttle_ms(now)
+    bucket = buckets.request
+    if bucket is not None and bucket.tokens < 0:
+        throttle = _with_request_time(throttle, bucket.throttle_ms(now), buckets.request_cap_ms)
+    return throttle
+
+
+def _with_request_time(throttle: int, time_throttle: int, cap: int) -> int:
+    """The larger of a byte-rate throttle and a request-time one, this capped at one window (KIP-124)."""
+    if time_throttle > cap:
+        time_throttle = cap
+    return time_throttle if time_throttle > throttle else throttle
+
+
 def shadow_throttle_ms(buckets: EntityBuckets, policy: int, charged_request_time: bool, now: float) -> int:
     """The time, in ms, the shadow quotas among `buckets` would have held the entity at their rates
     for what was charged since the last call (the charges that left a bucket in debt, divided by
@@ -83,12 +106,7 @@ def charge_response(
             throttle = bucket.charge(response_size, now)
     bucket = buckets.request
     if request_ms is not None and bucket is not None:
-        time_throttle = bucket.charge(request_ms, now)
-        cap = buckets.request_cap_ms
-        if time_throttle > cap:
-            time_throttle = cap
-        if time_throttle > throttle:
-            throttle = time_throttle
+        throttle = _with_request_time(throttle, bucket.charge(request_ms, now), buckets.request_cap_ms)
     return throttle
 
 

@@ -36,6 +36,8 @@ def local_bucket(_bucket_id: BucketId, rate: float, burst: float, now: float) ->
 
 
 MS_PER_SECOND_PER_PERCENT = 10.0
+# A fetch's max_bytes is an int32: no cap above it.
+FETCH_MAX_BYTES_LIMIT = 2**31 - 1
 # A bucket idle this long is full again and holds nothing worth keeping (Kafka expires idle quota
 # sensors after an hour; a full bucket can go sooner because dropping it changes no decision).
 IDLE_BUCKET_SECONDS = 3600.0
@@ -103,6 +105,16 @@ class QuotaWindows:
     def request_throttle_cap_ms(self) -> int:
         return round(self.quota_window_size_seconds * 1000)
 
+    def fetch_max_bytes(self, consumer_byte_rate: float) -> int:
+        """The most one fetch may ask for under `consumer_byte_rate` (KAFKA-9677, the broker's
+        ClientQuotaManager.getMaxValueInQuotaWindow): what the quota allows over the window's samples
+        but the current one, rate x (quota_window_num - 1) x quota_window_size_seconds, so that one
+        response never puts a client that had fetched nothing into debt, and a small quota is not
+        spent by one huge response followed by a long mute. One window when quota_window_num is 1
+        (Kafka's figure would be 0 there: every fetch one record batch)."""
+        windows = max(self.quota_window_num - 1, 1)
+        return min(int(consumer_byte_rate * windows * self.quota_window_size_seconds), FETCH_MAX_BYTES_LIMIT)
+
 
 @dataclass(slots=True)
 class EntityBuckets:
@@ -118,6 +130,9 @@ class EntityBuckets:
     request: Bucket | None
     request_cap_ms: int
     shadow: bool = False  # one of them is a shadow quota's: the session reports what it would do
+    # The most a fetch may ask for (QuotaWindows.fetch_max_bytes); FETCH_MAX_BYTES_LIMIT without a
+    # binding consumer_byte_rate (none, or a shadow one: a quota being tried changes no request).
+    fetch_max_bytes: int = FETCH_MAX_BYTES_LIMIT
 
 
 def tokens_per_second(key: QuotaKey, value: float) -> float:
@@ -160,17 +175,21 @@ class QuotaEngine:
     def entity_buckets(self, user: str, client_id: str, now: float) -> EntityBuckets:
         """The buckets (user, client_id) draws on for the client quotas, valid for this generation."""
 
-        def bucket(key: QuotaKey) -> Bucket | None:
-            resolution = self.table.resolve(user, client_id, key)
+        def bucket(resolution: Resolution | None) -> Bucket | None:
             return None if resolution is None else self._bucket(resolution, now)
 
+        consumer = self.table.resolve(user, client_id, QuotaKey.CONSUMER_BYTE_RATE)
         produce, fetch, request = (
-            bucket(QuotaKey.PRODUCER_BYTE_RATE),
-            bucket(QuotaKey.CONSUMER_BYTE_RATE),
-            bucket(QuotaKey.REQUEST_PERCENTAGE),
+            bucket(self.table.resolve(user, client_id, QuotaKey.PRODUCER_BYTE_RATE)),
+            bucket(consumer),
+            bucket(self.table.resolve(user, client_id, QuotaKey.REQUEST_PERCENTAGE)),
         )
         shadow = any(isinstance(b, ShadowTokenBucket) for b in (produce, fetch, request))
-        return EntityBuckets(self.generation, produce, fetch, request, self.windows.request_throttle_cap_ms, shadow)
+        fetch_max_bytes = FETCH_MAX_BYTES_LIMIT
+        if consumer is not None and not consumer.shadow:
+            fetch_max_bytes = self.windows.fetch_max_bytes(consumer.value)
+        cap_ms = self.windows.request_throttle_cap_ms
+        return EntityBuckets(self.generation, produce, fetch, request, cap_ms, shadow, fetch_max_bytes)
 
     def admit(self, user: str, client_id: str, key: QuotaKey, costs: list[int], strict: bool, now: float) -> list[bool]:
         """Admits a request's items (topics) in order and charges each admitted one its cost.

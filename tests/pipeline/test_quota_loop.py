@@ -115,7 +115,7 @@ def test_admin_api_quota_is_reported_and_a_shadowed_recommendation_is_checked_on
     assert FIRST_RATE <= recommended <= 2 * FIRST_RATE, recommended
     args = ["pipeline", "apply", "--recommendations", str(tmp_path / "first" / "recommendations")]
     assert main([*args, "--config", str(proxy.config_path), "--quota-key", "producer_byte_rate"]) == 0
-    assert "loop-limited producer_byte_rate: a binding quota 500000 is in force" in capsys.readouterr().err
+    assert 'client id "loop-limited", producer_byte_rate: a binding quota 500000 is in force' in capsys.readouterr().err
     wait_until(lambda: (configured(proxy.metrics_port, "loop-free") or {}).get("shadow"), 10, "the shadow quota")
     limited_entry = configured(proxy.metrics_port, "loop-limited")
     assert limited_entry and limited_entry["producer_byte_rate"] == LIMITED_QUOTA and not limited_entry["shadow"]

@@ -65,6 +65,27 @@ def metadata_naming(topics: int, correlation_id: int = 11) -> bytes:
     return framed(payload)
 
 
+FIND_COORDINATOR = 10
+DESCRIBE_CONFIGS = 32
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+
+
+def find_coordinators(keys: int, correlation_id: int = 13) -> bytes:
+    """FindCoordinator v4 (batched, flexible) asking for the coordinators of `keys` made-up groups."""
+    names = b"".join(compact(f"group-{i:08d}") for i in range(keys))
+    body = b"\x00" + uvarint(keys + 1) + names + b"\x00"  # key_type GROUP, the keys, tags
+    return framed(header_v1(FIND_COORDINATOR, 4, correlation_id) + b"\x00" + body)
+
+
+def describe_configs(resources: list[tuple[int, str]], correlation_id: int = 15) -> bytes:
+    """DescribeConfigs v4 (flexible) of `resources` ((type, name) each: topics need not exist), every
+    config of each, with synonyms."""
+    entries = b"".join(bytes([kind]) + compact(name) + b"\x00" + b"\x00" for kind, name in resources)
+    body = uvarint(len(resources) + 1) + entries + b"\x01\x00" + b"\x00"  # synonyms, no documentation
+    return framed(header_v1(DESCRIBE_CONFIGS, 4, correlation_id) + b"\x00" + body)
+
+
 def send_and_wait(address: tuple[str, int], frame: bytes, timeout: float = 30.0) -> str:
     """Writes `frame` on a new connection and reads until the peer answers one frame or closes:
     "answered", "closed" or "timeout"."""
@@ -109,7 +130,20 @@ def closed_without_answer(
 def answered_then_closed(address: tuple[str, int], data: bytes, timeout: float = 10.0) -> list[int]:
     """Writes `data` on a new connection and reads until the peer closes it: the correlation ids it
     answered, in order. A peer that never closes fails the test (socket timeout)."""
+    return [int.from_bytes(frame[4:8], "big", signed=True) for frame in frames_until_closed(address, data, timeout)]
+
+
+def frames_until_closed(
+    address: tuple[str, int],
+    data: bytes,
+    timeout: float = 10.0,
+    login: Callable[[socket.socket], None] | None = None,
+) -> list[bytes]:
+    """Writes `data` on a new connection (after `login`, if given) and reads until the peer closes it:
+    the frames it answered, whole, in order. A peer that never closes fails the test (socket timeout)."""
     with socket.create_connection(address, timeout=timeout) as sock:
+        if login is not None:
+            login(sock)
         sock.sendall(data)
         received = bytearray()
         try:
@@ -117,9 +151,9 @@ def answered_then_closed(address: tuple[str, int], data: bytes, timeout: float =
                 received += chunk
         except ConnectionResetError:
             pass
-    ids, pos = [], 0
-    while pos + 8 <= len(received):
-        size = int.from_bytes(received[pos : pos + 4], "big")
-        ids.append(int.from_bytes(received[pos + 4 : pos + 8], "big", signed=True))
-        pos += 4 + size
-    return ids
+    frames, pos = [], 0
+    while pos + 4 <= len(received):
+        end = pos + 4 + int.from_bytes(received[pos : pos + 4], "big")
+        frames.append(bytes(received[pos:end]))
+        pos = end
+    return frames

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import random
+import tracemalloc
 from struct import pack
 from types import ModuleType
 
@@ -60,6 +61,25 @@ def test_a_frame_fed_one_byte_at_a_time_is_joined_once_it_is_whole(frames: Modul
     for i in range(len(data)):
         out += walk(frames, splitter, data[i : i + 1], 1024)[0]
     assert out == [frame(b"alpha"), frame(b"beta" * 50)] and splitter.buffered == 0
+
+
+def test_a_frame_sent_a_few_bytes_at_a_time_is_held_in_about_its_own_size(frames: ModuleType) -> None:
+    """A partial frame's small reads are gathered, not kept one by one: sent three bytes at a time, a
+    1 MiB frame held a Python object per read, 15.5 MB for the 1 MiB partial_frames_max_bytes counted
+    (a quarter of it here)."""
+    data = pack(">i", 1 << 18) + bytes(range(256)) * 1024
+    last = len(data) - 3
+    splitter = frames.splitter(1 << 20)
+    tracemalloc.start()
+    try:
+        for at in range(0, last, 3):
+            assert walk(frames, splitter, data[at : min(at + 3, last)], 1 << 20) == ([], False)
+        held, _peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert splitter.buffered == last
+    assert held < 3 * len(data), f"{held} bytes held for a partial frame of {splitter.buffered}"
+    assert walk(frames, splitter, data[last:], 1 << 20) == ([data], False)
 
 
 @pytest.mark.parametrize("seed", range(20))

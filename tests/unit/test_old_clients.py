@@ -24,6 +24,7 @@ from quotagate.protocol.produce import (
     produce_request_keeping,
     produce_request_layout,
     produce_response_throttle_offset,
+    refused_topic_entry,
 )
 from quotagate.protocol.produce_walk import produce_topics
 from quotagate.protocol.throttle import patch_throttle_time, throttle_time_offset
@@ -58,7 +59,8 @@ def test_an_old_produce_is_walked_from_its_acks_without_a_transactional_id(versi
     assert produce_request_acks(frame, body, version) == -1
     assert produce_topics(bytes(frame), body, len(frame), version, True) == [b"orders", b"clicks"]
     layout = produce_request_layout(frame, body, version)
-    assert [(topic.name, topic.partitions) for topic in layout.topics] == [("orders", (0,)), ("clicks", (0,))]
+    assert [topic.name for topic in layout.topics] == ["orders", "clicks"]
+    assert all(topic.start < topic.partitions_at < topic.end for topic in layout.topics)
     assert layout.topics_end == len(frame)
     assert layout.topics[0].record_bytes == len(message_set(magic, [b"a" * 50, b"b"]))
 
@@ -82,7 +84,13 @@ def test_an_old_produce_keeps_the_topics_it_is_told_to_and_the_broker_can_read_i
 
 @pytest.mark.parametrize("version", [0, 1, 2])
 def test_the_proxys_own_refusal_of_an_old_produce_is_in_that_versions_shape(version: int) -> None:
-    frame = produce_refusal_response(3, version, {"orders": (0, 1)}, 89, "over its threshold")
+    request = ProduceRequest(
+        version=version, acks=1, timeout_ms=1000, topic_data=[("orders", [(0, message_set(1, [b"a"])), (1, b"")])]
+    )
+    request.with_header(correlation_id=3, client_id="old")
+    sent = memoryview(bytes(request.encode(header=True, framed=True)))
+    (topic,) = produce_request_layout(sent, peek_request_header(sent).body_offset, version).topics
+    frame = produce_refusal_response(3, version, [refused_topic_entry(sent, version, topic, 89, "over its threshold")])
     decoded = ProduceResponse.decode(memoryview(frame)[8:], version=version)
     assert [(p.index, p.error_code) for t in decoded.responses for p in t.partition_responses] == [(0, 89), (1, 89)]
 

@@ -10,12 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from kafka.protocol.admin import (
-    AlterClientQuotasRequest,
-    AlterClientQuotasResponse,
-    DescribeClientQuotasRequest,
-    DescribeClientQuotasResponse,
-)
+from kafka.protocol.admin import AlterClientQuotasResponse, DescribeClientQuotasResponse
 
 from quotagate.config import load_config
 from quotagate.config.quota_state import load_state, save_state
@@ -26,6 +21,7 @@ from quotagate.proxy.session import Session
 from quotagate.quotas import DEFAULT, QuotaEntity, QuotaKey, QuotaTable
 from quotagate.quotas.admin import effective
 from quotagate.quotas.entities import MAX_NAME_CHARS, IpQuotaKey
+from tests.support.admin_quotas import alter_request, describe_request
 from tests.support.builds import Build
 from tests.support.session_double import services_for
 
@@ -57,40 +53,6 @@ def admin_session(
     session.user = user
     session.broker_connected(0.0)
     return session, admin
-
-
-def alter_request(
-    entries: list[tuple[list[tuple[str, str | None]], list[tuple[str, float, bool]]]],
-    *,
-    validate_only: bool = False,
-    version: int = 1,
-) -> bytes:
-    cls = AlterClientQuotasRequest
-    request = cls(
-        version=version,
-        entries=[
-            cls.EntryData(
-                version=version,
-                entity=[cls.EntryData.EntityData(version=version, entity_type=t, entity_name=n) for t, n in entity],
-                ops=[cls.EntryData.OpData(version=version, key=k, value=v, remove=r) for k, v, r in ops],
-            )
-            for entity, ops in entries
-        ],
-        validate_only=validate_only,
-    )
-    request.with_header(correlation_id=7, client_id="kafka-configs")
-    return bytes(request.encode(header=True, framed=True))
-
-
-def describe_request(components: list[tuple[str, int, str | None]], strict: bool = False, version: int = 1) -> bytes:
-    cls = DescribeClientQuotasRequest
-    request = cls(
-        version=version,
-        components=[cls.ComponentData(version=version, entity_type=t, match_type=m, match=n) for t, m, n in components],
-        strict=strict,
-    )
-    request.with_header(correlation_id=8, client_id="kafka-configs")
-    return bytes(request.encode(header=True, framed=True))
 
 
 def broker_describe_answer(correlation_id: int, version: int, error_code: int = 0) -> bytes:
@@ -136,7 +98,7 @@ def test_alter_sets_a_user_quota_that_binds_at_once_and_describe_shows_it(versio
     everything = described(answer(session, describe_request([], version=version), DESCRIBE, version))
     assert everything == {
         (("user", "alice"),): {"producer_byte_rate": 1000.0},
-        (("user", None), ("client-id", None)): {"consumer_byte_rate": 5000.0},
+        (("client-id", None), ("user", None)): {"consumer_byte_rate": 5000.0},
         (("user", "bob"),): {"producer_byte_rate": 2048.0},
     }
     assert admin.source(QuotaEntity("bob"), QuotaKey.PRODUCER_BYTE_RATE) == "api"
@@ -151,13 +113,13 @@ def test_describe_filters_exact_default_any_and_strict(build: Build) -> None:
         ALTER,
     )
     exact = described(answer(session, describe_request([("user", 0, "alice")]), DESCRIBE))
-    assert set(exact) == {(("user", "alice"),), (("user", "alice"), ("client-id", "app"))}
+    assert set(exact) == {(("user", "alice"),), (("client-id", "app"), ("user", "alice"))}
     strict = described(answer(session, describe_request([("user", 0, "alice")], strict=True), DESCRIBE))
     assert set(strict) == {(("user", "alice"),)}
     default = described(answer(session, describe_request([("user", 1, None)]), DESCRIBE))
-    assert set(default) == {(("user", None), ("client-id", None))}
+    assert set(default) == {(("client-id", None), ("user", None))}
     any_client = described(answer(session, describe_request([("client-id", 2, None)]), DESCRIBE))
-    assert set(any_client) == {(("user", None), ("client-id", None)), (("user", "alice"), ("client-id", "app"))}
+    assert set(any_client) == {(("client-id", None), ("user", None)), (("client-id", "app"), ("user", "alice"))}
 
 
 @pytest.mark.parametrize(
@@ -180,9 +142,9 @@ def test_describe_refuses_bad_filters_as_the_broker_does(components: list, code:
 @pytest.mark.parametrize(
     ("entity", "ops", "message"),
     [
-        ([("user", "bob")], [("producer_byte_rate", 0.0, False)], "must be greater than 0"),
-        ([("user", "bob")], [("producer_byte_rate", -5.0, False)], "must be greater than 0"),
-        ([("user", "bob")], [("producer_byte_rate", 1.5, False)], "must be a Long value"),
+        ([("user", "bob")], [("producer_byte_rate", 0.0, False)], "Quota producer_byte_rate must be greater than 0"),
+        ([("user", "bob")], [("producer_byte_rate", -5.0, False)], "Quota producer_byte_rate must be greater than 0"),
+        ([("user", "bob")], [("producer_byte_rate", 1.5, False)], "producer_byte_rate cannot be a fractional value."),
         ([("user", "bob")], [("bogus_rate", 1.0, False)], "Invalid configuration key bogus_rate"),
         ([], [("producer_byte_rate", 1.0, False)], "Invalid empty client quota entity"),
         ([("user", "")], [("producer_byte_rate", 1.0, False)], "Empty user not supported"),
@@ -190,7 +152,7 @@ def test_describe_refuses_bad_filters_as_the_broker_does(components: list, code:
         (
             [("user", "bob")],
             [("producer_byte_rate", 1.0, False), ("producer_byte_rate", 2.0, False)],
-            "Duplicate quota key producer_byte_rate",
+            "Ignoring duplicate entity ClientQuotaEntity(entries={user=bob})",
         ),
     ],
 )
@@ -454,7 +416,7 @@ def test_alter_client_quotas_sets_a_prefix_quota_and_describe_filters_match_it(b
     }
     assert session.services.engine.resolve("bob", "fleet-3", QuotaKey.PRODUCER_BYTE_RATE).value == 4096.0
     exact = described(answer(session, describe_request([("client-id-prefix", 0, "fleet-")]), DESCRIBE))
-    assert set(exact) == {(("client-id-prefix", "fleet-"),), (("user", "alice"), ("client-id-prefix", "fleet-"))}
+    assert set(exact) == {(("client-id-prefix", "fleet-"),), (("client-id-prefix", "fleet-"), ("user", "alice"))}
     strict = described(answer(session, describe_request([("client-id-prefix", 2, None)], strict=True), DESCRIBE))
     assert set(strict) == {(("client-id-prefix", "fleet-"),)}
     # A prefix is not a client id: a client-id filter does not match it, nor an exact name it starts.
@@ -521,8 +483,12 @@ def test_alter_client_quotas_sets_ip_quotas_as_kafka_configs_entity_type_ips_doe
             [("connection_creation_rate", 1.0, False)],
             "Invalid configuration key connection_creation",
         ),
-        ([("ip", "10.0.0.1")], [("connection_creation_rate", 2.5, False)], "must be an Integer value"),
-        ([("ip", "10.0.0.1"), ("user", "bob")], [("connection_creation_rate", 1.0, False)], "Invalid empty client"),
+        ([("ip", "10.0.0.1")], [("connection_creation_rate", 2.5, False)], "cannot be a fractional value."),
+        (
+            [("ip", "10.0.0.1"), ("user", "bob")],
+            [("connection_creation_rate", 1.0, False)],
+            "Invalid quota entity combination",
+        ),
     ],
 )
 def test_alter_refuses_bad_ip_entities_and_keys_with_invalid_request(
@@ -533,3 +499,155 @@ def test_alter_refuses_bad_ip_entities_and_keys_with_invalid_request(
     assert response.entries[0].error_code == 42
     assert message in response.entries[0].error_message
     assert admin.api_quotas == {}
+
+
+# What a Kafka 4.2 broker answered to the same requests (tests/integration/test_quota_admin_parity.py
+# compares the two live): issue 37 item 5.
+def test_an_entity_of_user_and_client_id_comes_back_as_client_id_then_user_as_the_broker_lists_it(
+    build: Build,
+) -> None:
+    session, _ = admin_session(session_class=build.session)
+    response = answer(
+        session,
+        alter_request([([("user", "alice"), ("client-id", "c1")], [("producer_byte_rate", 1000.0, False)])]),
+        ALTER,
+    )
+    assert [[(e.entity_type, e.entity_name) for e in entry.entity] for entry in response.entries] == [
+        [("client-id", "c1"), ("user", "alice")]
+    ]
+    described_entries = answer(session, describe_request([("client-id", 0, "c1")]), DESCRIBE).entries
+    assert [[(e.entity_type, e.entity_name) for e in entry.entity] for entry in described_entries] == [
+        [("client-id", "c1"), ("user", "alice")]
+    ]
+
+
+def test_an_entry_naming_client_id_twice_sets_the_quota_of_the_last_one_as_the_broker_does(build: Build) -> None:
+    session, admin = admin_session(session_class=build.session)
+    entity = [("user", "alice"), ("client-id", "a"), ("client-id", "b")]
+    response = answer(session, alter_request([(entity, [("consumer_byte_rate", 2000.0, False)])]), ALTER)
+    assert [(e.error_code, e.error_message) for e in response.entries] == [(0, None)]
+    assert [(e.entity_type, e.entity_name) for e in response.entries[0].entity] == [
+        ("client-id", "b"),
+        ("user", "alice"),
+    ]
+    assert admin.api_quotas == {QuotaEntity("alice", "b"): {QuotaKey.CONSUMER_BYTE_RATE: 2000.0}}
+
+
+@pytest.mark.parametrize(
+    ("ops", "message"),
+    [
+        ([("producer_byte_rate", 0.0, False)], "Quota producer_byte_rate must be greater than 0"),
+        ([("request_percentage", -1.0, False)], "Quota request_percentage must be greater than 0"),
+        ([("consumer_byte_rate", 1.5, False)], "consumer_byte_rate cannot be a fractional value."),
+        ([("producer_byte_rate", 1.9999999, False)], "producer_byte_rate cannot be a fractional value."),
+        ([("producer_byte_rate", 1e19, False)], "Proposed value for producer_byte_rate is too large for a LONG."),
+        # Kafka checks the keys in its HashMap's order: consumer_byte_rate before producer_byte_rate.
+        (
+            [("producer_byte_rate", -1.5, False), ("consumer_byte_rate", 2.5, False)],
+            "consumer_byte_rate cannot be a fractional value.",
+        ),
+        ([("bogus_rate", 1.0, False)], "Invalid configuration key bogus_rate"),
+    ],
+)
+def test_zero_negative_and_fractional_rates_are_refused_in_the_brokers_words(
+    ops: list, message: str, build: Build
+) -> None:
+    session, admin = admin_session(session_class=build.session)
+    response = answer(session, alter_request([([("user", "bob")], ops)]), ALTER)
+    assert [(e.error_code, e.error_message) for e in response.entries] == [(42, message)]
+    assert admin.api_quotas == {}
+
+
+def test_removing_a_key_the_proxy_does_not_know_is_answered_as_the_broker_answers_it(build: Build) -> None:
+    session, admin = admin_session(session_class=build.session)
+    response = answer(
+        session,
+        alter_request([([("user", "bob")], [("bogus_rate", 0.0, True), ("producer_byte_rate", 1024.0, False)])]),
+        ALTER,
+    )
+    assert [(e.error_code, e.error_message) for e in response.entries] == [(0, None)]
+    assert admin.api_quotas == {QuotaEntity("bob"): {QuotaKey.PRODUCER_BYTE_RATE: 1024.0}}
+    alone = answer(session, alter_request([([("user", "carol")], [("bogus_rate", 0.0, True)])]), ALTER)
+    assert [(e.error_code, e.error_message) for e in alone.entries] == [(0, None)]
+    assert QuotaEntity("carol") not in admin.api_quotas
+
+
+def test_an_entity_named_twice_gets_one_result_and_the_first_entry_stays_applied_as_the_broker_does(
+    build: Build,
+) -> None:
+    session, admin = admin_session(session_class=build.session)
+    response = answer(
+        session,
+        alter_request(
+            [
+                ([("user", "x1")], [("producer_byte_rate", 1.0, False)]),
+                ([("user", "x1")], [("consumer_byte_rate", 1.0, False)]),
+            ]
+        ),
+        ALTER,
+    )
+    assert [(e.error_code, e.error_message) for e in response.entries] == [
+        (42, "Ignoring duplicate entity ClientQuotaEntity(entries={user=x1})")
+    ]
+    assert admin.api_quotas == {QuotaEntity("x1"): {QuotaKey.PRODUCER_BYTE_RATE: 1.0}}
+
+
+def test_results_come_in_the_brokers_order_and_a_described_entry_has_an_empty_message(build: Build) -> None:
+    session, _ = admin_session(session_class=build.session)
+    response = answer(
+        session,
+        alter_request(
+            [
+                ([("user", "y1")], [("producer_byte_rate", 1.0, False)]),
+                ([("user", "y2")], [("producer_byte_rate", 1.0, False), ("request_percentage", 3.0, False)]),
+                ([("client-id", "y3")], [("producer_byte_rate", 1.0, False)]),
+                ([("user", "y4"), ("client-id", "z")], [("producer_byte_rate", 1.0, False)]),
+                ([("ip", None)], [("connection_creation_rate", 10.0, False)]),
+            ]
+        ),
+        ALTER,
+    )
+    assert [[(e.entity_type, e.entity_name) for e in entry.entity] for entry in response.entries] == [
+        [("user", "y1")],
+        [("ip", None)],
+        [("user", "y2")],
+        [("client-id", "y3")],
+        [("client-id", "z"), ("user", "y4")],
+    ]
+    y2 = answer(session, describe_request([("user", 0, "y2")]), DESCRIBE)
+    assert (y2.error_code, y2.error_message) == (0, "")
+    assert [(v.key, v.value) for v in y2.entries[0].values] == [
+        ("request_percentage", 3.0),
+        ("producer_byte_rate", 1.0),
+    ]
+    unknown_match = answer(session, describe_request([("user", 5, None)]), DESCRIBE)
+    assert (unknown_match.error_code, unknown_match.error_message) == (42, "Unknown match type 5")
+
+
+def test_a_describe_of_several_entities_lists_them_in_the_brokers_order(build: Build) -> None:
+    session, admin = admin_session(session_class=build.session)
+    admin.file_changed(QuotaTable({}))
+    ops = [("producer_byte_rate", 1.0, False)]
+    answer(session, alter_request([([("user", "alice"), ("client-id", "c1")], ops)]), ALTER)
+    answer(
+        session,
+        alter_request(
+            [
+                ([("user", "y1")], ops),
+                ([("user", "y2")], ops),
+                ([("client-id", "y3")], ops),
+                ([("user", None), ("client-id", None)], [("consumer_byte_rate", 1.0, False)]),
+                ([("ip", None)], [("connection_creation_rate", 10.0, False)]),
+            ]
+        ),
+        ALTER,
+    )
+    listed = [
+        [(e.entity_type, e.entity_name) for e in entry.entity]
+        for entry in answer(session, describe_request([]), DESCRIBE).entries
+    ]
+    # As a Kafka 4.2 broker holding the same quotas listed them; y2 and y3 share a bucket of its map,
+    # where the order they were put in (the broker's history) decides, which the proxy does not have.
+    assert listed[:3] == [[("user", "y1")], [("client-id", "c1"), ("user", "alice")], [("ip", None)]]
+    assert sorted(listed[3:5]) == [[("client-id", "y3")], [("user", "y2")]]
+    assert listed[5] == [("client-id", None), ("user", None)]

@@ -20,7 +20,15 @@ from tests.support import attack_frames
 from tests.support.builds import Build
 from tests.support.messages import create_topics_request, framed_request
 from tests.support.sasl_messages import answer, authenticate, handshake, handshake_answer
-from tests.support.session_double import correlation_ids, metadata_answer, metadata_request, services_for, taken
+from tests.support.session_double import (
+    correlation_ids,
+    metadata_answer,
+    metadata_request,
+    produce,
+    produce_answer,
+    services_for,
+    taken,
+)
 
 SASL_REQUIRED = 'client_sasl = "required"\n'  # keys of [proxy] (session_double's PROXY)
 
@@ -87,11 +95,24 @@ def test_after_plain_authentication_requests_flow_and_the_limit_is_gone(build: B
     assert session.refusal is None and session.receive_limit is None and session.user == "alice"
 
 
-def test_a_request_before_a_plain_exchange_ends_is_refused(build: Build) -> None:
-    session, _ = build.session_with(SASL_REQUIRED)
-    session.client_data(handshake(1, "PLAIN") + metadata_request(2), now=0.0)
-    assert correlation_ids(taken(session.to_broker), 8) == [1]
-    assert session.refusal_reason == BEFORE_AUTHENTICATION
+def test_a_request_before_a_plain_exchange_ends_is_the_brokers_to_answer_and_nothing_after_it_is_read(
+    build: Build,
+) -> None:
+    """After a SaslHandshake the broker's authenticator answers any request but SaslAuthenticate with
+    that API's error response (ILLEGAL_SASL_STATE) and closes: the proxy forwards it as it came, hooks
+    nothing (DescribeClientQuotas is not the proxy's to answer here), and reads nothing after it."""
+    services = services_for(SASL_REQUIRED)
+    admin = QuotaAdmin(services.engine.table, {}, (), None, lambda quotas, now: None, "anyone")
+    session = build.session(replace(services, quota_admin=admin))
+    session.broker_connected(0.0)
+    stray = framed_request(DescribeClientQuotasRequest(version=1, components=[], strict=False), 2)
+    session.client_data(handshake(1, "PLAIN") + stray + metadata_request(3), now=0.0)
+    assert correlation_ids(taken(session.to_broker), 8) == [1, 2], "the stray as it came, nothing after it"
+    assert session.refusal_reason == BEFORE_AUTHENTICATION and session.awaiting_answers
+    illegal_sasl_state = pack(">i", 2) + b"\x00" + pack(">ih", 0, 34) + b"\x01\x00\x00"  # the broker's answer
+    session.broker_data(handshake_answer(1) + pack(">i", len(illegal_sasl_state)) + illegal_sasl_state, now=0.0)
+    assert correlation_ids(taken(session.to_client), 4) == [1, 2]
+    assert not session.awaiting_answers, "answered: the connection closes, as the broker's does"
 
 
 def test_after_a_successful_gssapi_round_the_first_other_request_ends_the_exchange(build: Build) -> None:
@@ -153,3 +174,33 @@ def test_the_proxys_own_time_for_an_exchange_is_charged_to_the_senders_request_t
     session.broker_data(metadata_answer(2, {1: ("kafka-1", 9092)}), now=2.010)
     assert correlation_ids(taken(session.to_client), 4) == [2]
     assert stats.request_seconds == pytest.approx(0.005 + 0.010 + 0.005), "the broker's 10 ms and the rewrite's 5"
+
+
+THRESHOLDS = "[topic_thresholds]\ntotal_bytes_in_per_sec = 1000\n[topic_thresholds.topics]\nbig = 100\n"
+
+
+def test_a_produce_of_more_topics_than_max_decoded_elements_is_refused_where_thresholds_apply(build: Build) -> None:
+    """Per-topic thresholds decode a produce's topic names: no more of them than max_decoded_elements."""
+    session, _ = build.session_with("max_decoded_elements = 10\n" + THRESHOLDS)
+    session.client_data(produce(1, {f"topic-{i}": b"" for i in range(11)}), now=0.0)
+    assert session.refusal_reason == DECODED_ELEMENTS_LIMIT and "proxy.max_decoded_elements" in session.refusal
+    assert session.to_broker == []
+    within, _ = build.session_with("max_decoded_elements = 10\n" + THRESHOLDS)
+    within.client_data(produce(1, {f"topic-{i}": b"" for i in range(10)}), now=0.0)
+    assert within.refusal is None and taken(within.to_broker), "within the limit: forwarded"
+
+
+def test_a_threshold_refusal_grows_with_the_refused_partitions_not_with_their_square(build: Build) -> None:
+    """Each refused partition says why its own topic was refused: a message naming every refused topic,
+    repeated in every partition, made 2 000 refused topics a 2 000 x 60 kB answer."""
+    topics = "\n".join(f'"t{i}" = 1' for i in range(2000))
+    session, _ = build.session_with(THRESHOLDS.replace("= 1000", "= 10000").replace("big = 100", topics))
+    flood = {f"t{i}": b"x" * 20 for i in range(2000)}  # every topic over its own, and the total over its own
+    session.client_data(produce(1, {**flood, "t0": b"b" * 120_000}), now=0.0)
+    session.broker_data(produce_answer(1, list(flood)), now=0.0)
+    taken(session.to_broker), taken(session.to_client)
+    session.unmute(now=session.muted_until)
+    session.client_data(produce(2, flood), now=session.muted_until)
+    answer = taken(session.to_client)
+    assert session.to_broker == [] and answer, "every topic refused: the proxy answers"
+    assert len(answer) < 2000 * 200, f"{len(answer)} bytes for 2 000 refused partitions"

@@ -3,6 +3,7 @@ the same addresses and topics learned by the proxy, over long runs of repeated r
 
 from __future__ import annotations
 
+import tracemalloc
 import uuid
 from struct import pack, unpack_from
 
@@ -164,3 +165,23 @@ def test_the_memo_holds_at_most_its_byte_bound_and_never_a_body_over_its_largest
     big = metadata(4, ((1, "kafka-1"),), tuple(TOPICS))
     memo(response_frame(ApiKey.METADATA, 4, big), 4, cluster)
     assert all(len(body) <= size for _, body in memo.entries)
+
+
+def test_a_body_over_the_largest_kept_is_neither_copied_nor_hashed() -> None:
+    """A body the memo will not keep cannot be found in it either: looking it up copied and hashed
+    megabytes a client sized (a DescribeConfigs of 50 000 topics) for nothing."""
+    seen: list[object] = []
+
+    def rewrite(frame: memoryview, version: int, cluster: object) -> None:
+        seen.append(type(cluster))
+
+    memo = RewriteMemo(rewrite, ApiKey.DESCRIBE_CONFIGS, max_body_bytes=1 << 20)
+    frame = memoryview(pack(">ii", 4 + (4 << 20), 7) + b"\x00" + bytes(4 << 20))
+    tracemalloc.start()
+    try:
+        assert memo.rewritten(frame, 4, Cluster()) is None
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"{peak} bytes allocated to look up a body of 4 MiB"
+    assert seen == [Cluster] and not memo.entries, "rewritten as it is, with the cluster itself"

@@ -230,3 +230,32 @@ def test_without_sasl_on_the_brokers_listener_no_limit_applies_before_the_first_
     session, _ = build.session_with('client_sasl = "none"\n')
     session.client_data(big_produce(1), now=0.0)
     assert session.refusal is None and correlation_ids(taken(session.to_broker), 8) == [1]
+
+
+ILLEGAL_SASL_STATE = 34
+
+
+def test_a_sasl_authenticate_after_authentication_is_the_brokers_to_refuse_and_what_follows_it_flows(
+    build: Build,
+) -> None:
+    """The broker answers a SaslAuthenticate after authentication with ILLEGAL_SASL_STATE and goes on
+    (KafkaApis.handleSaslAuthenticateRequest). The proxy reads nothing of it (a client sizes it: a
+    90 MB token was decoded and parsed as JSON on the loop), keeps the user, and drops nothing after
+    it (the requests that waited for its answer were dropped as if it had ended the connection)."""
+    session, _ = build.session_with('client_sasl = "required"\n' + ALICE_QUOTA)
+    session.client_data(handshake(1, "PLAIN") + authenticate(2, b"\0alice\0alice-secret"), now=0.0)
+    session.broker_data(handshake_answer(1) + answer(2), now=0.0)
+    taken(session.to_broker), taken(session.to_client)
+    assert session.user == "alice" and session.receive_limit is None
+    token = unsecured_jws({"sub": "bob", "pad": [[[[[]]]]] * 200_000})  # ~2.8 MB of JSON
+    session.client_data(authenticate(3, oauth_first(token)) + produce(4, {"t": b"r"}), now=1.0)
+    assert correlation_ids(taken(session.to_broker), 8) == [3, 4], "nothing waits for its answer"
+    session.broker_data(answer(3, ILLEGAL_SASL_STATE) + produce_answer(4, ["t"]), now=1.0)
+    assert correlation_ids(taken(session.to_client), 4) == [3, 4]
+    assert session.user == "alice" and session.refusal is None
+
+
+def test_a_token_nested_deeper_than_json_reads_claims_no_user(build: Build) -> None:
+    token = unsecured_jws({"sub": "x"}).split(".")
+    payload = base64.urlsafe_b64encode(b"[" * 100_000).rstrip(b"=").decode()
+    assert jws_claim(".".join((token[0], payload, "")), "sub") is None

@@ -55,7 +55,7 @@ def test_an_authentication_moves_through_its_phases_and_opens_at_the_brokers_suc
     assert session.holding, "the heartbeat waits for the authentication's answer"
     session.broker_data(answer(2), now=0.0)
     phases.append(core.PHASES[session.phase])
-    assert phases == ["AUTHENTICATING", "AUTHENTICATING", "AWAITING_AUTHENTICATION", "OPEN"]
+    assert phases == ["AUTHENTICATING", "EXCHANGING", "AWAITING_AUTHENTICATION", "OPEN"]
     assert session.user == "alice" and not session.holding
     assert taken(session.to_broker).endswith(heartbeat_request(3))
 

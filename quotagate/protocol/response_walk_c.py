@@ -1,0 +1,1 @@
+response_walk.py
