@@ -447,9 +447,7 @@ def _whole_frames(data: bytes) -> None:
 def _fuzz_session(build: Build, sasl: bool, alter: bool) -> Session:
     """A session with every hook in use; `alter`: the client may alter the proxy's quotas (and the
     broker decides who describes them), else it may not (and the proxy answers describes alone)."""
-    services = services_for(
-        ('client_sasl = "required"\n' if sasl else 'client_sasl = "none"\n') + FUZZ_CONFIG
-    )
+    services = services_for(('client_sasl = "required"\n' if sasl else 'client_sasl = "none"\n') + FUZZ_CONFIG)
     access = "broker" if alter else "anyone"
     principals = (ANONYMOUS,) if alter else ()
     admin = QuotaAdmin(services.engine.table, {}, principals, None, lambda quotas, now: None, access, 40)
