@@ -66,8 +66,8 @@ def test_a_frame_fed_one_byte_at_a_time_is_joined_once_it_is_whole(frames: Modul
 def test_a_frame_sent_a_few_bytes_at_a_time_is_held_in_about_its_own_size(frames: ModuleType) -> None:
     """A partial frame's small reads are gathered, not kept one by one: sent three bytes at a time, a
     1 MiB frame held a Python object per read, 15.5 MB for the 1 MiB partial_frames_max_bytes counted
-    (a quarter of it here)."""
-    data = pack(">i", 1 << 18) + bytes(range(256)) * 1024
+    (64 KiB here)."""
+    data = pack(">i", 1 << 16) + bytes(range(256)) * 256
     last = len(data) - 3
     splitter = frames.splitter(1 << 20)
     tracemalloc.start()
