@@ -138,8 +138,8 @@ test-canary: venv kafka-jars
 
 # The pipeline where platform teams run it (tests/pipeline/test_storage.py): `quotagate pipeline all` on a
 # standalone Spark cluster of two workers against S3Proxy and against HDFS, both started on 127.0.0.1,
-# then the same ingest again. make test runs its slice, the object store (on a worker of its own);
-# this target runs every store.
+# then the same ingest again: minutes a store, over ten under load, so make test leaves it to this target
+# (storage_only) and keeps the storage code's quicker tests (test_table.py, test_spark_jars.py).
 .PHONY: test-storage
 test-storage: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars
 	$(PY) -m pytest -q -rs --durations=10 -p no:randomly tests/pipeline/test_storage.py $(PYTEST_ARGS)

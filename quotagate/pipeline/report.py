@@ -1,13 +1,15 @@
 """report: one self-contained HTML file (styles, data and the drawing script inline; no network).
 
-Three parts a person reads at a glance: usage over time for the top entities (bytes in and out per
+Four parts a person reads at a glance: usage over time for the top entities (bytes in and out per
 second, throttled seconds marked), what-if curves (quota → share of seconds throttled, the token
-bucket beside Kafka's sampled rate, the recommendation marked), and the recommendations next to
-the current quotas (the quota the records say was in force) with, at that quota, the replay's
-prediction beside what the proxy recorded (or, for a shadow quota, observed). The charts are SVG
-drawn by a small inline script from JSON embedded in the page; each chart says how many lines it
-drew in its data-drawn attribute. Every axis is labelled (clock time in UTC, quota ticks in the
-key's unit) and every line is named at its end, so no colour needs the legend.
+bucket beside Kafka's sampled rate, the recommendation marked), the recommendations next to the
+current quotas (the quota the records say was in force) with, at that quota, the replay's
+prediction beside what the proxy recorded (or, for a shadow quota, observed), and the top entities'
+produce topic by topic (the topics a proxy did not name, beyond its usage.topics_per_entity, in a
+row that says so). The charts are SVG drawn by a small inline script from JSON embedded in the
+page; each chart says how many lines it drew in its data-drawn attribute. Every axis is labelled
+(clock time in UTC, quota ticks in the key's unit) and every line is named at its end, so no colour
+needs the legend.
 """
 
 from __future__ import annotations
@@ -15,15 +17,19 @@ from __future__ import annotations
 import html
 import json
 import math
+import operator
 import re
+from functools import reduce
 
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from quotagate.pipeline.rollup import per_entity_topic_second, per_second
+from quotagate.pipeline.rollup import ENTITY, TOPIC, per_entity_topic_second, per_second
 
 TOP_ENTITIES = 6
+TOP_TOPICS = 5  # per entity; the rest of its named topics in one row
+OTHER_TOPICS_LABEL = "topics the proxy did not name (beyond its usage.topics_per_entity), summed"
 # The unit each quota key is in, everywhere the report prints one (request_percentage: of one thread).
 UNITS = {
     "producer_byte_rate": "B/s",
@@ -35,24 +41,51 @@ UNITS = {
 
 def report_data(table: DataFrame, whatif: DataFrame, recommendations: pd.DataFrame, top: int = TOP_ENTITIES) -> dict:
     """What the page shows, small enough for the driver: the top entities by bytes moved."""
-    seconds = per_second(per_entity_topic_second(table))
-    totals = seconds.groupBy("user", "client_id").agg(F.sum(F.col("bytes_in") + F.col("bytes_out")).alias("moved"))
-    leaders = totals.orderBy(F.col("moved").desc()).limit(top)
-    series = seconds.join(leaders.select("user", "client_id"), ["user", "client_id"]).orderBy("second").toPandas()
-    # The byte-rate quotas in force, per second, as the records name them (null: unlimited, unknown)
-    in_force = (
-        table.join(leaders.select("user", "client_id"), ["user", "client_id"])
-        .groupBy("user", "client_id", F.floor(F.col("ts") / 1000).cast("long").alias("second"))
-        .agg(
-            F.max("quota_producer_byte_rate").alias("producer_quota"),
-            F.max("quota_consumer_byte_rate").alias("consumer_quota"),
+    by_entity_topic = per_entity_topic_second(table).cache()  # one pass over the records for both views
+    try:
+        seconds = per_second(by_entity_topic)
+        moved = seconds.groupBy(*ENTITY).agg(F.sum(F.col("bytes_in") + F.col("bytes_out")).alias("moved"))
+        leaders = moved.orderBy(F.col("moved").desc(), *ENTITY).limit(top).collect()
+        order = [(row["user"], row["client_id"]) for row in leaders]
+        # the leaders named in each query, not joined: each would compute them again
+        each = ((F.col("user") == user) & (F.col("client_id") == client_id) for user, client_id in order)
+        leading = reduce(operator.or_, each, F.lit(False))
+        series = seconds.where(leading).orderBy("second").toPandas()
+        # The byte-rate quotas in force, per second, as the records name them (null: unlimited, unknown)
+        in_force = (
+            table.where(leading)
+            .groupBy(*ENTITY, F.floor(F.col("ts") / 1000).cast("long").alias("second"))
+            .agg(
+                F.max("quota_producer_byte_rate").alias("producer_quota"),
+                F.max("quota_consumer_byte_rate").alias("consumer_quota"),
+            )
+            .toPandas()
         )
-        .toPandas()
-    )
-    series = series.merge(in_force, on=["user", "client_id", "second"], how="left")
-    curves = whatif.join(leaders.select("user", "client_id"), ["user", "client_id"]).orderBy("quota").toPandas()
-    order = [(r["user"], r["client_id"]) for r in leaders.collect()]
-    return {"order": order, "series": series, "curves": curves, "recommendations": recommendations}
+        curves = whatif.where(leading).orderBy("quota").toPandas()
+        topics = (
+            per_second(by_entity_topic.where(leading), by_topic=True)
+            .groupBy(*ENTITY, *TOPIC)
+            .agg(F.sum("bytes_in").alias("bytes_in"))
+            .toPandas()
+        )
+    finally:
+        by_entity_topic.unpersist()
+    series = series.merge(in_force, on=[*ENTITY, "second"], how="left")
+    return {"order": order, "series": series, "curves": curves, "recommendations": recommendations, "topics": topics}
+
+
+def topic_rows(topics: pd.DataFrame, top: int = TOP_TOPICS) -> list[tuple[str, int]]:
+    """One entity's produce by topic (its rows of report_data's "topics"), as the page lists it:
+    (what, bytes in) for its `top` topics by bytes in, the rest of its named topics in one row, the
+    topics the proxy did not name in another; the rows sum to the entity's produce bytes."""
+    named = topics[~topics["other_topics"]].sort_values(["bytes_in", "topic"], ascending=[False, True])
+    rows = [(str(row["topic"]), int(row["bytes_in"])) for _, row in named.head(top).iterrows()]
+    if len(named) > top:
+        rows.append((f"{len(named) - top} more topics", int(named["bytes_in"].iloc[top:].sum())))
+    other = topics[topics["other_topics"]]
+    if len(other):
+        rows.append((OTHER_TOPICS_LABEL, int(other["bytes_in"].sum())))
+    return rows
 
 
 def _clean(value: float) -> float | None:
@@ -111,18 +144,35 @@ def render_report(data: dict, title: str = "quotagate usage report") -> str:
         + "</tr>"
         for _, row in recommendations.sort_values(["user", "client_id", "quota_key"]).iterrows()
     )
-    parts = {"__TITLE__": html.escape(title), "__DATA__": script_json({"entities": entities}), "__ROWS__": table_rows}
+    parts = {
+        "__TITLE__": html.escape(title),
+        "__DATA__": script_json({"entities": entities}),
+        "__ROWS__": table_rows,
+        "__TOPICS__": _topic_table(data["topics"], data["order"]),
+    }
     # One pass over the template: a placeholder's text inside a name is data, never replaced again.
     return _PLACEHOLDER.sub(lambda match: parts[match.group(0)], PAGE)
 
 
-_PLACEHOLDER = re.compile("__TITLE__|__DATA__|__ROWS__")
+_PLACEHOLDER = re.compile("__TITLE__|__DATA__|__ROWS__|__TOPICS__")
 # Inside a <script> element the HTML parser looks for `</script`, and `<!--` with `<script` sends it
 # into a state where the next `</script>` no longer ends the element; U+2028/9 end a line in older
 # JavaScript. JSON may spell every one of these characters as an escape, and then none can occur.
 _SCRIPT_UNSAFE = str.maketrans(
     {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 )
+
+
+def _topic_table(topics: pd.DataFrame, order: list[tuple[str, str]]) -> str:
+    """The rows of the produce-by-topic table: per entity, topic_rows with each one's share."""
+    rows = []
+    for user, client_id in order:
+        mine = topic_rows(topics[(topics["user"] == user) & (topics["client_id"] == client_id)])
+        total = sum(bytes_in for _, bytes_in in mine)
+        for what, bytes_in in mine:
+            cells = (user, client_id, what, f"{bytes_in:,}", f"{bytes_in / total:.1%}" if total else "–")
+            rows.append("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>")
+    return "".join(rows)
 
 
 def script_json(data: object) -> str:
@@ -203,6 +253,9 @@ td:nth-child(-n+3),th:nth-child(-n+3){text-align:left}
 <p>Quotas, peaks and rates are in each key's unit: bytes a second, or percent of one thread for
 request_percentage. "Time held at the quota" is the amount charged over it ÷ the quota. For a shadow
 quota the second figure is what it observed on live traffic (it never throttled anyone).</p>
+<h2>Produce by topic (top entities)</h2>
+<table class="topics"><tr><th>user</th><th>client_id</th><th>topic</th><th>bytes in</th>
+<th>share of the entity's produce bytes</th></tr>__TOPICS__</table>
 <script type="application/json" id="data">__DATA__</script>
 <script>
 (function () {

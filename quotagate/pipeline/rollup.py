@@ -4,6 +4,11 @@ Per second: sums of requests, bytes in/out, request time, partitions mutated, th
 Per minute: the same sums, the p50/p95/p99/max of the per-second bytes in/out, requests and
 request time, and the share of active seconds in which some request was throttled. A v2 record
 longer than a second counts in the second it starts.
+
+The per-topic tables hold produce topics only. A proxy names at most `usage.topics_per_entity` topics
+of an entity in an interval and sums the rest in one row (its topic is `<other topics>`, no topic's
+name): here that row has no topic (null) and `other_topics` true, so it is never read as a topic,
+and an entity's topic rows still sum to its produce traffic.
 """
 
 from __future__ import annotations
@@ -11,7 +16,10 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from quotagate.proxy.usage_collectors import OTHER_TOPICS
+
 ENTITY = ["user", "client_id"]
+TOPIC = ["topic", "other_topics"]  # the per-topic tables' key beside the entity (produce_topics)
 SUMS = [
     "requests",
     "bytes_in",
@@ -37,17 +45,25 @@ def per_entity_topic_second(table: DataFrame) -> DataFrame:
 
 
 def per_second(by_entity_topic: DataFrame, by_topic: bool = False) -> DataFrame:
-    """Per (entity, second), or per (entity, topic, second) for the rows naming a topic, from
-    `per_entity_topic_second`."""
+    """Per (entity, second), or per (entity, topic, second) for produce rows, from
+    `per_entity_topic_second` (by_topic: the entity's other topics in the row with `other_topics`)."""
     if by_topic:
-        seconds = by_entity_topic.where(F.col("topic") != "")
+        seconds = produce_topics(by_entity_topic.where(F.col("topic") != ""))
     else:
         seconds = by_entity_topic.groupBy(*ENTITY, "second").agg(*(F.sum(name).alias(name) for name in SUMS))
     return seconds.withColumn("throttled", (F.col("throttled_requests") > 0).cast("int"))
 
 
+def produce_topics(rows: DataFrame) -> DataFrame:
+    """`rows` (produce rows, by topic) with `other_topics`: true for the row summing the topics the
+    proxy did not name, whose topic is then null."""
+    other = F.col("topic") == OTHER_TOPICS
+    rest = [name for name in rows.columns if name not in (*ENTITY, "topic")]
+    return rows.select(*ENTITY, F.when(~other, F.col("topic")).alias("topic"), other.alias("other_topics"), *rest)
+
+
 def per_minute(seconds: DataFrame, by_topic: bool = False) -> DataFrame:
-    keys = [*ENTITY, "topic"] if by_topic else ENTITY
+    keys = [*ENTITY, *TOPIC] if by_topic else ENTITY
     # A minute holds at most 60 seconds: their percentiles are read off the sorted values (the value
     # of rank ceil(q × n), what percentile_approx gives for so few, at a third of its cost).
     spreads = [F.sort_array(F.collect_list(name)).alias(f"_{name}") for name in SPREAD]

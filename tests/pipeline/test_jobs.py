@@ -11,10 +11,12 @@ from pyspark.sql import functions as F
 
 from quotagate.pipeline.ingest import ingest_files
 from quotagate.pipeline.recommend import recommend, to_kafka_configs, to_toml, with_current
+from quotagate.pipeline.report import OTHER_TOPICS_LABEL, render_report, report_data
 from quotagate.pipeline.rollup import per_entity_topic_second, release, rollup
 from quotagate.pipeline.synthetic import START_MS, SyntheticEntity, synthetic_aggregates, synthetic_requests
 from quotagate.pipeline.table import read_table
 from quotagate.pipeline.whatif import whatif
+from quotagate.proxy.usage_collectors import OTHER_TOPICS
 from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 
 QUOTA = 100_000.0  # bytes/s
@@ -97,6 +99,29 @@ def test_rollup_aggregates_the_records_once_for_its_four_tables_and_release_drop
     assert tables["entity_second"].count() == 5 and tables["topic_second"].count() == 5
     release(table)
     assert not per_entity_topic_second(table).storageLevel.useMemory, "release left it cached"
+
+
+def test_the_topics_a_proxy_did_not_name_are_labelled_so_and_still_sum_into_the_entity(spark) -> None:
+    # One entity's produce: 30 kB/s to "orders", and 20 kB/s to topics beyond the proxy's
+    # usage.topics_per_entity, which its records sum in rows whose topic is "<other topics>".
+    rows = [SyntheticEntity("alice", "many", 30_000, 10, topic="orders")]
+    rows.append(SyntheticEntity("alice", "many", 20_000, 5, topic=OTHER_TOPICS))
+    table = synthetic_aggregates(spark, rows[:1], SECONDS).unionByName(synthetic_aggregates(spark, rows[1:], SECONDS))
+    tables = rollup(table)
+    by_topic = {(r["topic"], r["other_topics"]): r["bytes_in"] for r in tables["topic_minute"].collect()}
+    assert by_topic == {("orders", False): 30_000 * SECONDS, (None, True): 20_000 * SECONDS}, "no topic is named so"
+    seconds = tables["topic_second"].where("other_topics").collect()
+    assert len(seconds) == SECONDS and {r["topic"] for r in seconds} == {None}
+    (minute,) = tables["entity_minute"].collect()
+    assert (minute["bytes_in"], minute["requests"]) == (50_000 * SECONDS, 15 * SECONDS), "the entity's sums are whole"
+    release(table)
+
+    results = whatif(table, CANDIDATE)
+    page = render_report(report_data(table, results, with_current(recommend(results).toPandas(), None)))
+    topics = page.split("Produce by topic")[1]
+    assert "<td>orders</td><td>1,800,000</td><td>60.0%</td>" in topics, topics
+    assert f"<td>{OTHER_TOPICS_LABEL}</td><td>1,200,000</td><td>40.0%</td>" in topics, topics
+    assert "other topics&gt;" not in topics
 
 
 def write_jsonl(path: Path, lines: list[str]) -> None:
