@@ -89,7 +89,7 @@ PYTEST_ARGS ?=
 # keeps the Spark tests, the users of the 3-node cluster and the machine-wide runs each on one worker and
 # starts them first; each worker picks its own ports above the ephemeral range (tests/support/proxy_fixtures.py).
 PYTEST_WORKERS ?= 3
-test: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars prometheus-tools compose-tools helm-tool chromium redis-tools franz-go-suite go-kadm-quotas
+test: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars prometheus-tools compose-tools helm-tool chromium redis-tools tmux-tool franz-go-suite go-kadm-quotas
 	$(VENV)/bin/ruff check .
 	QUOTAGATE_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit  # the same sources, interpreted
 	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m "not matrix_only and not storage_only and not fetch_shape_only and not sarama_only" $(PYTEST_ARGS)
@@ -169,6 +169,7 @@ docs: venv
 	mv docs/configuration.md.tmp docs/configuration.md
 	$(PY) -m quotagate metrics-reference > docs/metrics.md.tmp
 	mv docs/metrics.md.tmp docs/metrics.md
+	$(PY) -m quotagate.proxy.usage_fields  # the usage fields' tables and the collectors' generated sections
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache
@@ -220,6 +221,11 @@ bench-preauth-memory: venv
 .PHONY: bench-client-id-memory
 bench-client-id-memory: venv
 	$(PY) -m bench.client_id_memory
+
+# The proxy's RSS with usage records off, as aggregates (Parquet) and per request (JSONL) (~4 min).
+.PHONY: bench-usage-memory
+bench-usage-memory: venv
+	$(PY) -m bench.usage_memory
 
 # The proxy's Python cost per exchange, in-process, without sockets (~15 s; also the end of make bench).
 .PHONY: bench-hot-path
@@ -332,6 +338,11 @@ test-sarama-quotas: venv kafka-jars go-quota-clients
 .PHONY: chromium
 chromium:
 	bash scripts/ensure_debian_tools.sh chromium chromium
+
+# tmux (Debian's package): tests/integration/test_top.py runs `quotagate top` in it, sends keys and reads the screen.
+.PHONY: tmux-tool
+tmux-tool:
+	bash scripts/ensure_debian_tools.sh tmux tmux
 
 # redis-server (Debian's package; the service is not left running) for the shared-quota tests and bench.
 .PHONY: redis-tools

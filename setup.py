@@ -1,27 +1,25 @@
-"""The compiled builds of quotagate's hot modules (quotagate/compiled.py lists them).
+"""The compiled builds of quotagate's hot modules (quotagate/compiled.py lists them; read here by path).
 
 Each is one Python source, `X.py`, compiled as `X_c` from the symlink `X_c.py` with the C types of
 `X_c.pxd` beside it (Cython's pure Python mode). Without a C compiler the install goes on without
 them: the same sources then run interpreted. Everything else is in pyproject.toml.
 """
 
+import importlib.util
 import os
+from pathlib import Path
 
 from setuptools import Extension, setup
 
-# Kept in step with quotagate.compiled.MODULES (not imported: the package is not installed yet).
-COMPILED_MODULES = (
-    "quotagate.protocol.produce_walk",
-    "quotagate.protocol.frames",
-    "quotagate.protocol.wire_walk",
-    "quotagate.protocol.response_walk",
-    "quotagate.protocol.rewrite_memo",
-    "quotagate.quotas.token_bucket",
-    "quotagate.quotas.charging",
-    "quotagate.proxy.usage_collectors",
-    "quotagate.proxy.session_core",
-    "quotagate.proxy.connection_core",
-)
+
+def compiled_modules() -> tuple[str, ...]:
+    """quotagate.compiled.MODULES, from the file itself (standard library only): the package cannot be
+    imported before it is installed."""
+    path = Path(__file__).parent / "quotagate" / "compiled.py"
+    spec = importlib.util.spec_from_file_location("quotagate_compiled", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.MODULES
 
 
 def extensions() -> list[Extension]:
@@ -30,7 +28,7 @@ def extensions() -> list[Extension]:
     from Cython.Build import cythonize
 
     return cythonize(
-        [Extension(name + "_c", [name.replace(".", "/") + "_c.py"]) for name in COMPILED_MODULES],
+        [Extension(name + "_c", [name.replace(".", "/") + "_c.py"]) for name in compiled_modules()],
         compiler_directives={
             "language_level": "3",
             "annotation_typing": False,  # the C types are the .pxd's alone

@@ -8,7 +8,8 @@ bench/floor_forwarder.py (the least a Python proxy on uvloop does per request), 
 - haproxy: TCP mode, the L4 hop the targets are stated against;
 - floor: forward each read, nothing else: what the asyncio glue costs before any Kafka logic;
 - A and B: quotagate from two package directories (default: this checkout for both, which measures
-  the noise), each with quotas that never bind (every request resolved and charged).
+  the noise), each with quotas that never bind (every request resolved and charged), and with
+  `--usage` usage records on as operators run them (v2 aggregates to Parquet).
 
 Workloads: the small produce requests of `make bench` (4 producers, one 100 B record per request),
 and with `--workloads small_requests,connections` also its 200 connections of ApiVersions/Metadata.
@@ -83,6 +84,7 @@ def main() -> None:
     parser.add_argument("--producers", type=int, default=4)
     parser.add_argument("--connection-seconds", type=float, default=5.0)
     parser.add_argument("--workloads", default="small_requests", help=f"comma-separated, of {', '.join(WORKLOADS)}")
+    parser.add_argument("--usage", action="store_true", help="A and B with usage records on (v2 aggregates to Parquet)")
     parser.add_argument("--out", type=Path, default=RESULTS / "ab.json")
     args = parser.parse_args()
     selected = [w for w in args.workloads.split(",") if w]
@@ -101,7 +103,8 @@ def main() -> None:
         stack.callback(children[FLOOR].stop)
         for name, package in ((A, args.a), (B, args.b)):
             base = BASES[name]
-            config = harness.quotagate_config(base, quotas=True)
+            usage = workdir / f"{name}-usage" if args.usage else None
+            config = harness.quotagate_config(base, quotas=True, usage_directory=usage)
             if "broker_node_ids" not in (package / "quotagate" / "config" / "settings.py").read_text():
                 # A version from before the key: its broker ports did not have to be declared.
                 config = config.replace("broker_node_ids = [1, 8]\n", "")

@@ -1,7 +1,8 @@
 """Command line: `quotagate run --config FILE`, `quotagate check-config FILE` (validates the file and
 prints the effective configuration), `quotagate probe --config FILE [--ready]` (a container health
 check of the running proxy), `quotagate explain --user U --client-id C (--admin URL | --config FILE)`
-(which quota applies to a client, and why), `quotagate config-reference` (docs/configuration.md),
+(which quota applies to a client, and why), `quotagate top --url URL...` (a live view of running
+proxies, with the `top` extra), `quotagate config-reference` (docs/configuration.md),
 `quotagate metrics-reference` (docs/metrics.md), `quotagate pipeline JOB` (the usage pipeline on
 Spark, with the `pipeline` extra) and `quotagate --version`."""
 
@@ -269,6 +270,45 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _top(args: argparse.Namespace) -> int:
+    """The live view of the proxies at args.url: each is read once before the screen opens, so that a
+    wrong address is an error naming it rather than an empty table."""
+    from quotagate.top.rows import TopTable
+    from quotagate.top.scrape import ProxyUnreachable, Scrape, scrape_all
+
+    try:
+        from quotagate.top.app import TopApp
+    except ImportError as exc:
+        print(f"quotagate top needs the top extra ({exc}): pip install 'quotagate[top]'", file=sys.stderr)
+        return 2
+    urls = list(dict.fromkeys(args.url))
+
+    def poll() -> dict[str, Scrape | ProxyUnreachable]:
+        return scrape_all(urls, args.timeout)
+
+    first = poll()
+    failed = [result for result in first.values() if isinstance(result, ProxyUnreachable)]
+    for problem in failed:
+        print(f"quotagate top: {problem}", file=sys.stderr)
+    if failed:
+        return 1
+    table = TopTable(urls, args.sort)
+    table.update(first)
+    app = TopApp(table, poll, args.interval, Path(args.screenshot) if args.screenshot else None)
+    if args.screenshot:
+        app.run(headless=True, size=(args.width, args.height))
+    else:
+        app.run()
+    return app.return_code or 0
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
+
+
 class _Version(argparse.Action):
     """--version: the package's version, then `core: compiled` or `core: pure Python` (quotagate/compiled.py)."""
 
@@ -309,6 +349,21 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--config", help="resolve from this configuration file and its state file instead")
     explain.add_argument("--json", action="store_true", help="print the answer as JSON")
     explain.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for --admin (default 10)")
+    top = commands.add_parser(
+        "top", help="a live view of running proxies: entities by produce, fetch or request time (the top extra)"
+    )
+    top.add_argument(
+        "--url",
+        action="append",
+        required=True,
+        help="a proxy's metrics address (http://host:9190); give it once per proxy or worker, their rates are summed",
+    )
+    top.add_argument("--interval", type=_positive, default=1.0, help="seconds between two reads (default 1)")
+    top.add_argument("--sort", choices=("produce", "fetch", "request"), default="produce", help="the first order")
+    top.add_argument("--timeout", type=_positive, default=3.0, help="seconds to wait for a proxy (default 3)")
+    top.add_argument("--screenshot", metavar="FILE", help="save the view as SVG once rates are known, and exit")
+    top.add_argument("--width", type=int, default=160, help="--screenshot's columns (default 160)")
+    top.add_argument("--height", type=int, default=30, help="--screenshot's lines (default 30)")
     commands.add_parser("config-reference", help="print the reference of every key (docs/configuration.md)")
     commands.add_parser("metrics-reference", help="print the reference of every metric (docs/metrics.md)")
     from quotagate.pipeline.cli import add_parser as add_pipeline_parser
@@ -329,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
             return _probe(args.config, args.ready, args.timeout)
         if args.command == "explain":
             return _explain(args)
+        if args.command == "top":
+            return _top(args)
         if args.command == "config-reference":
             from quotagate.config.reference import reference_markdown
 

@@ -16,7 +16,8 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-# The compiled modules, in the order they import each other.
+# The compiled modules, in the order they import each other: each `X` here has its `X_c.pxd` (a test
+# checks both ways). Stated here only: setup.py reads it from this file (standard library imports only).
 MODULES = (
     "quotagate.protocol.produce_walk",
     "quotagate.protocol.frames",

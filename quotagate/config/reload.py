@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
 
 from quotagate.config.settings import Config, ConfigError, load_config
@@ -64,6 +64,49 @@ def reload_rule(section: str, key: str) -> ReloadRule:
         if rule.section == section and rule.key == "":
             return rule
     raise KeyError(f"no reload rule for {section}.{key}: add one to RELOAD_RULES (quotagate/config/reload.py)")
+
+
+def applied_config(running: Config, new: Config) -> Config:
+    """`running` with what RELOAD_RULES says a reload applies taken from `new`: a section whose rule
+    applies whole, or the keys of a section whose own rules apply; the rest keeps its running value
+    until a restart."""
+    changes = {}
+    for section in fields(Config):
+        name = section.name
+        before, after = getattr(running, name), getattr(new, name)
+        keyed = any(rule.section == name and rule.key for rule in RELOAD_RULES)
+        if keyed and is_dataclass(before) and is_dataclass(after):
+            keys = [key.name for key in fields(before) if reload_rule(name, key.name).applied]
+            changes[name] = replace(before, **{key: getattr(after, key) for key in keys})  # type: ignore[type-var]
+        elif reload_rule(name, "").applied:
+            changes[name] = after
+    return replace(running, **changes)
+
+
+class ReloadApplier:
+    """Applies reloaded configurations as RELOAD_RULES says, and nothing else: each group of sections
+    whose rules apply has one applier (called once per reload with the configuration as it now runs,
+    in the order of RELOAD_RULES), and refusing to be made when a section that a rule applies has no
+    applier, or an applier a section no rule applies: a rule added later cannot be left unapplied."""
+
+    def __init__(self, running: Config, appliers: dict[tuple[str, ...], Callable[[Config], None]]) -> None:
+        applied = {rule.section for rule in RELOAD_RULES if rule.applied}
+        given = {section for sections in appliers for section in sections}
+        if given != applied:
+            raise ValueError(
+                f"reload appliers for {sorted(given)}, while RELOAD_RULES applies {sorted(applied)}: "
+                "give each applied section one applier (quotagate/config/reload.py)"
+            )
+        order = [rule.section for rule in RELOAD_RULES]
+        self._appliers = sorted(appliers.items(), key=lambda item: min(order.index(s) for s in item[0]))
+        self.running = running
+
+    def apply(self, new: Config) -> Config:
+        """Applies `new` and returns the configuration that now runs."""
+        self.running = applied_config(self.running, new)
+        for _, applier in self._appliers:
+            applier(self.running)
+        return self.running
 
 
 @dataclass(frozen=True)

@@ -539,6 +539,17 @@ class UsageConfig:
             "max": 10_000_000,
         },
     )
+    buffer_records_per_user: int = field(
+        default=50_000,
+        metadata={
+            "doc": "One user's share of buffer_records: beyond it, that user's records (or new aggregate keys) are "
+            "dropped and counted, so that a tenant inventing client ids cannot take the buffer the others' "
+            "records need.",
+            "default": "buffer_records / 2",
+            "min": 1,
+            "max": 10_000_000,
+        },
+    )
     topics_per_entity: int = field(
         default=1000,
         metadata={
@@ -858,7 +869,10 @@ def _parse_tls(name: str, section: type[_Tls], table: Any) -> _Tls | None:
 
 
 def _parse_usage(table: dict[str, Any]) -> UsageConfig:
-    usage = UsageConfig(**_section_values("usage.", UsageConfig, table))
+    usage_values = _section_values("usage.", UsageConfig, table)
+    if "buffer_records_per_user" not in table:  # half the buffer, as if the file gave it
+        usage_values["buffer_records_per_user"] = max(1, usage_values["buffer_records"] // 2)
+    usage = UsageConfig(**usage_values)
     interval = usage.interval_seconds
     if interval * 1000 != int(interval * 1000) or interval < 0.001:
         raise ConfigError("usage.interval_seconds", f"must be a whole number of milliseconds, got {interval!r}")

@@ -14,102 +14,69 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from quotagate.proxy.usage_fields import (
+    AGGREGATE_SCHEMA_VERSION,
+    BOOL,
+    DOUBLE,
+    FIELDS,
+    IDENTITY,
+    INT32,
+    INT64,
+    QUOTA,
+    QUOTA_FIELDS,
+    STRING,
+    STRINGS,
+    V2_ADDED,
+    VERSIONS,
+    UsageField,
+    fields_of,
+)
 from quotagate.quotas.apis import TOPIC_NAMES, apis_with
-from quotagate.quotas.entities import RECORDED_KEYS
 
-SUPPORTED_VERSIONS = (1, 2)
+SUPPORTED_VERSIONS = VERSIONS
+# Every type is the usage field's (quotagate/proxy/usage_fields.py, the one place they are stated).
+SPARK_TYPES = {
+    INT32: T.IntegerType(),
+    INT64: T.LongType(),
+    DOUBLE: T.DoubleType(),
+    STRING: T.StringType(),
+    BOOL: T.BooleanType(),
+    STRINGS: T.ArrayType(T.StringType()),
+}
+
+
+def column(field: UsageField) -> T.StructField:
+    return T.StructField(field.name, SPARK_TYPES[field.type])
+
+
 # The quota in force for each key, and whether it was shadow (docs/usage-records.md): per key,
 # the value (null: unlimited, or not recorded) and the shadow flag (null: not recorded).
 # Then the windows that sized the bursts (null: not recorded).
-WINDOW_COLUMNS = [
-    T.StructField("quota_window_num", T.IntegerType()),
-    T.StructField("quota_window_size_seconds", T.DoubleType()),
-    T.StructField("controller_quota_window_num", T.IntegerType()),
-    T.StructField("controller_quota_window_size_seconds", T.DoubleType()),
-]
-QUOTA_COLUMNS = [
-    *(
-        T.StructField(name, kind)
-        for key in RECORDED_KEYS
-        for name, kind in ((f"quota_{key.value}", T.DoubleType()), (f"quota_{key.value}_shadow", T.BooleanType()))
-    ),
-    *WINDOW_COLUMNS,
-]
-QUOTA_COLUMN_NAMES = tuple(field.name for field in QUOTA_COLUMNS)
+QUOTA_COLUMNS = [column(field) for field in FIELDS if field.role == QUOTA]
+WINDOW_COLUMNS = [field for field in QUOTA_COLUMNS if "window" in field.name]
+QUOTA_COLUMN_NAMES = QUOTA_FIELDS
 
-# Every field of either version, as read from JSON or Parquet (absent fields read as null).
+# Every field of either version, as read from JSON or Parquet (absent fields read as null; any
+# integer as a long, as JSON gives it).
 RAW_SCHEMA = T.StructType(
-    [
-        T.StructField("v", T.LongType()),
-        T.StructField("ts", T.LongType()),
-        T.StructField("interval_ms", T.LongType()),
-        T.StructField("proxy", T.StringType()),
-        T.StructField("writer", T.StringType()),
-        T.StructField("seq", T.LongType()),
-        T.StructField("user", T.StringType()),
-        T.StructField("client_id", T.StringType()),
-        T.StructField("api_key", T.LongType()),
-        T.StructField("api_version", T.LongType()),
-        T.StructField("topic", T.StringType()),
-        T.StructField("topics", T.ArrayType(T.StringType())),
-        T.StructField("requests", T.LongType()),
-        T.StructField("bytes_in", T.LongType()),
-        T.StructField("bytes_out", T.LongType()),
-        T.StructField("request_time_ms", T.DoubleType()),
-        T.StructField("upstream_latency_ms", T.DoubleType()),
-        T.StructField("throttle_ms", T.LongType()),
-        T.StructField("throttle_ms_max", T.LongType()),
-        T.StructField("throttled_requests", T.LongType()),
-        T.StructField("refusals", T.LongType()),
-        T.StructField("partitions_mutated", T.LongType()),
-        T.StructField("decision", T.StringType()),
-        T.StructField("throttled_bytes", T.LongType()),
-        T.StructField("first_ms", T.LongType()),
-        T.StructField("last_ms", T.LongType()),
-        T.StructField("charge_offset_ms", T.DoubleType()),
-        T.StructField("shadow_throttle_ms", T.LongType()),
-        *QUOTA_COLUMNS,
-    ]
+    [T.StructField(field.name, T.LongType() if field.type == INT32 else SPARK_TYPES[field.type]) for field in FIELDS]
 )
 
+# The usage table every job reads: v2's fields (a v1 record becomes a row of them: interval_ms 0,
+# one row per produce topic), null where the records predate a field, and the partition column:
+# `date`, yyyy-MM-dd of ts.
 TABLE_SCHEMA = T.StructType(
-    [
-        T.StructField("v", T.IntegerType()),
-        T.StructField("ts", T.LongType()),  # epoch ms (UTC): the interval's start, or the request's time
-        T.StructField("interval_ms", T.IntegerType()),  # 0 for a v1 record (one request)
-        T.StructField("proxy", T.StringType()),
-        T.StructField("writer", T.StringType()),
-        T.StructField("seq", T.LongType()),
-        T.StructField("user", T.StringType()),
-        T.StructField("client_id", T.StringType()),
-        T.StructField("api_key", T.IntegerType()),
-        T.StructField("topic", T.StringType()),  # "" but for produce
-        T.StructField("requests", T.LongType()),
-        T.StructField("bytes_in", T.LongType()),
-        T.StructField("bytes_out", T.LongType()),
-        T.StructField("request_time_ms", T.DoubleType()),
-        T.StructField("throttle_ms", T.LongType()),
-        T.StructField("throttle_ms_max", T.LongType()),
-        T.StructField("throttled_requests", T.LongType()),
-        T.StructField("refusals", T.LongType()),
-        T.StructField("partitions_mutated", T.LongType()),
-        # Null where the records predate them: bytes the quota throttled (produce), and when the
-        # row's requests were charged (v2: first, last, summed offsets from ts; v1: null).
-        T.StructField("throttled_bytes", T.LongType()),
-        T.StructField("first_ms", T.LongType()),
-        T.StructField("last_ms", T.LongType()),
-        T.StructField("charge_offset_ms", T.DoubleType()),
-        # What shadow quotas would have added (null in tables made before it was kept), and the
-        # quota in force per key with its shadow flag, as the proxy recorded them.
-        T.StructField("shadow_throttle_ms", T.LongType()),
-        *QUOTA_COLUMNS,
-        T.StructField("date", T.StringType()),  # yyyy-MM-dd of ts, the table's partition column
-    ]
+    [*(column(field) for field in fields_of(AGGREGATE_SCHEMA_VERSION)), T.StructField("date", T.StringType())]
 )
 TABLE_COLUMNS = [field.name for field in TABLE_SCHEMA.fields]
 DEDUP_KEY = ["writer", "seq", "topic"]
-# v2 columns added after its first files (null when a file lacks them)
-V2_ADDED_COLUMNS = ("throttled_bytes", "first_ms", "last_ms", "charge_offset_ms", *QUOTA_COLUMN_NAMES)
+# v2 columns added after its first files (null when a file lacks them); the other measures are 0 there.
+V2_ADDED_COLUMNS = V2_ADDED
+V2_MEASURES = tuple(
+    field.name
+    for field in fields_of(AGGREGATE_SCHEMA_VERSION)
+    if field.role not in (IDENTITY, QUOTA) and field.name not in V2_ADDED
+)
 
 
 def conform(frame: DataFrame, schema: T.StructType) -> list[Column]:
@@ -197,21 +164,7 @@ def to_table(raw: DataFrame) -> DataFrame:
         "client_id",
         F.col("api_key").cast("int").alias("api_key"),
         F.coalesce(F.col("topic"), F.lit("")).alias("topic"),
-        *(
-            F.coalesce(F.col(name), F.lit(0)).cast(TABLE_SCHEMA[name].dataType).alias(name)
-            for name in (
-                "requests",
-                "bytes_in",
-                "bytes_out",
-                "request_time_ms",
-                "throttle_ms",
-                "throttle_ms_max",
-                "throttled_requests",
-                "refusals",
-                "partitions_mutated",
-                "shadow_throttle_ms",
-            )
-        ),
+        *(F.coalesce(F.col(name), F.lit(0)).cast(TABLE_SCHEMA[name].dataType).alias(name) for name in V2_MEASURES),
         *(F.col(name).cast(TABLE_SCHEMA[name].dataType).alias(name) for name in V2_ADDED_COLUMNS),
     )
     rows = v1_rows.unionByName(v2_rows)

@@ -48,9 +48,16 @@ from pyspark.sql import functions as F
 
 from quotagate.pipeline.schema import WINDOW_COLUMNS
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
-from quotagate.quotas.apis import BYTES_IN, BYTES_OUT, CHARGED_AT_READ, LONG_POLL, PARTITIONS_MUTATED, apis_with
+from quotagate.quotas.apis import (
+    BYTES_IN,
+    BYTES_OUT,
+    CHARGED_AT_READ,
+    LONG_POLL,
+    PARTITIONS_MUTATED,
+    RECORDED_KEYS,
+    apis_with,
+)
 from quotagate.quotas.engine import MS_PER_SECOND_PER_PERCENT, tokens_per_second
-from quotagate.quotas.entities import RECORDED_KEYS
 from quotagate.quotas.sampled_rate import SampledRate
 
 SLICES = 16  # charges per v2 aggregate at most

@@ -27,9 +27,9 @@ ElementsOverLimit = _wire.ElementsOverLimit
 _responses = compiled.load("quotagate.protocol.response_walk")
 usual_flexible_throttle_offset = _walk.usual_flexible_throttle_offset
 
-TRANSACTIONAL_ID_FROM = 3  # as produce_walk's (its C constants are not Python's to import)
+TRANSACTIONAL_ID_FROM = _walk.PRODUCE_TRANSACTIONAL_ID_FROM
 FLEXIBLE_FROM = 9
-TOPIC_ID_FROM = 13
+TOPIC_ID_FROM = _walk.PRODUCE_TOPIC_ID_FROM
 NODE_ENDPOINTS_TAG = 0
 # The highest version whose request the walks here read and whose response the class decodes (version_caps.py).
 READABLE_UP_TO: dict[int, int] = {ApiKey.PRODUCE: min(ProduceRequest.max_version, ProduceResponse.max_version)}

@@ -20,7 +20,10 @@ from quotagate.protocol.limits import MAX_ARRAY_ELEMENTS, MAX_STRING_BYTES, MAX_
 # index, error_code, base_offset, log_append_time_ms, log_start_offset
 PARTITION_BYTES = 30
 TRANSACTIONAL_ID_FROM = 3
-TOPIC_ID_FROM = 13
+TOPIC_ID_FROM = 13  # Produce v13 (KIP-516) names topics by id: 16 bytes, not a string
+# The same as Python names of the compiled module too (a cdef int is not one): produce.py reads them.
+PRODUCE_TRANSACTIONAL_ID_FROM = TRANSACTIONAL_ID_FROM
+PRODUCE_TOPIC_ID_FROM = TOPIC_ID_FROM
 # Kafka's readers' limits (protocol/limits.py): a request past one is malformed.
 MAX_TAGS = MAX_TAGGED_FIELDS
 MAX_ARRAY = MAX_ARRAY_ELEMENTS

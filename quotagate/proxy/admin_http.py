@@ -13,7 +13,8 @@ and closes the connection.
   503 with the reasons, as JSON.
 - /quotas: JSON view of quota state: the quotas in force, each key with its source ("file": the
   TOML file, "api": set with kafka-configs.sh / AlterClientQuotas), and for every tracked entity the
-  quota matched per key (level, entity, value), its tokens and its current throttle.
+  quota matched per key (level, entity, value), its tokens and its current throttle, and how many of
+  its connections are muted now.
 - /quotas/explain?user=U&client_id=C[&ip=A]: why each quota applies to that client, and which
   entries lost (quotagate.quotas.explain); user defaults to ANONYMOUS, client_id to "".
 """
@@ -24,7 +25,8 @@ import asyncio
 import json
 import logging
 import urllib.parse
-from collections.abc import Sized
+from collections import Counter
+from collections.abc import Collection, Sized
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -34,6 +36,7 @@ from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.quotas import ANONYMOUS, QuotaEngine, QuotaKey
+from quotagate.quotas.entities import bounded_name
 from quotagate.quotas.explain import explain
 
 log = logging.getLogger("quotagate.http")
@@ -41,6 +44,26 @@ log = logging.getLogger("quotagate.http")
 MAX_REQUEST_HEAD = 16 * 1024
 RENDERED_OFF_LOOP = frozenset({"/metrics", "/quotas", "/quotas/explain"})
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+
+
+class EntityOfSession(Protocol):
+    """Whose requests a client connection's session charges: its user and last client id."""
+
+    @property
+    def user(self) -> str: ...
+
+    @property
+    def entity_client_id(self) -> str: ...
+
+
+class HeldClient(Protocol):
+    """A client connection as /quotas reads it: muted or not, and whose."""
+
+    @property
+    def muted(self) -> bool: ...
+
+    @property
+    def session(self) -> EntityOfSession: ...
 
 
 class AdminContext(Protocol):
@@ -63,6 +86,9 @@ class AdminContext(Protocol):
 
     @property
     def delay_queue(self) -> Sized: ...  # how many connections are muted
+
+    @property
+    def clients(self) -> Collection[HeldClient]: ...  # which entities' connections are muted
 
     def readiness_problems(self) -> list[str]:
         """Why the proxy is not ready; empty when it is."""
@@ -168,6 +194,7 @@ class AdminHttpServer:
             }
             for entity, values in engine.table.items()
         ]
+        muted = self.muted_by_entity()
         entities = []
         for (user, client_id), _stats in sorted(list(proxy.entity_metrics.stats.items())):
             quotas = {}
@@ -184,8 +211,24 @@ class AdminHttpServer:
                     "throttle_ms": engine.would_throttle_ms(user, client_id, key, now),
                     "shadow": resolution.shadow,
                 }
-            entities.append({"user": user, "client_id": client_id, "quotas": quotas})
+            entities.append(
+                {
+                    "user": user,
+                    "client_id": client_id,
+                    "quotas": quotas,
+                    "muted_connections": muted.get((user, client_id), 0),
+                }
+            )
         return {"configured": configured, "entities": entities, "delay_queue_size": len(proxy.delay_queue)}
+
+    def muted_by_entity(self) -> Counter[tuple[str, str]]:
+        """(user, client id) -> its client connections muted for a quota now, keyed as the entity
+        metrics are (bounded names). list(): the loop adds and removes clients while this thread reads."""
+        return Counter(
+            (bounded_name(client.session.user), bounded_name(client.session.entity_client_id))
+            for client in list(self.proxy.clients)
+            if client.muted
+        )
 
 
 def _request_line(head: bytes) -> tuple[str, str]:

@@ -115,9 +115,10 @@ _SASL_HANDSHAKE, _SASL_AUTHENTICATE = int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SAS
 _DESCRIBE_CLIENT_QUOTAS = int(ApiKey.DESCRIBE_CLIENT_QUOTAS)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionServices:
-    """What a session decides with, shared by every session of one proxy; handed in, never looked up."""
+    """What a session decides with, shared by every session of one proxy; handed in, never looked up
+    (by keyword: proxy/server.py makes it, tests/support/session_double.py its doubles)."""
 
     engine: QuotaEngine
     topic_guard: TopicThresholdGuard

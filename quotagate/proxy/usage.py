@@ -46,9 +46,20 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from quotagate import compiled
 from quotagate.config.quota_state import fsync_folder
 from quotagate.config.settings import ConfigError
-from quotagate.quotas.apis import quota_keys
+from quotagate.proxy import usage_parquet
+from quotagate.proxy.usage_fields import (
+    AGGREGATE_COUNTERS,
+    AGGREGATE_SCHEMA_VERSION,
+    BY_NAME,
+    DOUBLE,
+    QUOTA_FIELDS,
+    REQUEST_SCHEMA_VERSION,
+    WINDOW_FIELDS,
+    names_of,
+)
+from quotagate.quotas.apis import RECORDED_KEYS, quota_keys
 from quotagate.quotas.engine import QuotaWindows
-from quotagate.quotas.entities import RECORDED_KEYS, QuotaKey, QuotaTable
+from quotagate.quotas.entities import QuotaKey, QuotaTable
 
 if TYPE_CHECKING:
     from quotagate.config.settings import UsageConfig
@@ -62,33 +73,16 @@ _json_line = _collectors.json_text
 UsageRecord = _collectors.UsageRecord
 RequestCollector = _collectors.RequestCollector
 AggregateCollector = _collectors.AggregateCollector
-aggregate_rows = _collectors.aggregate_rows
 aggregate_columns = _collectors.aggregate_columns
 quota_groups = _collectors.quota_groups
 OTHER_TOPICS = _collectors.OTHER_TOPICS
-request_row = _collectors.request_row
 request_lines = _collectors.request_lines
 Row = _collectors.Row
-REQUEST_SCHEMA_VERSION = _collectors.REQUEST_SCHEMA_VERSION
-AGGREGATE_SCHEMA_VERSION = _collectors.AGGREGATE_SCHEMA_VERSION
-AGGREGATE_COUNTERS = _collectors.AGGREGATE_COUNTERS
-FLOAT_COUNTERS = _collectors.FLOAT_COUNTERS
 
 # The quota in force for each key, and whether its entry was shadow: null for a key the row's API is
 # not charged to; for a charged key, quota null means unlimited and the shadow flag is false.
 # Then the windows that sized the quotas' bursts (Kafka's quota.window.* and controller.quota.window.*),
-# so that a replay from the records alone gives a quota the burst the proxy gave it.
-WINDOW_FIELDS = (
-    "quota_window_num",
-    "quota_window_size_seconds",
-    "controller_quota_window_num",
-    "controller_quota_window_size_seconds",
-)
-QUOTA_FIELDS = (
-    *(name for key in RECORDED_KEYS for name in (f"quota_{key.value}", f"quota_{key.value}_shadow")),
-    *WINDOW_FIELDS,
-)
-QUOTA_VALUE_FIELDS = frozenset(f"quota_{key.value}" for key in RECORDED_KEYS)
+# so that a replay from the records alone gives a quota the burst the proxy gave it (usage_fields).
 NO_QUOTA_FIELDS: Row = dict.fromkeys(QUOTA_FIELDS)
 QUOTA_HISTORY_MS = 60_000  # how long a replaced quota table is kept for rows still to be made
 
@@ -136,7 +130,7 @@ def quota_fields(
     windows = windows or QuotaWindows()
     for name in WINDOW_FIELDS:
         value = getattr(windows, name)
-        fields[name] = float(value) if name.endswith("_seconds") else value
+        fields[name] = float(value) if BY_NAME[name].type == DOUBLE else value
     for key in keys_charged(api_key):
         resolution = table.resolve(user, client_id, key)
         fields[f"quota_{key.value}"] = None if resolution is None else resolution.value
@@ -144,39 +138,11 @@ def quota_fields(
     return fields
 
 
-class QuotaFieldCache:
-    """quota_fields once per (table, entity, API): a flush's rows share an interval's table."""
-
-    def __init__(self, quotas: QuotasInForce | None) -> None:
-        self.quotas = quotas
-        self._cache: dict[tuple[int, int, str, str, int], Row] = {}
-
-    def fields(self, ts_ms: float, user: str, client_id: str, api_key: int) -> Row:
-        if self.quotas is None:
-            return NO_QUOTA_FIELDS
-        table, windows = self.quotas.state_at(ts_ms)
-        key = (id(table), id(windows), user, client_id, api_key)
-        found = self._cache.get(key)
-        if found is None:
-            found = self._cache[key] = quota_fields(table, user, client_id, api_key, windows)
-        return found
-
-
 @functools.lru_cache(maxsize=1024)  # one entry per API key seen
 def keys_charged(api_key: int) -> tuple[QuotaKey, ...]:
     """The recorded quota keys an exchange of `api_key` is charged to (quotas/apis.py: the one place an
     API's charging is declared)."""
     return tuple(key for key in quota_keys(api_key) if key in RECORDED_KEYS)
-
-
-def add_quota_fields(rows: list[Row], quotas: QuotasInForce | None) -> list[Row]:
-    """Adds to each row made by a collector the quota in force at its interval (v2: at its last
-    charge) or its time (v1), per charged key, and the windows; null fields when `quotas` is None."""
-    cache = QuotaFieldCache(quotas)
-    for row in rows:
-        at = row.get("last_ms", row["ts"])
-        row.update(cache.fields(at, row["user"], row["client_id"], row["api_key"]))
-    return rows
 
 
 def partition_of(ts_ms: int) -> str:
@@ -204,7 +170,10 @@ def by_partition(times_ms: list[int], items: list) -> dict[str, list]:
 
 class RowsOf:
     """What a flush's rows add to what was collected: the proxy, the writer and its first sequence
-    number, the quotas in force."""
+    number, the quotas in force. Each batch gives its rows as `columns` (every field of its version,
+    by name: usage_fields), which the sinks write."""
+
+    version: int
 
     def __init__(self, proxy_id: str, writer: str, first_seq: int, quotas: QuotasInForce | None) -> None:
         self.proxy_id = proxy_id
@@ -212,59 +181,81 @@ class RowsOf:
         self.first_seq = first_seq
         self.quotas = quotas
 
-    def identity_columns(self, version: int, ts: list, user: list, client_id: list, api_key: list) -> dict[str, Any]:
-        """The columns both versions start with (the schema puts them in its own order)."""
+    def identity_columns(self, ts: list, user: list, client_id: list, api_key: list) -> dict[str, list]:
+        """The columns both versions start with."""
         count = len(ts)
         return {
-            "v": [version] * count,
+            "v": [self.version] * count,
             "ts": ts,
             "proxy": [self.proxy_id] * count,
             "writer": [self.writer] * count,
-            "seq": range(self.first_seq, self.first_seq + count),
+            "seq": list(range(self.first_seq, self.first_seq + count)),
             "user": user,
             "client_id": client_id,
             "api_key": api_key,
         }
 
+    def quota_columns(self, at_ms: list, users: list[str], client_ids: list[str], api_keys: list[int]) -> dict:
+        """The quota fields in force at each row's `at_ms`: made once per (quota state, user,
+        client_id, api_key), taken per row."""
+        history = [(0, None, None)] if self.quotas is None else self.quotas.history()
+        group_of_row, groups = quota_groups(at_ms, users, client_ids, api_keys, [since for since, _, _ in history])
+        found = []
+        for state, user, client_id, api_key in groups:
+            _, table, windows = history[state]
+            found.append(NO_QUOTA_FIELDS if table is None else quota_fields(table, user, client_id, api_key, windows))
+        return {name: [found[group][name] for group in group_of_row] for name in QUOTA_FIELDS}
+
+    def columns(self) -> dict[str, list]:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def rows(self) -> list[Row]:
+        """The rows as dicts of every field of the version, in order."""
+        columns = self.columns()
+        names = names_of(self.version)
+        return [
+            dict(zip(names, values, strict=True)) for values in zip(*(columns[name] for name in names), strict=True)
+        ]
+
 
 class RequestBatch(RowsOf):
-    """One flush's v1 records: RequestCollector's columns, and what their rows add (the proxy, the
-    writer and its first sequence number, the quotas in force). The sinks write them from the
-    columns (`json_lines`, `arrow_table`) exactly as they would write the collector's rows
-    (RequestCollector.take) with their quota fields, without making them."""
+    """One flush's v1 records: RequestCollector's columns (UsageRecord's fields), and what their rows
+    add. The sinks write them from the columns (`json_lines`, `columns`), with no dict per row."""
+
+    version = REQUEST_SCHEMA_VERSION
 
     def __init__(
         self, columns: tuple[list, ...], proxy_id: str, writer: str, first_seq: int, quotas: QuotasInForce | None
     ) -> None:
         super().__init__(proxy_id, writer, first_seq, quotas)
-        self.columns = columns
+        self.collected = columns
 
     def __len__(self) -> int:
-        return len(self.columns[0])
+        return len(self.collected[0])
 
     def slice(self, start: int, stop: int) -> RequestBatch:
         """Rows start..stop-1, as their own batch (their sequence numbers kept)."""
-        columns = tuple(column[start:stop] for column in self.columns)
+        columns = tuple(column[start:stop] for column in self.collected)
         return RequestBatch(columns, self.proxy_id, self.writer, self.first_seq + start, self.quotas)
 
     @property
     def times_ms(self) -> list[int]:
-        return self.columns[0]
+        return self.collected[0]
 
     @property
     def client_ids(self) -> list[str]:
-        return self.columns[2]
+        return self.collected[2]
 
     def requests(self) -> list[int] | None:
         """The requests each row counts; None: one each."""
         return None
 
-    def _quota_states(self) -> list[tuple[int, QuotaTable | None, QuotaWindows | None]]:
-        return [(0, None, None)] if self.quotas is None else self.quotas.history()
-
     def json_lines(self) -> list[str]:
         """Each row's JSON text, as the sinks' encoder writes rows() (usage_collectors.request_lines)."""
-        states = self._quota_states()
+        states = [(0, None, None)] if self.quotas is None else self.quotas.history()
 
         def quota_suffix(state: int, user: str, client_id: str, api_key: int) -> str:
             _, table, windows = states[state]
@@ -272,31 +263,32 @@ class RequestBatch(RowsOf):
             return "," + _json_line(fields)[1:-1]
 
         since = [state[0] for state in states]
-        return request_lines(self.columns, self.proxy_id, self.writer, self.first_seq, since, quota_suffix)
+        return request_lines(self.collected, self.proxy_id, self.writer, self.first_seq, since, quota_suffix)
 
-    def arrow_table(self) -> Any:
-        """The rows as an Arrow table of the v1 schema, made column by column; the quota fields once
-        per (quota state, user, client_id, api_key) and taken from there per row."""
+    def columns(self) -> dict[str, list]:
         (ts, user, client_id, api_key, api_version, topics, bytes_in, bytes_out, partitions_mutated, latency,
-         throttle, decision, _shadow, over_quota) = self.columns  # fmt: skip
-        values = {
-            **self.identity_columns(REQUEST_SCHEMA_VERSION, ts, user, client_id, api_key),
+         throttle, decision, shadow, over_quota) = self.collected  # fmt: skip
+        return {
+            **self.identity_columns(ts, user, client_id, api_key),
             "api_version": api_version,
-            "topics": topics,
+            "topics": [list(names) for names in topics],
             "bytes_in": bytes_in,
             "bytes_out": bytes_out,
-            "partitions_mutated": partitions_mutated,
             "upstream_latency_ms": [round(ms, 3) for ms in latency],
             "throttle_ms": throttle,
+            "partitions_mutated": partitions_mutated,
             "decision": decision,
             "throttled_bytes": [size if over else 0 for size, over in zip(bytes_in, over_quota, strict=True)],
+            "shadow_throttle_ms": shadow,
+            **self.quota_columns(ts, user, client_id, api_key),
         }
-        return _arrow_table(REQUEST_SCHEMA_VERSION, values, self.quotas, ts, user, client_id, api_key)
 
 
 class AggregateBatch(RowsOf):
     """One flush's v2 records: AggregateCollector.take_aggregates' items, and what their rows add
-    (as RequestBatch). Written as Arrow from columns (`arrow_table`, no dict per row), or as rows."""
+    (as RequestBatch)."""
+
+    version = AGGREGATE_SCHEMA_VERSION
 
     def __init__(
         self, items: list, interval_ms: int, proxy_id: str, writer: str, first_seq: int, quotas: QuotasInForce | None
@@ -324,56 +316,56 @@ class AggregateBatch(RowsOf):
     def requests(self) -> list[int]:
         return [counters.requests for _, counters in self.items]
 
-    def rows(self) -> list[Row]:
-        rows = aggregate_rows(self.items, self.proxy_id, self.writer, self.first_seq, self.interval_ms)
-        return add_quota_fields(rows, self.quotas)
-
     def json_lines(self) -> list[str]:
         return [_json_line(row) for row in self.rows()]
 
-    def arrow_table(self) -> Any:
+    def columns(self) -> dict[str, list]:
         ts, user, client_id, api_key, topic, counters = aggregate_columns(self.items, self.interval_ms)
-        count = len(ts)
-        values: dict[str, Any] = {
-            **self.identity_columns(AGGREGATE_SCHEMA_VERSION, ts, user, client_id, api_key),
-            "interval_ms": [self.interval_ms] * count,
+        values = dict(zip(AGGREGATE_COUNTERS, counters, strict=True))
+        return {
+            **self.identity_columns(ts, user, client_id, api_key),
+            "interval_ms": [self.interval_ms] * len(ts),
             "topic": topic,
-            **dict(zip(AGGREGATE_COUNTERS, counters, strict=True)),
+            **values,
+            # The quota in force at a row's last charge.
+            **self.quota_columns(values["last_ms"], user, client_id, api_key),
         }
-        # The quota in force at a row's last charge, as add_quota_fields names it.
-        return _arrow_table(AGGREGATE_SCHEMA_VERSION, values, self.quotas, values["last_ms"], user, client_id, api_key)
 
 
 class RowBatch:
-    """Rows already made (v1 or v2, with their quota fields), as the batches above."""
+    """Rows already made (v1 or v2, with their quota fields; fields they lack are null), as the
+    batches above."""
 
     def __init__(self, rows: list[Row]) -> None:
-        self.rows = rows
+        self.rows_given = rows
+        self.version = rows[0]["v"] if rows else AGGREGATE_SCHEMA_VERSION
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.rows_given)
 
     def slice(self, start: int, stop: int) -> RowBatch:
-        return RowBatch(self.rows[start:stop])
+        return RowBatch(self.rows_given[start:stop])
 
     @property
     def times_ms(self) -> list[int]:
-        return [row["ts"] for row in self.rows]
+        return [row["ts"] for row in self.rows_given]
 
     @property
     def client_ids(self) -> list[str]:
-        return [row["client_id"] for row in self.rows]
+        return [row["client_id"] for row in self.rows_given]
 
     def requests(self) -> list[int] | None:
-        return [row["requests"] for row in self.rows] if self.rows and "requests" in self.rows[0] else None
+        rows = self.rows_given
+        return [row["requests"] for row in rows] if rows and "requests" in rows[0] else None
+
+    def rows(self) -> list[Row]:
+        return self.rows_given
 
     def json_lines(self) -> list[str]:
-        return [_json_line(row) for row in self.rows]
+        return [_json_line(row) for row in self.rows_given]
 
-    def arrow_table(self) -> Any:
-        import pyarrow as pa
-
-        return pa.Table.from_pylist(self.rows, schema=_arrow_schema(self.rows[0]["v"]))
+    def columns(self) -> dict[str, list]:
+        return {name: [row.get(name) for row in self.rows_given] for name in names_of(self.version)}
 
 
 UsageBatch = RequestBatch | AggregateBatch | RowBatch
@@ -381,36 +373,6 @@ UsageBatch = RequestBatch | AggregateBatch | RowBatch
 
 def as_batch(records: list[Row] | UsageBatch) -> UsageBatch:
     return RowBatch(records) if isinstance(records, list) else records
-
-
-def _arrow_table(
-    version: int,
-    values: dict[str, Any],
-    quotas: QuotasInForce | None,
-    at_ms: list,
-    users: list[str],
-    client_ids: list[str],
-    api_keys: list[int],
-) -> Any:
-    """An Arrow table of `version`'s schema from its columns in `values`, and the quota fields in
-    force at each row's `at_ms`: made once per (quota state, user, client_id, api_key), taken per row."""
-    import pyarrow as pa
-
-    history = [(0, None, None)] if quotas is None else quotas.history()
-    group_of_row, groups = quota_groups(at_ms, users, client_ids, api_keys, [since for since, _, _ in history])
-    fields = []
-    for state, user, client_id, api_key in groups:
-        _, table, windows = history[state]
-        fields.append(NO_QUOTA_FIELDS if table is None else quota_fields(table, user, client_id, api_key, windows))
-    rows_group = pa.array(group_of_row, pa.int32())
-    arrays = []
-    schema = _arrow_schema(version)
-    for column in schema:
-        if column.name in values:
-            arrays.append(pa.array(values[column.name], column.type))
-        else:  # a quota field: once per group
-            arrays.append(pa.array([found[column.name] for found in fields], column.type).take(rows_group))
-    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 class Piece(NamedTuple):
@@ -575,7 +537,7 @@ class JsonlSink(FileSink):
 
 
 class OpenParquet(NamedTuple):
-    writer: Any  # pyarrow.parquet.ParquetWriter
+    file: usage_parquet.ParquetFile | None  # written under its hidden name
     path: Path  # where it goes once whole
     opened: float  # time.monotonic()
     rows: int
@@ -587,18 +549,17 @@ LEFTOVER_GRACE_SECONDS = 60.0  # beyond max_file_seconds: a hidden file untouche
 
 
 class ParquetSink(FileSink):
-    """Writes rows to hourly-partitioned Parquet files, one row group per flush, in a worker thread.
+    """Writes rows to hourly-partitioned Parquet files (usage_parquet.py), one row group per flush,
+    in a worker thread.
 
     A file is written under a hidden name (`.usage-...parquet.open`, which Spark and pyarrow skip)
-    and renamed into place only when whole: closed (footer written), fsync'd and its footer read back
-    with the rows it should hold; then its folder is fsync'd. It is closed at the hour, at
-    max_file_bytes, after max_file_seconds (traffic or not) and on shutdown. A file
-    that fails on the way (ENOSPC...) is removed and the requests of all its rows counted lost; a
-    crash loses the file being written, and the next start removes it (`prepare`)."""
+    and renamed into place only when whole: its footer written and fsync'd, then read back from the
+    disk as it was written; then its folder is fsync'd. It is closed at the hour, at max_file_bytes,
+    after max_file_seconds (traffic or not) and on shutdown. A file that fails on the way (ENOSPC...)
+    is removed and the requests of all its rows counted lost; a crash loses the file being written,
+    and the next start removes it (`prepare`)."""
 
     def __init__(self, directory: str | Path, writer: str, max_file_bytes: int, max_file_seconds: float) -> None:
-        import pyarrow.parquet  # noqa: F401  (now, at start: imported by the first flush, it held the loop ~1 s)
-
         self.files = RotatingFiles(directory, writer, ".parquet")
         self.writer = writer
         self.max_file_bytes = max_file_bytes
@@ -606,11 +567,19 @@ class ParquetSink(FileSink):
         self._open: dict[str, OpenParquet] = {}  # partition -> its open file
 
     def encode(self, records: list[Row] | UsageBatch) -> list[Piece]:
+        """The batch's Parquet pages, per partition (made on the loop; written by write_blocking)."""
         batch = as_batch(records)
         if not len(batch):
             return []
-        table = batch.arrow_table()
-        return _pieces(batch, lambda indices: table if indices is None else table.take(indices))
+        columns = batch.columns()
+
+        def pages(indices: list[int] | None) -> usage_parquet.EncodedRows:
+            if indices is None:
+                return usage_parquet.encode(batch.version, columns, len(batch))
+            chosen = {name: [values[i] for i in indices] for name, values in columns.items()}
+            return usage_parquet.encode(batch.version, chosen, len(indices))
+
+        return _pieces(batch, pages)
 
     def pending(self) -> bool:
         return bool(self._open)
@@ -624,36 +593,33 @@ class ParquetSink(FileSink):
         return await asyncio.get_running_loop().run_in_executor(None, self._close_all)
 
     def write_blocking(self, pieces: list[list[Piece]]) -> SinkResult:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         result = SinkResult()
-        tables: dict[str, list[Piece]] = {}
+        by_partition: dict[str, list[Piece]] = {}
         for piece in (piece for encoded in pieces for piece in encoded):
-            tables.setdefault(piece.partition, []).append(piece)
+            by_partition.setdefault(piece.partition, []).append(piece)
         now = time.monotonic()
         # Close what is old, or of an hour no longer written, before writing (an hour's last flush
         # lands first). A flush with no rows closes only what is old: sparse traffic, few files.
         for partition, open_file in list(self._open.items()):
             if (
-                (tables and partition not in tables)
+                (by_partition and partition not in by_partition)
                 or now - open_file.opened >= self.max_file_seconds
-                or self._size(open_file.path) >= self.max_file_bytes
+                or (open_file.file is not None and open_file.file.size >= self.max_file_bytes)
+                or self._other_version(open_file, by_partition.get(partition))
             ):
                 self._close(partition, result)
-        for partition, parts in tables.items():
+        for partition, parts in by_partition.items():
             rows = sum(part.rows for part in parts)
             requests = sum(part.requests for part in parts)
-            table = parts[0].payload if len(parts) == 1 else pa.concat_tables([part.payload for part in parts])
             open_file = self._open.get(partition)
             try:
-                if open_file is None:  # registered first: a writer that fails to start is removed too
+                if open_file is None:  # registered first: a file that fails to start is removed too
                     path = self.files.new_path(partition)
                     open_file = self._open[partition] = OpenParquet(None, path, now, 0, 0)
-                    open_file = self._open[partition] = open_file._replace(
-                        writer=pq.ParquetWriter(self._hidden(path), table.schema)
-                    )
-                open_file.writer.write_table(table)
+                    file = usage_parquet.ParquetFile(self._hidden(path), parts[0].payload.version)
+                    open_file = self._open[partition] = open_file._replace(file=file)
+                assert open_file.file is not None
+                open_file.file.write_row_group([part.payload for part in parts])
             except Exception as exc:  # ENOSPC, EIO...: the file may hold part of it, so all of it goes
                 result.lost(requests, exc)
                 self._abandon(partition, result)
@@ -661,6 +627,11 @@ class ParquetSink(FileSink):
             added = open_file._replace(rows=open_file.rows + rows, requests=open_file.requests + requests)
             self._open[partition] = added
         return result
+
+    @staticmethod
+    def _other_version(open_file: OpenParquet, parts: list[Piece] | None) -> bool:
+        """Rows of the other version go to a file of their own (a file has one schema)."""
+        return bool(parts) and open_file.file is not None and open_file.file.version != parts[0].payload.version
 
     def _close_all(self) -> SinkResult:
         result = SinkResult()
@@ -670,20 +641,15 @@ class ParquetSink(FileSink):
 
     def _close(self, partition: str, result: SinkResult) -> None:
         """Renames the partition's file into place if it is whole and readable; else removes it."""
-        import pyarrow.parquet as pq
-
         open_file = self._open.pop(partition)
         hidden = self._hidden(open_file.path)
         try:
-            open_file.writer.close()
-            fd = os.open(hidden, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            held = pq.read_metadata(hidden).num_rows
-            if held != open_file.rows:
-                raise OSError(f"{hidden} holds {held} rows, {open_file.rows} were written to it")
+            assert open_file.file is not None
+            open_file.file.close()  # the footer written and fsync'd
+            if not usage_parquet.footer_matches(hidden, open_file.file.footer):
+                raise OSError(f"{hidden} does not end with the footer written to it")
+            if open_file.file.rows != open_file.rows:
+                raise OSError(f"{hidden} holds {open_file.file.rows} rows, {open_file.rows} were written to it")
             os.rename(hidden, open_file.path)
         except Exception as exc:
             hidden.unlink(missing_ok=True)
@@ -697,19 +663,13 @@ class ParquetSink(FileSink):
         """The partition's file failed: closed as it is, removed, the requests of its rows lost."""
         open_file = self._open.pop(partition)
         try:
-            if open_file.writer is not None:
-                open_file.writer.close()
+            if open_file.file is not None:
+                open_file.file.abandon()
         except Exception:  # the file is removed either way
             pass
         self._hidden(open_file.path).unlink(missing_ok=True)
         if open_file.requests:
             result.lost(open_file.requests, f"{open_file.path.name} removed unfinished")
-
-    def _size(self, path: Path) -> int:
-        try:
-            return self._hidden(path).stat().st_size
-        except OSError:
-            return 0
 
     def remove_leftovers(self) -> int:
         """Removes hidden files no live writer will finish: of an earlier run of this proxy (its pid,
@@ -744,48 +704,6 @@ def _running(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _quota_field_type(name: str) -> Any:
-    import pyarrow as pa
-
-    if name in QUOTA_VALUE_FIELDS or name.endswith("_seconds"):
-        return pa.float64()
-    return pa.int32() if name.endswith("_num") else pa.bool_()
-
-
-def _arrow_schema(version: int) -> Any:
-    import pyarrow as pa
-
-    # Who and what, common to both versions (v2 has interval_ms after ts).
-    identity = [
-        ("proxy", pa.string()),
-        ("writer", pa.string()),
-        ("seq", pa.int64()),
-        ("user", pa.string()),
-        ("client_id", pa.string()),
-        ("api_key", pa.int32()),
-    ]
-    head = [("v", pa.int32()), ("ts", pa.int64())]
-    if version == AGGREGATE_SCHEMA_VERSION:
-        counters = [(name, pa.float64() if name in FLOAT_COUNTERS else pa.int64()) for name in AGGREGATE_COUNTERS]
-        fields = [*head, ("interval_ms", pa.int32()), *identity, ("topic", pa.string()), *counters]
-    else:
-        fields = [
-            *head,
-            *identity,
-            ("api_version", pa.int32()),
-            ("topics", pa.list_(pa.string())),
-            ("bytes_in", pa.int64()),
-            ("bytes_out", pa.int64()),
-            ("partitions_mutated", pa.int64()),
-            ("upstream_latency_ms", pa.float64()),
-            ("throttle_ms", pa.int64()),
-            ("decision", pa.string()),
-            ("throttled_bytes", pa.int64()),
-        ]
-    quotas = [(name, _quota_field_type(name)) for name in QUOTA_FIELDS]
-    return pa.schema([*fields, *quotas])
 
 
 class KafkaSink(Sink):
@@ -925,9 +843,11 @@ class UsageRecorder:
         self.proxy_id = proxy_id
         self.writer = writer or writer_id(proxy_id)
         self.collector: RequestCollector | AggregateCollector = (
-            RequestCollector(config.buffer_records)
+            RequestCollector(config.buffer_records, config.buffer_records_per_user)
             if config.records == "request"
-            else AggregateCollector(config.buffer_records, config.interval_ms, config.topics_per_entity)
+            else AggregateCollector(
+                config.buffer_records, config.interval_ms, config.topics_per_entity, config.buffer_records_per_user
+            )
         )
         self._seq = 0
         self._folded_counted = 0

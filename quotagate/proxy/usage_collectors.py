@@ -13,9 +13,6 @@ from typing import Any, NamedTuple
 
 from quotagate.quotas.apis import PRODUCE  # the only API whose aggregates are kept per topic (TOPIC_NAMES)
 
-REQUEST_SCHEMA_VERSION = 1  # one record per request
-AGGREGATE_SCHEMA_VERSION = 2  # one record per interval and key
-
 # The topic of the row that sums an entity's produce topics beyond usage.topics_per_entity in an
 # interval (and names longer than Kafka's TOPIC_NAME_MAX): not a name Kafka accepts for a topic.
 OTHER_TOPICS = "<other topics>"
@@ -44,64 +41,18 @@ class UsageRecord(NamedTuple):
     over_quota: bool = False
 
 
-# The counters of one aggregate, in the order AggregateCollector keeps them in its lists.
-AGGREGATE_COUNTERS = (
-    "requests",
-    "bytes_in",
-    "bytes_out",
-    "request_time_ms",  # upstream latency summed over the requests the broker answered
-    "throttle_ms",  # summed over requests
-    "throttle_ms_max",
-    "throttled_requests",
-    "refusals",  # requests refused whole or in part
-    "partitions_mutated",
-    "shadow_throttle_ms",  # the time shadow quotas would have held the entity, summed (never applied)
-    # Bytes of the produce requests whose charge left the entity over its producer_byte_rate: the
-    # traffic the quota throttled (÷ the quota: the time the entity was held at it).
-    "throttled_bytes",
-    # When the row's requests were charged (a produce when read, others when answered), epoch ms:
-    # the first, the last, and the sum of their offsets from the interval's start. A replay places
-    # the requests with these (docs/pipeline.md).
-    "first_ms",
-    "last_ms",
-    "charge_offset_ms",
-)
-# Written as floats (the others as int64).
-FLOAT_COUNTERS = frozenset({"request_time_ms", "charge_offset_ms"})
-
-
-def request_row(record: UsageRecord, proxy_id: str, writer: str, seq: int) -> Row:
-    return {
-        "v": REQUEST_SCHEMA_VERSION,
-        "ts": record.ts_ms,
-        "proxy": proxy_id,
-        "writer": writer,
-        "seq": seq,
-        "user": record.user,
-        "client_id": record.client_id,
-        "api_key": record.api_key,
-        "api_version": record.api_version,
-        "topics": list(record.topics),
-        "bytes_in": record.bytes_in,
-        "bytes_out": record.bytes_out,
-        "partitions_mutated": record.partitions_mutated,
-        "upstream_latency_ms": round(record.upstream_latency_ms, 3),
-        "throttle_ms": record.throttle_ms,
-        "decision": record.decision,
-        "shadow_throttle_ms": record.shadow_throttle_ms,
-        "throttled_bytes": record.bytes_in if record.over_quota else 0,
-    }
-
-
 class RequestCollector:
-    """v1: keeps every request's record, up to `limit` of them, as one list per field: no object per
-    record while they wait for the flush (records made as the flush reads them, off the loop)."""
+    """v1: keeps every request's record, up to `limit` of them and `user_limit` of one user's, as one
+    list per field: no object per record while they wait for the flush (records made as the flush
+    reads them, off the loop)."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, user_limit: int = -1) -> None:
         self.limit = limit
+        self.user_limit = limit if user_limit < 0 else user_limit
         self._clear()
 
     def _clear(self) -> None:
+        self._held: dict[str, int] = {}  # user -> records held (usage.buffer_records_per_user)
         self._ts_ms: list[int] = []
         self._user: list[str] = []
         self._client_id: list[str] = []
@@ -140,6 +91,10 @@ class RequestCollector:
         """add() of the record these fields make (the session core's call: no record is made)."""
         if len(self._ts_ms) >= self.limit:
             return False
+        held = self._held.get(user, 0)
+        if held >= self.user_limit:
+            return False
+        self._held[user] = held + 1
         self._ts_ms.append(ts_ms)
         self._user.append(user)
         self._client_id.append(client_id)
@@ -177,19 +132,6 @@ class RequestCollector:
         self._clear()
         return columns
 
-    def take(self, proxy_id: str, writer: str, first_seq: int) -> tuple[int, int, Callable[[], list[Row]]]:
-        """Empties the collector; returns (requests, rows, a function making the rows off the loop)."""
-        count = len(self)
-        columns = self.take_columns()
-
-        def rows() -> list[Row]:
-            return [
-                request_row(UsageRecord._make(fields), proxy_id, writer, first_seq + i)
-                for i, fields in enumerate(zip(*columns, strict=True))
-            ]
-
-        return count, count, rows
-
 
 def request_lines(
     columns: tuple[list, ...],
@@ -199,18 +141,19 @@ def request_lines(
     quota_since: list[float],
     quota_suffix: Callable[[int, str, str, int], str],
 ) -> list[str]:
-    """The v1 rows of a RequestCollector's `columns` as JSON lines, each exactly the text of
-    request_row(...) with its quota fields, as the sinks' encoder writes it, with no dict per row.
+    """The v1 rows of a RequestCollector's `columns` as JSON lines, each exactly the text the sinks'
+    encoder writes for its row (usage.RequestBatch.rows) with its quota fields, with no dict per row.
+    The fields and their order are usage_fields.FIELDS' (the line is a generated section).
 
     Quotas: `quota_since[i]` is when the i-th quota state came into force (QuotasInForce's history)
     and `quota_suffix(i, user, client_id, api_key)` the text of its quota fields (',"quota_...}').
     What a row shares with others of its (quota state, user, client_id, api_key, api_version) is
-    made once, and once per topic list."""
-    ts_col, user_col, client_col, api_key_col, version_col, topics_col = columns[:6]
-    bytes_in_col, bytes_out_col, partitions_col, latency_col, throttle_col = columns[6:11]
-    decision_col, shadow_col, over_quota_col = columns[11:]
-    start = '{"v":' + str(REQUEST_SCHEMA_VERSION) + ',"ts":'
-    after_ts = ',"proxy":' + json_text(proxy_id) + ',"writer":' + json_text(writer) + ',"seq":'
+    made once, and once per topic list and decision."""
+    ts_col, user_col, client_id_col, api_key_col, api_version_col, topics_col = columns[:6]
+    bytes_in_col, bytes_out_col, partitions_mutated_col, upstream_latency_ms_col, throttle_ms_col = columns[6:11]
+    decision_col, shadow_throttle_ms_col, over_quota_col = columns[11:]
+    proxy_text = json_text(proxy_id)
+    writer_text = json_text(writer)
     states = len(quota_since)
     heads: dict[tuple, tuple[str, str]] = {}  # (state, user, client_id, api_key, api_version) -> texts
     topics_texts: dict[tuple[str, ...], str] = {}
@@ -222,9 +165,9 @@ def request_lines(
     for i in range(len(ts_col)):
         ts = ts_col[i]
         user = user_col[i]
-        client_id = client_col[i]
+        client_id = client_id_col[i]
         api_key = api_key_col[i]
-        api_version = version_col[i]
+        api_version = api_version_col[i]
         state = states - 1
         while state > 0 and quota_since[state] > ts:  # QuotasInForce.state_at: the last in force at ts
             state -= 1
@@ -238,10 +181,12 @@ def request_lines(
             key = (state, user, client_id, api_key, api_version)
             texts = heads.get(key)
             if texts is None:
+                # generated by `make docs` from usage_fields.FIELDS: edit it, not this (v1 identity)
                 identity = (
-                    f',"user":{json_text(user)},"client_id":{json_text(client_id)},"api_key":{json_text(api_key)}'
-                    f',"api_version":{json_text(api_version)},"topics":'
+                    f',"user":{json_text(user)},"client_id":{json_text(client_id)},"api_key":'
+                    f'{json_text(api_key)},"api_version":{json_text(api_version)}'
                 )
+                # end of the generated section (v1 identity)
                 texts = heads[key] = (identity, quota_suffix(state, user, client_id, api_key) + "}")
             identity, tail = texts
             last_user, last_client_id, last_api_key, last_version, last_state = (
@@ -251,25 +196,23 @@ def request_lines(
         if topics is not last_topics:
             topics_text = topics_texts.get(topics)
             if topics_text is None:
-                topics_text = topics_texts[topics] = json_text(list(topics)) + ',"bytes_in":'
+                topics_text = topics_texts[topics] = json_text(list(topics))
             last_topics = topics
         decision = decision_col[i]
-        decision_text = decision_texts.get(decision)  # with the names around it: fewer pieces to join
+        decision_text = decision_texts.get(decision)
         if decision_text is None:
-            decision_text = decision_texts[decision] = f',"decision":{json_text(decision)},"shadow_throttle_ms":'
-        bytes_in = bytes_in_col[i]
-        bytes_out = bytes_out_col[i]
-        partitions = partitions_col[i]
-        throttle = throttle_col[i]
-        shadow = shadow_col[i]
-        throttled_bytes = bytes_in if over_quota_col[i] else 0
+            decision_text = decision_texts[decision] = json_text(decision)
+        # generated by `make docs` from usage_fields.FIELDS: edit it, not this (v1 line)
         lines.append(
-            f"{start}{ts}{after_ts}{int_text(first_seq + i)}{identity}{topics_text}"
-            f'{int_text(bytes_in)},"bytes_out":{int_text(bytes_out)},'
-            f'"partitions_mutated":{int_text(partitions)},"upstream_latency_ms":{milliseconds_text(latency_col[i])},'
-            f'"throttle_ms":{int_text(throttle)}{decision_text}{int_text(shadow)},'
-            f'"throttled_bytes":{int_text(throttled_bytes)}{tail}'
+            f'{{"v":1,"ts":{ts},"proxy":{proxy_text},"writer":{writer_text},"seq":{int_text(first_seq + i)}'
+            f'{identity},"topics":{topics_text},"bytes_in":{int_text(bytes_in_col[i])},"bytes_out":'
+            f'{int_text(bytes_out_col[i])},"upstream_latency_ms":'
+            f'{milliseconds_text(upstream_latency_ms_col[i])},"throttle_ms":{int_text(throttle_ms_col[i])}'
+            f',"partitions_mutated":{int_text(partitions_mutated_col[i])},"decision":{decision_text}'
+            f',"throttled_bytes":{int_text(bytes_in_col[i] if over_quota_col[i] else 0)},"shadow_throttle_ms":'
+            f"{int_text(shadow_throttle_ms_col[i])}{tail}"
         )
+        # end of the generated section (v1 line)
     return lines
 
 
@@ -308,8 +251,9 @@ def milliseconds_text(value: float) -> str:
     return repr(rounded) if finite - finite == 0 else json_text(rounded)
 
 
+# generated by `make docs` from usage_fields.FIELDS: edit it, not this (counters)
 class Counters:
-    """One aggregate row's counters (AGGREGATE_COUNTERS, in that order: `values`)."""
+    """One aggregate row's counters (AGGREGATE_COUNTERS, in order: `values`)."""
 
     def __init__(self, charged_ms: float) -> None:
         self.requests = 0
@@ -321,33 +265,124 @@ class Counters:
         self.throttled_requests = 0
         self.refusals = 0
         self.partitions_mutated = 0
-        self.shadow_throttle_ms = 0
         self.throttled_bytes = 0.0
         self.first_ms = charged_ms
         self.last_ms = charged_ms
         self.charge_offset_ms = 0.0
+        self.shadow_throttle_ms = 0
 
     def values(self) -> list:
         return [
-            self.requests, self.bytes_in, self.bytes_out, self.request_time_ms, self.throttle_ms,
-            self.throttle_ms_max, self.throttled_requests, self.refusals, self.partitions_mutated,
-            self.shadow_throttle_ms, self.throttled_bytes, self.first_ms, self.last_ms, self.charge_offset_ms,
-        ]  # fmt: skip
+            self.requests,
+            self.bytes_in,
+            self.bytes_out,
+            self.request_time_ms,
+            self.throttle_ms,
+            self.throttle_ms_max,
+            self.throttled_requests,
+            self.refusals,
+            self.partitions_mutated,
+            self.throttled_bytes,
+            self.first_ms,
+            self.last_ms,
+            self.charge_offset_ms,
+            self.shadow_throttle_ms,
+        ]
 
     def written(self) -> list:
-        """values() as rows carry them: sizes and times whole, the two float sums to the µs."""
+        """values() as rows carry them: a double sum whole, or to the µs."""
         return [
-            self.requests, round(self.bytes_in), self.bytes_out, round(self.request_time_ms, 3), self.throttle_ms,
-            self.throttle_ms_max, self.throttled_requests, self.refusals, self.partitions_mutated,
-            self.shadow_throttle_ms, round(self.throttled_bytes), round(self.first_ms), round(self.last_ms),
+            self.requests,
+            round(self.bytes_in),
+            self.bytes_out,
+            round(self.request_time_ms, 3),
+            self.throttle_ms,
+            self.throttle_ms_max,
+            self.throttled_requests,
+            self.refusals,
+            self.partitions_mutated,
+            round(self.throttled_bytes),
+            round(self.first_ms),
+            round(self.last_ms),
             round(self.charge_offset_ms, 3),
-        ]  # fmt: skip
+            self.shadow_throttle_ms,
+        ]
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Counters) and self.values() == other.values()
 
     def __repr__(self) -> str:
         return f"Counters({self.values()})"
+
+
+def aggregate_columns(items: list, interval_ms: int) -> tuple:
+    """The columns of AggregateCollector.take_aggregates' items: ts, user, client_id, api_key, topic,
+    and one list per counter in AGGREGATE_COUNTERS' order, valued as Counters.written writes them."""
+    ts = []
+    users = []
+    client_ids = []
+    api_keys = []
+    topics = []
+    requests = []
+    bytes_in = []
+    bytes_out = []
+    request_time_ms = []
+    throttle_ms = []
+    throttle_ms_max = []
+    throttled_requests = []
+    refusals = []
+    partitions_mutated = []
+    throttled_bytes = []
+    first_ms = []
+    last_ms = []
+    charge_offset_ms = []
+    shadow_throttle_ms = []
+    for (interval, user, client_id, api_key, topic), counters in items:
+        ts.append(interval * interval_ms)
+        users.append(user)
+        client_ids.append(client_id)
+        api_keys.append(api_key)
+        topics.append(topic)
+        requests.append(counters.requests)
+        bytes_in.append(round(counters.bytes_in))
+        bytes_out.append(counters.bytes_out)
+        request_time_ms.append(round(counters.request_time_ms, 3))
+        throttle_ms.append(counters.throttle_ms)
+        throttle_ms_max.append(counters.throttle_ms_max)
+        throttled_requests.append(counters.throttled_requests)
+        refusals.append(counters.refusals)
+        partitions_mutated.append(counters.partitions_mutated)
+        throttled_bytes.append(round(counters.throttled_bytes))
+        first_ms.append(round(counters.first_ms))
+        last_ms.append(round(counters.last_ms))
+        charge_offset_ms.append(round(counters.charge_offset_ms, 3))
+        shadow_throttle_ms.append(counters.shadow_throttle_ms)
+    return (
+        ts,
+        users,
+        client_ids,
+        api_keys,
+        topics,
+        [
+            requests,
+            bytes_in,
+            bytes_out,
+            request_time_ms,
+            throttle_ms,
+            throttle_ms_max,
+            throttled_requests,
+            refusals,
+            partitions_mutated,
+            throttled_bytes,
+            first_ms,
+            last_ms,
+            charge_offset_ms,
+            shadow_throttle_ms,
+        ],
+    )
+
+
+# end of the generated section (counters)
 
 
 class AggregateCollector:
@@ -357,8 +392,12 @@ class AggregateCollector:
     per-topic sizes) and counts the request, its time, throttle and refusal on its first topic's
     row, so that sums over topics are exact."""
 
-    def __init__(self, limit: int, interval_ms: int, topics_per_entity: int = 1000) -> None:
+    def __init__(self, limit: int, interval_ms: int, topics_per_entity: int = 1000, user_limit: int = -1) -> None:
         self.limit = limit
+        # One user's keys at most (usage.buffer_records_per_user): a tenant inventing client ids
+        # fills its own share, not the buffer every other tenant's records need.
+        self.user_limit = limit if user_limit < 0 else user_limit
+        self._held: dict[str, int] = {}  # user -> keys held
         self.interval_ms = interval_ms
         self.topics_per_entity = topics_per_entity
         self.aggregates: dict[tuple[int, str, str, int, str], Counters] = {}
@@ -433,6 +472,10 @@ class AggregateCollector:
                 if counters is None:
                     if len(self.aggregates) >= self.limit:
                         return False
+                    held = self._held.get(user, 0)
+                    if held >= self.user_limit:
+                        return False
+                    self._held[user] = held + 1
                     counters = self.aggregates[key] = Counters(charged_ms)
                 if share == 1 and not folded:  # a folded topic is looked up (and counted) again
                     self._last = counters
@@ -474,84 +517,9 @@ class AggregateCollector:
         aggregates, requests = self.aggregates, self.requests
         self.aggregates, self.requests = {}, 0
         self._topics_named = {}
+        self._held = {}
         self._last = None
         return requests, list(aggregates.items())
-
-    def take(self, proxy_id: str, writer: str, first_seq: int) -> tuple[int, int, Callable[[], list[Row]]]:
-        """Empties the collector; returns (requests, rows, a function making the rows)."""
-        requests, items = self.take_aggregates()
-        interval_ms = self.interval_ms
-        return requests, len(items), lambda: aggregate_rows(items, proxy_id, writer, first_seq, interval_ms)
-
-
-def aggregate_rows(items: list, proxy_id: str, writer: str, first_seq: int, interval_ms: int) -> list[Row]:
-    """The v2 rows of AggregateCollector.take_aggregates' items, without their quota fields."""
-    out = []
-    for seq, ((interval, user, client_id, api_key, topic), counters) in enumerate(items, first_seq):
-        row: Row = {
-            "v": AGGREGATE_SCHEMA_VERSION,
-            "ts": interval * interval_ms,
-            "interval_ms": interval_ms,
-            "proxy": proxy_id,
-            "writer": writer,
-            "seq": seq,
-            "user": user,
-            "client_id": client_id,
-            "api_key": api_key,
-            "topic": topic,
-        }
-        row.update(zip(AGGREGATE_COUNTERS, counters.written(), strict=True))
-        out.append(row)
-    return out
-
-
-def aggregate_columns(items: list, interval_ms: int) -> tuple:
-    """The columns of the same rows, for Arrow: ts, user, client_id, api_key, topic, and one list per
-    counter in AGGREGATE_COUNTERS' order, valued as aggregate_rows writes them (Counters.written)."""
-    ts = []
-    users = []
-    client_ids = []
-    api_keys = []
-    topics = []
-    requests = []
-    bytes_in = []
-    bytes_out = []
-    request_time_ms = []
-    throttle_ms = []
-    throttle_ms_max = []
-    throttled_requests = []
-    refusals = []
-    partitions_mutated = []
-    shadow_throttle_ms = []
-    throttled_bytes = []
-    first_ms = []
-    last_ms = []
-    charge_offset_ms = []
-    for (interval, user, client_id, api_key, topic), counters in items:
-        ts.append(interval * interval_ms)
-        users.append(user)
-        client_ids.append(client_id)
-        api_keys.append(api_key)
-        topics.append(topic)
-        requests.append(counters.requests)
-        bytes_in.append(round(counters.bytes_in))
-        bytes_out.append(counters.bytes_out)
-        request_time_ms.append(round(counters.request_time_ms, 3))
-        throttle_ms.append(counters.throttle_ms)
-        throttle_ms_max.append(counters.throttle_ms_max)
-        throttled_requests.append(counters.throttled_requests)
-        refusals.append(counters.refusals)
-        partitions_mutated.append(counters.partitions_mutated)
-        shadow_throttle_ms.append(counters.shadow_throttle_ms)
-        throttled_bytes.append(round(counters.throttled_bytes))
-        first_ms.append(round(counters.first_ms))
-        last_ms.append(round(counters.last_ms))
-        charge_offset_ms.append(round(counters.charge_offset_ms, 3))
-    counter_columns = [
-        requests, bytes_in, bytes_out, request_time_ms, throttle_ms, throttle_ms_max, throttled_requests, refusals,
-        partitions_mutated, shadow_throttle_ms, throttled_bytes, first_ms, last_ms, charge_offset_ms,
-    ]  # fmt: skip
-    return ts, users, client_ids, api_keys, topics, counter_columns
 
 
 def quota_groups(at_ms: list, users: list, client_ids: list, api_keys: list, quota_since: list) -> tuple:

@@ -6,7 +6,8 @@
 - the session core's per-API table (proxy/session_core.py's POLICY): what it charges and reads of a
   request, and which of the session's hooks (proxy/session.py: `_admit`, `_answered`) see it;
 - the charging functions (quotas/charging.py), handed an exchange's policy bits;
-- the quota fields of a usage record (`quota_keys`: proxy/usage.py) and the per-topic rows of
+- the usage records' quota fields, one per key of `RECORDED_KEYS` (proxy/usage_fields.py), filled
+  for the keys an API is charged to (`quota_keys`: proxy/usage.py), and the per-topic rows of
   produce aggregates (proxy/usage_collectors.py);
 - the what-if replay's choice of records per quota key (pipeline/whatif.py) and the pipeline's
   fetch columns (pipeline/schema.py).
@@ -40,6 +41,10 @@ KEYS = {
     PARTITIONS_MUTATED: QuotaKey.CONTROLLER_MUTATION_RATE,
     NEW_PRODUCER_IDS: QuotaKey.PRODUCER_IDS_RATE,
 }
+# The keys usage records name (a quota field each: proxy/usage_fields.py) and the pipeline replays:
+# not producer_ids_rate (a record carries no producer ID, so nothing it holds says what that quota
+# would have done).
+RECORDED_KEYS = tuple(key for bit, key in KEYS.items() if bit != NEW_PRODUCER_IDS)
 # Charged when the request is read, before the broker sees it (the others when its response is back):
 # a client that pipelines cannot get ahead of these.
 CHARGED_AT_READ = (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONTROLLER_MUTATION_RATE)

@@ -12,6 +12,7 @@ from quotagate import __version__, compiled
 from quotagate.config import load_config, parse_config
 from quotagate.config.reference import reference_markdown
 from tests.support.configs import FULL
+from tests.support.proxy_fixtures import free_port_block
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,3 +76,16 @@ def test_version_says_which_core_runs() -> None:
             env={**os.environ, "QUOTAGATE_NO_EXTENSIONS": no_extensions},
         )
         assert result.stdout.splitlines()[1] == f"core: {build}", result.stderr
+
+
+def test_top_names_the_proxy_it_cannot_reach_and_exits_1_before_opening_the_screen() -> None:
+    closed = free_port_block(1)  # nothing listens there
+    result = subprocess.run(
+        [sys.executable, "-m", "quotagate", "top", "--url", f"127.0.0.1:{closed}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    assert f"quotagate top: cannot read http://127.0.0.1:{closed}/metrics: " in result.stderr, result.stderr
+    assert "Connection refused" in result.stderr and result.stdout == "", "no screen was drawn"

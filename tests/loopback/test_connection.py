@@ -100,7 +100,7 @@ async def test_a_client_that_does_not_read_pauses_the_broker_side(rig) -> None:
         writer.write(heartbeat(i))
     await writer.drain()
     await asyncio.sleep(1.0)
-    (client,) = proxy.clients
+    (client,) = proxy.admission.clients
     assert type(client) is Proxy.client_class
     assert client.upstream is not None and client.upstream.reading.paused
     # What the proxy holds for this client stays near its write-buffer limit, not 25 MiB.
@@ -128,7 +128,7 @@ async def test_a_broker_named_later_gets_a_listener_bound_before_the_answer_leav
     broker = BrokerDouble()
     await broker.start(real_port)
     try:
-        assert late_node not in proxy.listener_ports
+        assert late_node not in proxy.listeners.ports
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         rig_broker.response_body = metadata_answer(0, {late_node: ("127.0.0.1", real_port)})[8:]
         writer.write(metadata_request(76))
@@ -230,7 +230,7 @@ async def test_a_cut_through_fetch_response_carries_the_proxys_throttle_and_mute
         throttle_ms = unpack_from(">i", response)[0]
         assert 15_000 < throttle_ms < 25_000, throttle_ms
         assert response[4:] == body[4:]
-        (client,) = proxy.clients
+        (client,) = proxy.admission.clients
         assert client.muted
         writer.close()
 

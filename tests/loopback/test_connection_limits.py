@@ -81,7 +81,7 @@ async def test_a_connection_beyond_max_connections_per_ip_is_closed_at_accept() 
         kept[0][1].close()
         await assert_closed(kept[0][0])
         for _ in range(50):  # the proxy sees the close on its next loop turn
-            if proxy.limits.per_ip.get("127.0.0.1") == 1:
+            if proxy.admission.limits.per_ip.get("127.0.0.1") == 1:
                 break
             await asyncio.sleep(0.02)
         _, writer = await answered(port, 7)  # a slot is free again
@@ -215,7 +215,7 @@ def listen_backlog(port: int) -> int:
 )
 async def test_every_listener_gets_the_configured_backlog_not_asyncios_default() -> None:
     async with limited_proxy("socket_listen_backlog_size = 1024") as (proxy, _broker, port):
-        proxy.advertise(1, "127.0.0.1", 1)  # opens the listener for broker 1, in a task
+        proxy.discovery.advertise(1, "127.0.0.1", 1)  # opens the listener for broker 1, in a task
         await asyncio.sleep(0.2)
         assert listen_backlog(port) == 1024
         assert listen_backlog(proxy.config.proxy.broker_port(1)) == 1024

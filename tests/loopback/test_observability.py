@@ -63,11 +63,12 @@ async def test_admin_endpoints_serve_metrics_health_readiness_and_quota_state(ri
         assert (await http_get(port, "/healthz"))[0] == 200
         status, body = await http_get(port, "/readyz")
         assert status == 503 and "no bootstrap server reachable" in body  # the double answers no metadata
-        proxy._set_upstream_reachable(True)
+        proxy.discovery._set_reachable(True)
         assert (await http_get(port, "/readyz"))[0] == 200
         status, body = await http_get(port, "/quotas")
         state = json.loads(body)
         assert status == 200 and state["entities"][0]["user"] == "alice"
+        assert state["entities"][0]["muted_connections"] == 0, "a real Proxy's clients, counted for quotagate top"
         assert (await http_get(port, "/nope"))[0] == 404
     finally:
         await server.stop()

@@ -106,11 +106,12 @@ async def test_discovery_the_readiness_probe_and_sessions_reach_a_tls_broker_thr
     probes = "readiness_probe_seconds = 0.1\nreadiness_timeout_seconds = 2"
     async with proxy_in_front_of(broker, probes, top_toml=upstream_tls) as (proxy, _broker, port):
         assert proxy.brokers.addresses == {0: ("127.0.0.1", broker.port)}, "discovery reached the broker"
-        assert proxy.listener_ports.keys() == {0}
-        recording = proxy.upstream = RecordingUpstream(proxy.upstream)
+        assert proxy.listeners.ports.keys() == {0}
+        recording = RecordingUpstream(proxy.upstream)  # for every part the proxy handed its Upstream
+        proxy.upstream = proxy.discovery.upstream = proxy.listeners.upstream = recording
         before = broker.connections
-        assert await proxy.refresh_metadata(), "discovery over TLS"
-        assert await proxy.probe_brokers(), "the readiness probe over TLS, with the client certificate"
+        assert await proxy.discovery.refresh_metadata(), "discovery over TLS"
+        assert await proxy.discovery.probe_brokers(), "the readiness probe over TLS, with the client certificate"
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(heartbeat(7))
         assert (await asyncio.wait_for(read_response(reader), 10))[0] == 7, "a client session over TLS"
@@ -133,8 +134,8 @@ async def test_a_broker_refusing_the_proxys_certificate_is_unreachable_on_every_
     broker = TlsOnlyBroker(context)
     probes = "readiness_probe_seconds = 0.1\nreadiness_timeout_seconds = 1"
     async with proxy_in_front_of(broker, probes, top_toml=other_tls, connect_timeout=1.0) as (proxy, _broker, port):
-        assert not await proxy.refresh_metadata()
-        assert not await proxy.probe_brokers()
+        assert not await proxy.discovery.refresh_metadata()
+        assert not await proxy.discovery.probe_brokers()
         assert proxy.readiness_problems()
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(heartbeat(1))

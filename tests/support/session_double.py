@@ -44,16 +44,18 @@ def services_for(
     proxy = config.proxy
     topics = TopicCatalog()
     return SessionServices(
-        engine,
-        TopicThresholdGuard(config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE)),
-        topics,
-        ProxyMetrics(),
-        EntityMetrics(lambda: engine, lambda: 0.0, config.metrics.max_entities),
-        response_rewriters(),
-        BrokerDirectory("127.0.0.1", lambda node_id: 40000 + node_id, topics),
-        None,
-        0.0,  # wall_offset: usage records read the test clock as epoch seconds
-        proxy.max_frame_size,
+        engine=engine,
+        topic_guard=TopicThresholdGuard(
+            config.topic_thresholds, config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE)
+        ),
+        topics=topics,
+        metrics=ProxyMetrics(),
+        entity_metrics=EntityMetrics(lambda: engine, lambda: 0.0, config.metrics.max_entities),
+        rewriters=response_rewriters(),
+        cluster=BrokerDirectory("127.0.0.1", lambda node_id: 40000 + node_id, topics),
+        usage=None,
+        wall_offset=0.0,  # usage records read the test clock as epoch seconds
+        max_frame_size=proxy.max_frame_size,
         sasl_max_receive_size=proxy.sasl_server_max_receive_size if proxy.client_sasl != "none" else None,
         sasl_required={"required": True, "none": False}.get(proxy.client_sasl),
         partial_frames=partial_frames or ByteBudget(proxy.partial_frames_max_bytes),

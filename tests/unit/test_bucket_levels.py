@@ -77,9 +77,10 @@ async def test_a_proxy_saves_levels_at_stop_and_the_next_one_restores_them(tmp_p
     first = Proxy(config, state_path=state)
     now = first.loop.time()
     first.engine.charge("alice", "app", QuotaKey.PRODUCER_BYTE_RATE, 61_000, now)  # 50 s of debt
-    first.save_levels()
+    assert first.levels is not None
+    first.levels.save()
     assert json.loads(levels_path(state).read_text())["buckets"][0]["tokens"] < -49_000
     second = Proxy(config, state_path=state)
     assert second.engine.throttle_ms("alice", "app", QuotaKey.PRODUCER_BYTE_RATE, second.loop.time()) > 49_000
     shared = parse_config('[proxy]\nbootstrap_servers = ["127.0.0.1:1"]\nworkers = 2\n')
-    assert Proxy(shared, state_path=state).levels_path is None, "shared buckets are kept by Redis, not here"
+    assert Proxy(shared, state_path=state).levels is None, "shared buckets are kept by Redis, not here"

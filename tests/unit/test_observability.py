@@ -21,12 +21,11 @@ from quotagate.proxy.usage import (
     SinkResult,
     UsageRecord,
     UsageRecorder,
-    add_quota_fields,
 )
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.apis import policy
 from quotagate.quotas.charging import count_exchange
-from tests.support.usage import record
+from tests.support.usage import flushed, flushed_rows, record
 
 
 def metrics_text(collector: EntityMetrics) -> str:
@@ -88,7 +87,7 @@ def request_rows(*records: UsageRecord) -> list[dict]:
     collector = RequestCollector(100)
     for r in records:
         collector.add(r)
-    return collector.take("proxy-1", "proxy-1-7-1", 0)[2]()
+    return flushed_rows(collector, None, "proxy-1", "proxy-1-7-1")
 
 
 async def test_usage_records_land_in_hourly_partitions_as_versioned_json(tmp_path: Path) -> None:
@@ -116,6 +115,7 @@ async def test_usage_records_land_in_hourly_partitions_as_versioned_json(tmp_pat
         "decision": "ok",
         "shadow_throttle_ms": 0,
         "throttled_bytes": 0,
+        **dict.fromkeys(QUOTA_FIELDS),  # no quotas known to this flush
     }
 
 
@@ -126,9 +126,9 @@ def test_aggregates_sum_requests_per_interval_entity_api_and_produce_topic() -> 
     collector.add(UsageRecord(5_500, "alice", "c", 0, 9, ("orders", "audit"), 300, 60, 0, 1.0, 0, "ok"))
     collector.add(UsageRecord(6_002, "alice", "c", 0, 9, ("orders",), 100, 60, 0, 1.0, 0, "ok"))  # read next second
     collector.add(UsageRecord(5_100, "alice", "c", 19, 7, ("t",), 90, 40, 3, -1.0, 0, "refused"))
-    requests, row_count, make_rows = collector.take("p", "p-1-1", 10)
-    rows = {(r["ts"], r["api_key"], r["topic"]): r for r in make_rows()}
-    assert (requests, row_count) == (5, 4) and not len(collector)
+    requests, batch = flushed(collector, first_seq=10)
+    rows = {(r["ts"], r["api_key"], r["topic"]): r for r in batch.rows()}
+    assert (requests, len(batch)) == (5, 4) and not len(collector)
     orders = rows[(5000, 0, "orders")]
     assert {k: orders[k] for k in ("v", "interval_ms", "requests", "bytes_in", "bytes_out")} == {
         "v": 2,
@@ -153,7 +153,7 @@ def test_aggregates_count_a_produce_when_it_was_charged_and_say_when_their_reque
     collector.add(UsageRecord(5_300, "alice", "c", 0, 9, ("orders", "audit"), 600, 60, 0, 100.0, 0, "ok", 0, True))
     collector.add(UsageRecord(5_500, "alice", "c", 0, 9, ("orders",), 400, 60, 0, 2.0, 0, "ok"))
     collector.add(UsageRecord(6_010, "alice", "c", 1, 12, (), 90, 5000, 0, 400.0, 0, "ok"))  # fetch: at its answer
-    rows = {(r["ts"], r["api_key"], r["topic"]): r for r in collector.take("p", "p-1-1", 0)[2]()}
+    rows = {(r["ts"], r["api_key"], r["topic"]): r for r in flushed_rows(collector)}
     orders = rows[(5000, 0, "orders")]
     assert (orders["requests"], orders["bytes_in"]) == (3, 1700)
     assert (orders["first_ms"], orders["last_ms"]) == (5200, 5990)  # read times, epoch ms
@@ -167,8 +167,7 @@ def test_aggregates_carry_what_shadow_quotas_would_have_throttled() -> None:
     collector = AggregateCollector(limit=100, interval_ms=1000)
     collector.add(UsageRecord(5_010, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok", 900))
     collector.add(UsageRecord(5_400, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok", 1100))
-    _, _, make_rows = collector.take("p", "p-1-1", 0)
-    (row,) = make_rows()
+    (row,) = flushed_rows(collector)
     assert (row["shadow_throttle_ms"], row["throttle_ms"]) == (2000, 0)
 
 
@@ -185,7 +184,7 @@ def test_aggregates_name_the_quota_in_force_in_their_interval_per_charged_key_an
     collector.add(UsageRecord(5_010, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok"))
     collector.add(UsageRecord(6_900, "alice", "c", 0, 9, ("orders",), 1000, 60, 0, 2.0, 0, "ok"))
     collector.add(UsageRecord(6_900, "alice", "c", 1, 12, (), 90, 5000, 0, 2.0, 0, "ok"))
-    rows = {(r["ts"], r["api_key"]): r for r in add_quota_fields(collector.take("p", "p-1-1", 0)[2](), quotas)}
+    rows = {(r["ts"], r["api_key"]): r for r in flushed_rows(collector, quotas)}
     assert {k: rows[(5000, 0)][k] for k in QUOTA_FIELDS} == {
         "quota_producer_byte_rate": 300_000,
         "quota_producer_byte_rate_shadow": False,
@@ -216,7 +215,7 @@ def test_a_request_record_names_the_quota_in_force_when_it_was_made_and_old_tabl
     collector = RequestCollector(100)
     collector.add(record(1_500))
     collector.add(record(2_500))
-    early, late = add_quota_fields(collector.take("p", "p-1-1", 0)[2](), quotas)
+    early, late = flushed_rows(collector, quotas)
     assert (early["quota_producer_byte_rate"], late["quota_producer_byte_rate"]) == (1000, None)
     assert late["quota_producer_byte_rate_shadow"] is False  # known: unlimited
     quotas.forget_before(2_100)
@@ -230,7 +229,7 @@ async def test_aggregates_with_their_quotas_land_in_parquet_typed(tmp_path: Path
     collector = AggregateCollector(limit=100, interval_ms=1000)
     collector.add(record(1_700_000_000_002))
     sink = ParquetSink(tmp_path, "p-1-1", max_file_bytes=1 << 20, max_file_seconds=60)
-    await sink.write(add_quota_fields(collector.take("p", "p-1-1", 0)[2](), quotas))
+    await sink.write(flushed_rows(collector, quotas))
     await sink.close()
     (file,) = tmp_path.rglob("*.parquet")
     table = pq.read_table(file)
@@ -252,7 +251,7 @@ async def test_aggregates_land_in_hourly_parquet_files_readable_once_closed(tmp_
     for ts in (1_700_000_000_002, 1_700_000_000_400, 1_700_003_600_002):  # read 1.5 ms before
         collector.add(record(ts))
     sink = ParquetSink(tmp_path, "p-1-1", max_file_bytes=1 << 20, max_file_seconds=60)
-    await sink.write(collector.take("p", "p-1-1", 0)[2]())
+    await sink.write(flushed_rows(collector))
     assert not list(tmp_path.rglob("*.parquet")), "a file being written is hidden from readers"
     await sink.close()
     files = sorted(tmp_path.rglob("*.parquet"))

@@ -101,3 +101,19 @@ async def test_the_proxy_applies_exactly_the_keys_the_rules_call_applied(tmp_pat
 def test_a_rule_for_an_unknown_section_is_an_error() -> None:
     with pytest.raises(KeyError, match=r"no reload rule for nowhere\.key"):
         reload_rule("nowhere", "key")
+
+
+def test_every_section_a_rule_applies_has_one_applier_and_no_other() -> None:
+    """A rule added to RELOAD_RULES cannot be left unapplied: the applier refuses to be made."""
+    from quotagate.config.reload import RELOAD_RULES, ReloadApplier
+
+    config = parse_config(BASE)
+    applied = {rule.section for rule in RELOAD_RULES if rule.applied}
+    calls: list[str] = []
+    appliers = {(section,): (lambda running, s=section: calls.append(s)) for section in applied}
+    ReloadApplier(config, appliers).apply(config)
+    assert sorted(calls) == sorted(applied)
+    with pytest.raises(ValueError, match="give each applied section one applier"):
+        ReloadApplier(config, {key: value for key, value in appliers.items() if key != ("admin",)})
+    with pytest.raises(ValueError, match="give each applied section one applier"):
+        ReloadApplier(config, {**appliers, ("metrics",): lambda running: None})

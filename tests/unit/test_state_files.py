@@ -292,7 +292,7 @@ async def test_a_proxy_starts_with_an_unreadable_levels_file_and_counts_the_rese
     assert proxy.metrics.registry.get_sample_value("quotagate_bucket_levels_resets_total") == 1.0
     assert f"bucket levels not restored from {levels_path(state)}, every bucket starts full: {words}" in caplog.text
     assert proxy.engine.levels(proxy.loop.time()) == {}, "every bucket starts full"
-    proxy.save_levels()  # the next save replaces the bad file with a good one
+    proxy.levels.save()  # the next save replaces the bad file with a good one
     assert load_levels(levels_path(state))[0] == {}
     fine = Proxy(config, state_path=state)
     assert fine.metrics.registry.get_sample_value("quotagate_bucket_levels_resets_total") == 0.0

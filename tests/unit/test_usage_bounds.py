@@ -25,10 +25,12 @@ from quotagate.proxy.usage import (
     AggregateCollector,
     JsonlSink,
     ParquetSink,
+    RequestCollector,
     SinkTrouble,
+    UsageRecord,
     UsageRecorder,
 )
-from tests.support.usage import record
+from tests.support.usage import flushed_rows, record
 
 NOW_MS = 1_700_000_000_000
 
@@ -45,8 +47,7 @@ def test_a_client_inventing_topic_names_gets_at_most_topics_per_entity_rows_the_
         produce(collector, "flood", tuple(f"made-up-{4 * i + j}" for j in range(4)))
     produce(collector, "flood", ("x" * 250,))  # longer than any Kafka topic name: never a row of its own
     produce(collector, "quiet", ("orders", "audit", "made-up-0"))
-    _, _, make_rows = collector.take("p", "p-1-1", 0)
-    rows = make_rows()
+    rows = flushed_rows(collector)
     flood = {row["topic"]: row for row in rows if row["client_id"] == "flood"}
     assert len(flood) == 11 and OTHER_TOPICS in flood, sorted(flood)
     assert flood[OTHER_TOPICS]["bytes_in"] == 90 * 100 + 400  # 90 topics' shares of 400-byte requests, and one
@@ -113,12 +114,12 @@ def test_a_parquet_file_that_fails_is_removed_and_all_its_requests_counted_lost(
     sink = ParquetSink(tmp_path, "p-1-1", 1 << 26, 60.0)
     first = sink.write_blocking([sink.encode([dict(row) for row in rows_of(3)])])
     assert (first.written, first.lost_requests) == (0, 0)  # open, not readable yet: nothing counted
-    writer = next(iter(sink._open.values())).writer
+    file = next(iter(sink._open.values())).file
 
-    def full(_table: object) -> None:
+    def full(_slices: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(writer, "write_table", full)
+    monkeypatch.setattr(file, "write_row_group", full)
     second = sink.write_blocking([sink.encode(rows_of(2))])
     assert second.lost_requests == 5 and second.written == 0 and second.problems
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == [], "the unfinished file was left"
@@ -135,7 +136,7 @@ def rows_of(count: int) -> list[dict]:
     collector = RequestCollector(100)
     for i in range(count):
         collector.add(record(NOW_MS + i))
-    return collector.take("p", "p-1-1", 0)[2]()
+    return flushed_rows(collector)
 
 
 def test_a_jsonl_write_that_fails_midway_is_cut_back_to_whole_lines(
@@ -192,3 +193,39 @@ def test_a_flush_with_no_rows_closes_only_files_past_max_file_seconds(tmp_path: 
     assert sink.write_blocking([]).written == 2 and not sink.pending()
     (path,) = tmp_path.rglob("*.parquet")
     assert pq.read_table(path).num_rows == 2
+
+
+@pytest.mark.parametrize("kind", ["aggregates", "requests"])
+def test_a_user_inventing_client_ids_fills_its_share_of_the_buffer_not_the_others(kind: str) -> None:
+    """usage.buffer_records_per_user: past its share, the inventing user's records are dropped (the
+    recorder counts them); the other users' are kept until the buffer itself is full."""
+    if kind == "aggregates":
+        collector = AggregateCollector(100, 1000, user_limit=40)
+    else:
+        collector = RequestCollector(100, user_limit=40)
+    invented = [
+        collector.add(UsageRecord(NOW_MS, "mallory", f"made-up-{i}", 0, 9, ("t",), 10, 0, 0, 1.0, 0, "ok"))
+        for i in range(1000)
+    ]
+    assert sum(invented) == 40 and not any(invented[40:]), "the inventing user holds only its share"
+    others = [
+        collector.add(UsageRecord(NOW_MS, user, f"app-{i}", 0, 9, ("t",), 10, 0, 0, 1.0, 0, "ok"))
+        for user in ("alice", "bob")
+        for i in range(30)
+    ]
+    assert all(others), "the other users' records still fit"
+    if kind == "aggregates":
+        collector.take_aggregates()
+    else:
+        collector.take_columns()
+    assert collector.add(UsageRecord(NOW_MS, "mallory", "again", 0, 9, ("t",), 10, 0, 0, 1.0, 0, "ok")), (
+        "a flush gives the share back"
+    )
+
+
+def test_buffer_records_per_user_is_half_the_buffer_unless_set() -> None:
+    from quotagate.config import parse_config
+
+    head = '[proxy]\nbootstrap_servers = ["k:1"]\n[usage]\nbuffer_records = 1000\n'
+    assert parse_config(head).usage.buffer_records_per_user == 500
+    assert parse_config(head + "buffer_records_per_user = 1000\n").usage.buffer_records_per_user == 1000

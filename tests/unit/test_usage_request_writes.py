@@ -1,6 +1,8 @@
-"""v1 records are written from the collector's columns (usage.RequestBatch): every sink must write
-exactly what it writes for the same records made as rows (RequestCollector.take, add_quota_fields),
-field for field, in the same order, partitions and files."""
+"""v1 records are written from the collector's columns (usage.RequestBatch): the JSON lines made
+straight from them (usage_collectors.request_lines) must be the JSON of the batch's rows, and every
+sink must write exactly what it writes for the same rows handed to it as rows (RowBatch), field for
+field, in the same order, partitions and files. (tests/unit/test_usage_formats.py reads every
+documented field back from each format.)"""
 
 from __future__ import annotations
 
@@ -20,7 +22,6 @@ from quotagate.proxy.usage import (
     RequestCollector,
     UsageRecord,
     _encode_for_kafka,
-    add_quota_fields,
 )
 from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 
@@ -79,13 +80,12 @@ QUOTAS = {"no quotas": lambda: None, "quotas changing mid-flush": quotas_changin
 
 
 def rows_and_batch(records: list[UsageRecord], quotas: QuotasInForce | None) -> tuple[list[dict], RequestBatch]:
-    """The same records as rows (the way every sink wrote them before) and as a batch of columns."""
-    as_rows, as_columns = RequestCollector(len(records)), RequestCollector(len(records))
+    """The same records as rows and as a batch of columns."""
+    collector = RequestCollector(len(records))
     for r in records:
-        as_rows.add(r)
-        as_columns.add(r)
-    rows = add_quota_fields(as_rows.take("proxy-1", "proxy-1-7-1", 40)[2](), quotas)
-    return rows, RequestBatch(as_columns.take_columns(), "proxy-1", "proxy-1-7-1", 40, quotas)
+        collector.add(r)
+    batch = RequestBatch(collector.take_columns(), "proxy-1", "proxy-1-7-1", 40, quotas)
+    return batch.rows(), batch
 
 
 def files_of(directory: Path) -> dict[str, bytes]:
@@ -116,7 +116,8 @@ def test_both_builds_of_request_lines_write_the_same_text() -> None:
         return "," + json.dumps({"s": state, "u": user}, separators=(",", ":"))[1:-1]
 
     texts = {
-        name: importlib.import_module(name).request_lines(batch.columns, "p", "w", 3, since, suffix) for name in builds
+        name: importlib.import_module(name).request_lines(batch.collected, "p", "w", 3, since, suffix)
+        for name in builds
     }
     assert len({tuple(t) for t in texts.values()}) == 1, "the compiled and interpreted builds differ"
     assert len(expected) == len(next(iter(texts.values())))
@@ -206,12 +207,11 @@ def test_a_latency_is_written_as_the_encoder_writes_it_rounded_to_the_microsecon
 
 
 @pytest.mark.parametrize("quotas", QUOTAS.values(), ids=QUOTAS.keys())
-def test_v2_arrow_from_columns_is_the_table_from_rows(quotas) -> None:
-    """v2 aggregates are written to Parquet from columns (AggregateBatch.arrow_table); they must be
-    the table its rows (with their quota fields) made, field for field, slice by slice."""
-    import pyarrow as pa
-
-    from quotagate.proxy.usage import AggregateBatch, AggregateCollector, _arrow_schema
+def test_v2_parquet_pages_from_columns_are_the_pages_of_the_rows(quotas) -> None:
+    """v2 aggregates are written to Parquet from the batch's columns; slice by slice, the pages must
+    be those of its rows (with their quota fields) handed to the sink as rows."""
+    from quotagate.proxy import usage_parquet
+    from quotagate.proxy.usage import AggregateBatch, AggregateCollector, RowBatch
 
     in_force = quotas()
     collector = AggregateCollector(10_000, 1000, topics_per_entity=3)
@@ -221,6 +221,5 @@ def test_v2_arrow_from_columns_is_the_table_from_rows(quotas) -> None:
     batch = AggregateBatch(items, 1000, "proxy-1", "proxy-1-7-1", 40, in_force)
     for start in (0, 7, 100):
         part = batch.slice(start, start + 150)
-        want = pa.Table.from_pylist(part.rows(), schema=_arrow_schema(2))
-        have = part.arrow_table()
-        assert have.schema.equals(want.schema) and have.to_pylist() == want.to_pylist()
+        rows = RowBatch(part.rows())
+        assert usage_parquet.encode(2, part.columns(), len(part)) == usage_parquet.encode(2, rows.columns(), len(rows))
