@@ -29,6 +29,7 @@ order; a read from the broker (`feed_broker`) is counted and its frames taken on
 from collections import deque
 
 from quotagate.protocol import fetch
+from quotagate.protocol.api_keys import ApiKey
 from quotagate.protocol.apis import api_name, is_flexible
 from quotagate.protocol.fetch import max_wait_offset, throttled_fetch_replacement, throttled_fetch_response
 from quotagate.protocol.frames import frame_end, splitter
@@ -89,12 +90,13 @@ VERSIONS = 128
 # it on every path: there is no other list.
 HOOK_POLICIES = SASL | LOCAL_ANSWER | PARTITIONS_MUTATED | THRESHOLDS | NEW_PRODUCER_IDS
 
-API_PRODUCE = 0
-API_FETCH = 1
-API_SASL_HANDSHAKE = 17
-API_API_VERSIONS = 18
-API_SASL_AUTHENTICATE = 36
-API_SHARE_FETCH = 78
+# The APIs the core tells apart by number (C ints compiled; protocol/api_keys.py numbers them).
+API_PRODUCE = int(ApiKey.PRODUCE)
+API_FETCH = int(ApiKey.FETCH)
+API_SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
+API_API_VERSIONS = int(ApiKey.API_VERSIONS)
+API_SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
+API_SHARE_FETCH = int(ApiKey.SHARE_FETCH)
 
 POLICY = [api_policy(key) for key in range(KEYS)]
 # MAX_VERSION[api_key]: the version cap ApiVersions advertises (-1: none); ApiVersions above its
