@@ -9,6 +9,7 @@ SparkSession is created once, at the edge (cli.py), and passed in:
 - whatif: each entity's series replayed against candidate quotas with quotagate.quotas itself,
   and with Kafka's sampled-rate rule for comparison;
 - recommend: the smallest quota meeting an objective, plus headroom, as TOML and kafka-configs.sh;
+- chargeback: per tenant, entity and period, each one's share of the cluster and its costs;
 - report: one self-contained HTML file.
 
 Needs the `pipeline` extra (pyspark, pandas); the proxy never imports this package.

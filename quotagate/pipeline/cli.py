@@ -13,12 +13,16 @@ import io
 import sys
 from pathlib import Path
 
+from quotagate.config.settings import ConfigError
+from quotagate.pipeline.rates import PERIODS, parse_rates
+
 JOBS = (
     "ingest",
     "rollup",
     "whatif",
     "recommend",
     "report",
+    "chargeback",
     "all",
     "generate",
     "apply",
@@ -94,16 +98,33 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--config", help="the proxy's TOML: current quotas for entities whose usage records do not name them"
     )
     objective(parser)
+
+    def rates(parser: argparse.ArgumentParser, required: bool) -> None:
+        parser.add_argument(
+            "--rates",
+            required=required,
+            help="prices per GB in and out and per request-second (TOML, a local file: docs/pipeline.md)",
+        )
+
     parser = job("report", "one self-contained HTML file")
     parser.add_argument("--table", required=True)
     parser.add_argument("--whatif", required=True)
     parser.add_argument("--recommendations", required=True, help="the --out folder of recommend")
     parser.add_argument("--out", required=True, help="the HTML file to write")
+    rates(parser, required=False)
+    parser = job("chargeback", "per tenant and entity and period: shares of the cluster and costs, as CSV and Parquet")
+    parser.add_argument("--table", required=True)
+    parser.add_argument("--out", required=True, help="folder (any URI) for chargeback.csv and chargeback.parquet")
+    rates(parser, required=True)
+    parser.add_argument("--period", choices=PERIODS, default="month", help="calendar periods in UTC (default month)")
+    parser.add_argument("--since", metavar="YYYY-MM-DD", help="the first day counted (default: the table's first)")
+    parser.add_argument("--until", metavar="YYYY-MM-DD", help="the last day counted, included (default: the last)")
     parser = job("all", "ingest, rollup, whatif, recommend and report into one folder")
     ingest_inputs(parser)
     parser.add_argument("--work", required=True, help="folder (any URI) for the table and every output")
     candidates(parser)
     objective(parser)
+    rates(parser, required=False)
     parser = job("apply", "write the recommendations into the proxy's quota file as shadow quotas (it reloads)")
     parser.add_argument("--recommendations", required=True, help="the --out folder of recommend (any URI)")
     parser.add_argument("--config", required=True, help="the running proxy's TOML file (local), edited in place")
@@ -137,13 +158,20 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.job in WITHOUT_SPARK:
-        from quotagate.config.settings import ConfigError
-
         try:
             return JOB_RUNNERS[args.job](None, args)
         except (FileNotFoundError, ValueError, ConfigError) as exc:
             print(f"quotagate pipeline {args.job}: {exc}", file=sys.stderr)
             return 1
+    try:  # the local files a job reads, checked before a JVM starts
+        args.loaded_rates = _rates(args)
+        _check_days(args)
+    except ConfigError as exc:
+        print(f"quotagate pipeline {args.job}: bad rates file {args.rates}: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"quotagate pipeline {args.job}: {exc}", file=sys.stderr)
+        return 2
     try:
         spark = session_for(args)
     except ImportError as exc:
@@ -161,6 +189,31 @@ def run(args: argparse.Namespace) -> int:
         return 1
     finally:
         spark.stop()
+
+
+def _rates(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The --rates file's Rates, or None; a ConfigError naming the key when it is wrong."""
+    if not getattr(args, "rates", None):
+        return None
+    try:
+        text = Path(args.rates).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError("file", f"cannot read it: {exc.strerror}") from exc
+    return parse_rates(text)
+
+
+def _check_days(args: argparse.Namespace) -> None:
+    import datetime
+
+    for name in ("since", "until"):
+        value = getattr(args, name, None)
+        if value is not None:
+            try:
+                datetime.date.fromisoformat(value)
+            except ValueError:
+                raise ValueError(f"--{name} {value!r}: give a day as YYYY-MM-DD") from None
+    if getattr(args, "since", None) and getattr(args, "until", None) and args.since > args.until:
+        raise ValueError(f"--since {args.since} is after --until {args.until}")
 
 
 def session_for(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -264,12 +317,12 @@ def read_recommendations(spark, folder: str):  # type: ignore[no-untyped-def]
     return pd.read_parquet(io.BytesIO(Storage(spark).read_bytes(child(folder, RECOMMENDATIONS))))
 
 
-def _report(spark, table_path: str, whatif_path: str, recommendations, out: str) -> None:
+def _report(spark, table_path: str, whatif_path: str, recommendations, out: str, rates) -> None:
     from quotagate.pipeline.report import render_report, report_data
     from quotagate.pipeline.storage import Storage
     from quotagate.pipeline.table import read_table
 
-    data = report_data(read_table(spark, table_path), spark.read.parquet(whatif_path), recommendations)
+    data = report_data(read_table(spark, table_path), spark.read.parquet(whatif_path), recommendations, rates=rates)
     storage = Storage(spark)
     storage.write_text(out, render_report(data))
     print(f"report: {storage.qualified(out)}")
@@ -303,7 +356,27 @@ def _run_recommend(spark, args) -> int:
 
 
 def _run_report(spark, args) -> int:
-    _report(spark, args.table, args.whatif, read_recommendations(spark, args.recommendations), args.out)
+    recommendations = read_recommendations(spark, args.recommendations)
+    _report(spark, args.table, args.whatif, recommendations, args.out, args.loaded_rates)
+    return 0
+
+
+def _chargeback(spark, table_path: str, out: str, rates, period: str, since: str | None, until: str | None) -> None:
+    from quotagate.pipeline.chargeback import chargeback, ordered
+    from quotagate.pipeline.storage import Storage, child
+    from quotagate.pipeline.table import read_table
+
+    found = ordered(chargeback(read_table(spark, table_path), rates, period, since, until).toPandas())
+    storage = Storage(spark)
+    parquet = io.BytesIO()
+    found.to_parquet(parquet, index=False)
+    storage.write_bytes(child(out, "chargeback.parquet"), parquet.getvalue())
+    storage.write_text(child(out, "chargeback.csv"), found.to_csv(index=False))
+    print(f"chargeback: {child(out, 'chargeback.csv')} and {child(out, 'chargeback.parquet')} ({len(found)} rows)")
+
+
+def _run_chargeback(spark, args) -> int:
+    _chargeback(spark, args.table, args.out, args.loaded_rates, args.period, args.since, args.until)
     return 0
 
 
@@ -319,7 +392,9 @@ def _run_all(spark, args) -> int:
     _run_rollup(spark, args)
     _whatif(spark, args, table, child(work, "whatif"))
     found = _recommend(spark, args, child(work, "whatif"), child(work, "recommendations"))
-    _report(spark, table, child(work, "whatif"), found, child(work, "report.html"))
+    if args.loaded_rates is not None:
+        _chargeback(spark, table, child(work, "chargeback"), args.loaded_rates, "month", None, None)
+    _report(spark, table, child(work, "whatif"), found, child(work, "report.html"), args.loaded_rates)
     return 0
 
 
@@ -427,6 +502,7 @@ JOB_RUNNERS = {
     "whatif": _run_whatif,
     "recommend": _run_recommend,
     "report": _run_report,
+    "chargeback": _run_chargeback,
     "all": _run_all,
     "generate": _run_generate,
     "apply": _run_apply,

@@ -1,15 +1,16 @@
 """report: one self-contained HTML file (styles, data and the drawing script inline; no network).
 
-Four parts a person reads at a glance: usage over time for the top entities (bytes in and out per
+Five parts a person reads at a glance: usage over time for the top entities (bytes in and out per
 second, throttled seconds marked), what-if curves (quota → share of seconds throttled, the token
 bucket beside Kafka's sampled rate, the recommendation marked), the recommendations next to the
 current quotas (the quota the records say was in force) with, at that quota, the replay's
 prediction beside what the proxy recorded (or, for a shadow quota, observed), and the top entities'
 produce topic by topic (the topics a proxy did not name, beyond its usage.topics_per_entity, in a
-row that says so). The charts are SVG drawn by a small inline script from JSON embedded in the
-page; each chart says how many lines it drew in its data-drawn attribute. Every axis is labelled
-(clock time in UTC, quota ticks in the key's unit) and every line is named at its end, so no colour
-needs the legend.
+row that says so), and the chargeback over the records' whole span (each entity's share of the
+cluster's bytes, request time and mutations, and with rates its costs: chargeback.py). The charts
+are SVG drawn by a small inline script from JSON embedded in the page; each chart says how many
+lines it drew in its data-drawn attribute. Every axis is labelled (clock time in UTC, quota ticks in
+the key's unit) and every line is named at its end, so no colour needs the legend.
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from quotagate.pipeline.chargeback import MEASURES, Rates, chargeback, ordered
 from quotagate.pipeline.rollup import ENTITY, TOPIC, per_entity_topic_second, per_second
 
 TOP_ENTITIES = 6
 TOP_TOPICS = 5  # per entity; the rest of its named topics in one row
+TOP_CHARGEBACK = 50  # rows of the chargeback table; the whole of it is `quotagate pipeline chargeback`'s
+NO_TENANT = "(none declared)"
 OTHER_TOPICS_LABEL = "topics the proxy did not name (beyond its usage.topics_per_entity), summed"
 # The unit each quota key is in, everywhere the report prints one (request_percentage: of one thread).
 UNITS = {
@@ -39,8 +43,15 @@ UNITS = {
 }
 
 
-def report_data(table: DataFrame, whatif: DataFrame, recommendations: pd.DataFrame, top: int = TOP_ENTITIES) -> dict:
-    """What the page shows, small enough for the driver: the top entities by bytes moved."""
+def report_data(
+    table: DataFrame,
+    whatif: DataFrame,
+    recommendations: pd.DataFrame,
+    top: int = TOP_ENTITIES,
+    rates: Rates | None = None,
+) -> dict:
+    """What the page shows, small enough for the driver: the top entities by bytes moved, and the
+    chargeback of the whole span (with costs when `rates` are given)."""
     by_entity_topic = per_entity_topic_second(table).cache()  # one pass over the records for both views
     try:
         seconds = per_second(by_entity_topic)
@@ -71,7 +82,15 @@ def report_data(table: DataFrame, whatif: DataFrame, recommendations: pd.DataFra
     finally:
         by_entity_topic.unpersist()
     series = series.merge(in_force, on=[*ENTITY, "second"], how="left")
-    return {"order": order, "series": series, "curves": curves, "recommendations": recommendations, "topics": topics}
+    shares = ordered(chargeback(table, rates, period="all").toPandas())
+    return {
+        "order": order,
+        "series": series,
+        "curves": curves,
+        "recommendations": recommendations,
+        "topics": topics,
+        "chargeback": shares,
+    }
 
 
 def topic_rows(topics: pd.DataFrame, top: int = TOP_TOPICS) -> list[tuple[str, int]]:
@@ -149,12 +168,13 @@ def render_report(data: dict, title: str = "quotagate usage report") -> str:
         "__DATA__": script_json({"entities": entities}),
         "__ROWS__": table_rows,
         "__TOPICS__": _topic_table(data["topics"], data["order"]),
+        "__CHARGEBACK__": _chargeback_section(data["chargeback"]),
     }
     # One pass over the template: a placeholder's text inside a name is data, never replaced again.
     return _PLACEHOLDER.sub(lambda match: parts[match.group(0)], PAGE)
 
 
-_PLACEHOLDER = re.compile("__TITLE__|__DATA__|__ROWS__|__TOPICS__")
+_PLACEHOLDER = re.compile("__TITLE__|__DATA__|__ROWS__|__TOPICS__|__CHARGEBACK__")
 # Inside a <script> element the HTML parser looks for `</script`, and `<!--` with `<script` sends it
 # into a state where the next `</script>` no longer ends the element; U+2028/9 end a line in older
 # JavaScript. JSON may spell every one of these characters as an escape, and then none can occur.
@@ -173,6 +193,44 @@ def _topic_table(topics: pd.DataFrame, order: list[tuple[str, str]]) -> str:
             cells = (user, client_id, what, f"{bytes_in:,}", f"{bytes_in / total:.1%}" if total else "–")
             rows.append("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>")
     return "".join(rows)
+
+
+def _chargeback_section(frame: pd.DataFrame, top: int = TOP_CHARGEBACK) -> str:
+    """The chargeback table: its period, then per (tenant, user, client_id) each measure's share of
+    the cluster's (and the costs, when the report had rates), the largest first."""
+    if frame.empty:
+        return "<p>No usage in the records.</p>"
+    priced = "cost_total" in frame.columns
+    first = frame.iloc[0]
+    heads = ["tenant", "user", "client_id", *(f"{name} (share)" for name in MEASURES)]
+    if priced:
+        heads += [f"cost ({first['currency']})"]
+    rows = []
+    for _, row in frame.head(top).iterrows():
+        cells = [NO_TENANT if pd.isna(row["tenant"]) else row["tenant"], row["user"], row["client_id"]]
+        cells += [f"{row[name]:,.0f} ({_share(row[f'{name}_share'])})" for name in MEASURES]
+        if priced:
+            cells.append(f"{row['cost_total']:,.2f}")
+        rows.append("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>")
+    more = len(frame) - top
+    period = f"{first['period_start']} to {first['period_end']} (UTC, both days included)"
+    note = f" {more} more rows in the chargeback files." if more > 0 else ""
+    rates = (
+        f" Rates: {first['price_per_gb_in']:g} per GB in, {first['price_per_gb_out']:g} per GB out, "
+        f"{first['price_per_request_second']:g} per request-second ({first['currency']})."
+        if priced
+        else " No rates given (`--rates`): shares only."
+    )
+    return (
+        f'<p class="period">{html.escape(period)}.{html.escape(rates + note)}</p>'
+        f'<table class="chargeback"><tr>{"".join(f"<th>{html.escape(h)}</th>" for h in heads)}</tr>'
+        + "".join(rows)
+        + "</table>"
+    )
+
+
+def _share(value: float) -> str:
+    return "–" if pd.isna(value) else f"{value:.1%}"
 
 
 def script_json(data: object) -> str:
@@ -256,6 +314,10 @@ quota the second figure is what it observed on live traffic (it never throttled 
 <h2>Produce by topic (top entities)</h2>
 <table class="topics"><tr><th>user</th><th>client_id</th><th>topic</th><th>bytes in</th>
 <th>share of the entity's produce bytes</th></tr>__TOPICS__</table>
+<h2>Chargeback: shares of the cluster</h2>
+__CHARGEBACK__
+<p>Bytes in and out, request time (ms) and partitions mutated per tenant and entity, each with its
+share of the cluster's total; "(none declared)": records that name no tenant.</p>
 <script type="application/json" id="data">__DATA__</script>
 <script>
 (function () {

@@ -153,4 +153,5 @@ def test_every_chart_draws_whatever_the_client_ids(spark, tmp_path: Path) -> Non
     assert dom.count('data-drawn="2"') == charts, "every chart drew its two lines"
     assert "<title>quotagate usage report</title>" in dom and "pwned" not in dom.split("</title>")[0]
     assert "<b>bold</b>" not in dom, "a name is text, never markup"
-    assert dom.count("<table>") == 1 and dom.count("<tr>") == 1 + len(HOSTILE_IDS)
+    # the recommendations, the produce by topic (one topic each) and the chargeback: a header and a row per entity
+    assert dom.count("<table>") == 1 and dom.count("<tr>") == 3 * (1 + len(HOSTILE_IDS))
