@@ -89,24 +89,40 @@ PYTEST_ARGS ?=
 # keeps the Spark tests, the users of the 3-node cluster and the machine-wide runs each on one worker and
 # starts them first; each worker picks its own ports above the ephemeral range (tests/support/proxy_fixtures.py).
 PYTEST_WORKERS ?= 3
+# The runs make test leaves to targets of their own (each marker's target: pyproject.toml's markers).
+NOT_IN_MAKE_TEST := not matrix_only and not storage_only and not fetch_shape_only and not sarama_only and not long_only
+# make test runs the version slice beside the whole run (the slice's Kafkas 25 and 50 ports above the run's: clear
+# of its clusters' ports, which are 100 apart), and prints the slice's output after the run's.
 test: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars prometheus-tools compose-tools helm-tool chromium redis-tools tmux-tool franz-go-suite go-kadm-quotas
 	$(VENV)/bin/ruff check .
 	QUOTAGATE_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider tests/unit  # the same sources, interpreted
-	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m "not matrix_only and not storage_only and not fetch_shape_only and not sarama_only" $(PYTEST_ARGS)
-	$(MAKE) --no-print-directory test-slice
+	mkdir -p build/slice
+	$(MAKE) --no-print-directory test-slice SLICE_FIRST_OFFSET=$(SLICE_PORT_STEP) > build/slice/all.log 2>&1 & slice=$$!; \
+	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m "$(NOT_IN_MAKE_TEST)" $(PYTEST_ARGS); status=$$?; \
+	wait $$slice || status=1; cat build/slice/all.log; exit $$status
 
 # The version_slice tests against each Kafka of KAFKA_SLICE, all at once: each run's ports SLICE_PORT_STEP above
-# the one before (QUOTAGATE_TEST_PORT_OFFSET), its output in build/slice/VARIANT.log, printed when all are done.
-SLICE_PORT_STEP ?= 50
+# the one before (QUOTAGATE_TEST_PORT_OFFSET + SLICE_FIRST_OFFSET for the first), its output in
+# build/slice/VARIANT.log, printed when all are done.
+SLICE_PORT_STEP ?= 25
+SLICE_FIRST_OFFSET ?= 0
 .PHONY: test-slice
 test-slice: venv franz-go-suite
 	$(RIG) fetch $(KAFKA_SLICE)
 	mkdir -p build/slice
-	offset=$${QUOTAGATE_TEST_PORT_OFFSET:-0}; pids=""; for kafka in $(KAFKA_SLICE); do \
+	offset=$$(( $${QUOTAGATE_TEST_PORT_OFFSET:-0} + $(SLICE_FIRST_OFFSET) )); pids=""; for kafka in $(KAFKA_SLICE); do \
 		QUOTAGATE_TEST_PORT_OFFSET=$$offset KAFKA_RIG_KAFKA=$$kafka $(PY) -m pytest -q -rs -p no:cacheprovider \
 			-m version_slice tests/integration > build/slice/$$kafka.log 2>&1 & pids="$$pids $$!"; offset=$$((offset + $(SLICE_PORT_STEP))); \
 	done; status=0; for pid in $$pids; do wait $$pid || status=1; done; \
 	for kafka in $(KAFKA_SLICE); do echo "--- Kafka $$kafka"; cat build/slice/$$kafka.log; done; exit $$status
+
+# The long end-to-end runs (marker long_only: half a minute to minutes each, the same features as quicker tests
+# of make test): the quick soak, the rolling restart, the compose files' brokers and stack run locally, 30 s of
+# /readyz behind SSL, the whole pipeline from generated data, the Sentinel failover of shared quotas, non-finite
+# quotas through kafka-configs.sh.
+.PHONY: test-long
+test-long: venv kafka-jars spark-kafka-jars spark-delta-jars compose-tools helm-tool redis-tools
+	$(PY) -m pytest -q -rs --durations=15 -n $(PYTEST_WORKERS) -m long_only tests $(PYTEST_ARGS)
 
 # The Kafka versions the matrix runs, as kafka_rig names them ("-zk": ZooKeeper mode): 3.9 in ZooKeeper and
 # KRaft mode, 4.0, 4.2 (kafka/pom.xml's, the default) and 4.4. `make test` runs the version_slice tests

@@ -116,6 +116,7 @@ def local_nodes(tmp_path: Path) -> Iterator[LocalNodes]:
     nodes.stop()
 
 
+@pytest.mark.long_only
 @pytest.mark.timeout(300)
 def test_compose_kafka_nodes_form_one_then_three_brokers_behind_quotagate(local_nodes: LocalNodes, tmp_path) -> None:
     compose = compose_config()

@@ -85,6 +85,7 @@ def test_probe_answers_for_the_running_proxy_and_fails_when_it_is_gone(stack_pro
     assert gone.returncode == 1 and "/healthz" in gone.stderr
 
 
+@pytest.mark.long_only
 @pytest.mark.timeout(240)
 def test_stack_tests_pass_against_the_compose_pieces_run_locally(stack_proxy, tmp_path: Path) -> None:
     proxy, compose = stack_proxy

@@ -117,6 +117,7 @@ def test_invalid_quotas_and_unlisted_principals_are_refused_and_quotas_survive_a
     assert "producer_byte_rate=1000" in described.replace(".0", ""), described
 
 
+@pytest.mark.long_only
 def test_non_finite_quotas_from_kafka_configs_get_invalid_request_and_nothing_is_stored(
     proxy_factory, kafka, kafka_tool, tmp_path
 ) -> None:

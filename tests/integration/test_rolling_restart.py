@@ -154,6 +154,7 @@ def replicas(kafka, redis_server, tmp_path: Path) -> Iterator[tuple[list[Replica
             replica.stop()
 
 
+@pytest.mark.long_only
 def test_a_rolling_restart_under_load_loses_no_acknowledged_record_and_keeps_the_quota(replicas, kafka) -> None:
     group, _balancer, port = replicas
     topic = unique_topic("rolling")

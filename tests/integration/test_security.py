@@ -353,6 +353,7 @@ def test_usage_records_reach_a_kafka_topic_over_the_upstream_tls_settings(
     assert any(r["client_id"] == "usage-over-tls" and r["api_key"] == 0 for r in records), f"{len(records)} records"
 
 
+@pytest.mark.long_only
 def test_readyz_stays_200_for_30_s_behind_the_brokers_ssl_listener(
     secure_kafka: Cluster, pki: Pki, proxy_factory
 ) -> None:

@@ -51,7 +51,9 @@ def bucket_primary(topology: RedisClusterSet | RedisSentinelSet) -> TlsRedisNode
     return topology.current_primary()
 
 
-@pytest.mark.parametrize("topology_fixture", ["redis_cluster", "redis_sentinel"])
+@pytest.mark.parametrize(
+    "topology_fixture", ["redis_cluster", pytest.param("redis_sentinel", marks=pytest.mark.long_only)]
+)
 def test_one_client_id_over_three_proxies_holds_its_quota_while_its_buckets_primary_is_killed(
     topology_fixture: str, request: pytest.FixtureRequest, proxy_factory, kafka
 ) -> None:

@@ -46,7 +46,7 @@ QUICK_REQUEST_PERCENTAGE = "25"
 # controller fences it and its partitions' leadership moves while the producer writes, as at 20 s.
 QUICK_CHAOS_PHASE_SECONDS = "6"
 
-pytestmark = [pytest.mark.slow, pytest.mark.java]
+pytestmark = [pytest.mark.slow, pytest.mark.java, pytest.mark.long_only]
 
 
 @pytest.mark.timeout(1200)

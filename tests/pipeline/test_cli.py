@@ -8,9 +8,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from quotagate.cli import main
 
 
+@pytest.mark.long_only
 def test_generate_then_all_writes_the_proxy_toml_and_kafka_configs_commands(
     shared_session, tmp_path: Path, capsys
 ) -> None:
