@@ -20,6 +20,7 @@ from types import ModuleType
 # checks both ways). Stated here only: setup.py reads it from this file (standard library imports only).
 MODULES = (
     "quotagate.protocol.produce_walk",
+    "quotagate.protocol.frames",
     "quotagate.protocol.wire_walk",
     "quotagate.protocol.response_walk",
     "quotagate.protocol.rewrite_memo",

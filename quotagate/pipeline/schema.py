@@ -31,6 +31,7 @@ from quotagate.proxy.usage_fields import (
     UsageField,
     fields_of,
 )
+from quotagate.quotas.apis import TOPIC_NAMES, apis_with
 
 SUPPORTED_VERSIONS = VERSIONS
 # Every type is the usage field's (quotagate/proxy/usage_fields.py, the one place they are stated).
@@ -76,9 +77,6 @@ V2_MEASURES = tuple(
     for field in fields_of(AGGREGATE_SCHEMA_VERSION)
     if field.role not in (IDENTITY, QUOTA) and field.name not in V2_ADDED
 )
-PRODUCE, FETCH, SHARE_FETCH = 0, 1, 78
-# The exchanges whose response bytes the proxy charges to consumer_byte_rate (quotas.charging.FETCH_APIS).
-FETCHES = (FETCH, SHARE_FETCH)
 
 
 def conform(frame: DataFrame, schema: T.StructType) -> list[Column]:
@@ -114,9 +112,9 @@ def to_table(raw: DataFrame) -> DataFrame:
     `raw` may carry a `source` column (file or topic partition) that names v1 records written
     before they had writer and seq (_with_legacy_names)."""
     v1 = _with_legacy_names(raw.where(F.col("v") == 1)) if "source" in raw.columns else raw.where(F.col("v") == 1)
-    produce_topics = F.when((F.col("api_key") == PRODUCE) & (F.size("topics") > 0), F.col("topics")).otherwise(
-        F.array(F.lit(""))
-    )
+    # a row per topic for the APIs whose usage records name their topics (quotas/apis.py)
+    per_topic = F.col("api_key").isin(*apis_with(TOPIC_NAMES))
+    produce_topics = F.when(per_topic & (F.size("topics") > 0), F.col("topics")).otherwise(F.array(F.lit("")))
     v1 = v1.select("*", F.posexplode(produce_topics).alias("topic_index", "topic_name"))
     first = F.col("topic_index") == 0
     share = F.size(produce_topics)

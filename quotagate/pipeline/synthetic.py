@@ -16,7 +16,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from quotagate.pipeline.schema import TABLE_COLUMNS, TABLE_SCHEMA, WINDOW_COLUMNS, date_of
-from quotagate.quotas.entities import RECORDED_KEYS, QuotaKey
+from quotagate.quotas.apis import RECORDED_KEYS
+from quotagate.quotas.entities import QuotaKey
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 

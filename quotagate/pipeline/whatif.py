@@ -46,17 +46,22 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from quotagate.pipeline.schema import FETCHES, PRODUCE, WINDOW_COLUMNS
+from quotagate.pipeline.schema import WINDOW_COLUMNS
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
+from quotagate.quotas.apis import (
+    BYTES_IN,
+    BYTES_OUT,
+    CHARGED_AT_READ,
+    LONG_POLL,
+    PARTITIONS_MUTATED,
+    RECORDED_KEYS,
+    apis_with,
+)
 from quotagate.quotas.engine import MS_PER_SECOND_PER_PERCENT, tokens_per_second
-from quotagate.quotas.entities import RECORDED_KEYS
 from quotagate.quotas.sampled_rate import SampledRate
 
 SLICES = 16  # charges per v2 aggregate at most
-MUTATION_APIS = (19, 20, 37)  # CreateTopics, DeleteTopics, CreatePartitions
 KEYS = [k.value for k in RECORDED_KEYS]
-# Charged when the request is read (the others when the response is back), as in quotas.charging.
-CHARGED_AT_READ = (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONTROLLER_MUTATION_RATE)
 GRID_STEPS = [2 ** (i / 4) for i in range(-16, 5)]  # 1/16 to 2 × the peak second, 19 % apart
 
 RESULT_SCHEMA = (
@@ -117,13 +122,14 @@ def quota_code(key: str) -> Column:
     )
 
 
-# Per quota key, the records that count for it: (API keys, whether it is all but those).
+# Per quota key, the records that count for it: (API keys, whether it is all but those), from the
+# proxy's table of APIs (quotas/apis.py).
 COUNTED_APIS = {
-    QuotaKey.PRODUCER_BYTE_RATE: ((PRODUCE,), False),
-    QuotaKey.CONSUMER_BYTE_RATE: (FETCHES, False),
+    QuotaKey.PRODUCER_BYTE_RATE: (apis_with(BYTES_IN), False),
+    QuotaKey.CONSUMER_BYTE_RATE: (apis_with(BYTES_OUT), False),
     # a (share) fetch's long-poll wait cannot be told from its work in the records: fetches are left out
-    QuotaKey.REQUEST_PERCENTAGE: (FETCHES, True),
-    QuotaKey.CONTROLLER_MUTATION_RATE: (MUTATION_APIS, False),
+    QuotaKey.REQUEST_PERCENTAGE: (apis_with(LONG_POLL), True),
+    QuotaKey.CONTROLLER_MUTATION_RATE: (apis_with(PARTITIONS_MUTATED), False),
 }
 
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from struct import pack, unpack_from
 
+from quotagate.protocol.api_keys import ApiKey
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
 from quotagate.protocol.headers import response_body_offset
 
-API_FETCH = 1
+API_FETCH = int(ApiKey.FETCH)
 # Up to v14 the body starts with replica_id; from v15 that moved into a tagged field (which sits
 # at the end), so max_wait_ms comes first.
 REPLICA_ID_IN_BODY_UNTIL = 14

@@ -44,7 +44,6 @@ QUOTA_EXCEEDED_MESSAGE = "The throttling quota has been exceeded."  # Kafka's ow
 # Versions from which a client understands per-topic refusals (KIP-599 strict mode); below them
 # the proxy admits everything, charges it and throttles (permissive mode).
 STRICT_FROM = {ApiKey.CREATE_TOPICS: 6, ApiKey.DELETE_TOPICS: 5, ApiKey.CREATE_PARTITIONS: 3}
-MUTATION_APIS = frozenset(STRICT_FROM)
 
 _REQUESTS: dict[int, Any] = {
     ApiKey.CREATE_TOPICS: CreateTopicsRequest,
@@ -58,7 +57,7 @@ _RESPONSES: dict[int, Any] = {
 }
 # The highest version of each API whose request and response the classes above read (version_caps.py).
 READABLE_UP_TO: dict[int, int] = {
-    key: min(_REQUESTS[key].max_version, _RESPONSES[key].max_version) for key in MUTATION_APIS
+    key: min(_REQUESTS[key].max_version, _RESPONSES[key].max_version) for key in _REQUESTS
 }
 # The array of topics in each request, and of results in each response (DeleteTopics below v6: its
 # topics are an array of names).

@@ -29,37 +29,7 @@ from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
 from quotagate.protocol.headers import read_count, read_uvarint, skip_string, skip_tagged_fields
 from quotagate.protocol.produce import produce_response_throttle_offset
 
-__all__ = ["THROTTLE_EXEMPT_APIS", "THROTTLE_MAX_MS", "patch_throttle_time", "throttle_time_offset"]
-
-# APIs Kafka exempts from request quotas: the ones ApiKeys.java marks `clusterAction` (used only
-# between brokers and controllers; their time is recorded as "exempt-request-time", never throttled),
-# checked against core's RequestQuotaTest (testExemptRequestTime). Not exempt although inter-broker:
-# UpdateFeatures 57 (clusterAction, but throttled when sent to a broker: RequestQuotaTest's
-# clusterActionsWithThrottleForBroker), and FetchSnapshot 59, UnregisterBroker 64, ControllerRegistration
-# 70, AssignReplicasToDirs 73, Add/Remove/UpdateRaftVoter 80-82, which are not clusterAction.
-THROTTLE_EXEMPT_APIS: frozenset[int] = frozenset(
-    {
-        4,  # LeaderAndIsr
-        5,  # StopReplica
-        6,  # UpdateMetadata
-        7,  # ControlledShutdown
-        27,  # WriteTxnMarkers
-        52,  # Vote
-        53,  # BeginQuorumEpoch
-        54,  # EndQuorumEpoch
-        55,  # DescribeQuorum
-        56,  # AlterPartition
-        58,  # Envelope
-        62,  # BrokerRegistration
-        63,  # BrokerHeartbeat
-        67,  # AllocateProducerIds
-        83,  # InitializeShareGroupState
-        84,  # ReadShareGroupState
-        85,  # WriteShareGroupState
-        86,  # DeleteShareGroupState
-        87,  # ReadShareGroupStateSummary
-    }
-)
+__all__ = ["THROTTLE_MAX_MS", "patch_throttle_time", "throttle_time_offset"]
 
 _INT32 = Struct(">i")
 # The field is an int32: a client deep in debt is told the largest value it can hold.

@@ -27,7 +27,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from quotagate.quotas import QuotaEngine, QuotaKey
-from quotagate.quotas.charging import count_exchange
 from quotagate.quotas.engine import tokens_per_second
 from quotagate.quotas.entities import bounded_name
 
@@ -120,20 +119,6 @@ class EntityMetrics(Collector):
             stats = self.stats[key] = EntityStats()
         stats.last_seen = now
         return stats
-
-    def record_response(
-        self,
-        user: str,
-        client_id: str,
-        api_key: int,
-        request_size: int,
-        response_size: int,
-        request_ms: float | None,
-        throttle_ms: int,
-        now: float,
-    ) -> None:
-        """Counts one exchange (the session core counts its own without this call: charging.count_exchange)."""
-        count_exchange(self.entity(user, client_id, now), api_key, request_size, response_size, request_ms, throttle_ms)
 
     def record_shadow(self, user: str, client_id: str, would_throttle_ms: int, now: float) -> None:
         if would_throttle_ms > 0:

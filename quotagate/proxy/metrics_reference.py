@@ -15,6 +15,8 @@ from prometheus_client.metrics import MetricWrapperBase
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
+from quotagate.quotas.apis import policy
+from quotagate.quotas.charging import count_exchange
 from quotagate.quotas.engine import local_bucket
 
 # Every label any series carries, and what its values are.
@@ -59,7 +61,7 @@ def metric_docs() -> list[MetricDoc]:
     metrics.registry.register(entities)
     metrics.counters.count_request(0)
     metrics.counters.observe_latency(0, 0.001)
-    entities.record_response("u", "c", 0, 100, 10, 1.0, 5, 0.0)
+    count_exchange(entities.entity("u", "c", 0.0), policy(0), 100, 10, 1.0, 5)
     for attribute in vars(metrics).values():
         if isinstance(attribute, MetricWrapperBase) and attribute._labelnames:  # one child shows the labels
             attribute.labels(*("x" for _ in attribute._labelnames))

@@ -28,7 +28,6 @@ from quotagate.config.settings import (
     DESCRIBE_ACCESS_ANYONE,
     DESCRIBE_ACCESS_BROKER,
 )
-from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.client_quotas import (
     CLUSTER_AUTHORIZATION_FAILED,
     AlterResult,
@@ -48,7 +47,6 @@ from quotagate.quotas.admin import ENTITY_TYPES, ApiQuotas, alter, describe, eff
 
 log = logging.getLogger("quotagate.admin")
 
-CLIENT_QUOTA_APIS = frozenset({int(ApiKey.DESCRIBE_CLIENT_QUOTAS), int(ApiKey.ALTER_CLIENT_QUOTAS)})
 UNKNOWN_SERVER_ERROR = -1
 USER_PRINCIPAL_PREFIX = "User:"
 # A describe filter names each entity type once: among its first len(ENTITY_TYPES) + 1 components

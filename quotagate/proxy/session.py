@@ -55,12 +55,7 @@ from dataclasses import dataclass
 
 from quotagate import compiled
 from quotagate.protocol.apis import ApiKey
-from quotagate.protocol.framing import (
-    FrameError,
-    FrameSizeError,
-    FrameSplitter,
-    Piece,
-)
+from quotagate.protocol.framing import FrameError
 from quotagate.protocol.headers import RequestHeader, response_body_offset
 from quotagate.protocol.limits import NO_LIMIT
 from quotagate.protocol.mutations import (
@@ -89,21 +84,22 @@ from quotagate.protocol.sasl import (
 )
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.flow_control import ByteBudget
-from quotagate.proxy.metrics import PARTIAL_FRAME_SHARE, PARTIAL_FRAMES_LIMIT, SASL_RECEIVE_LIMIT, ProxyMetrics
+from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.quota_admin import PendingDescribe, QuotaAdmin
 from quotagate.proxy.topics import TopicCatalog
 from quotagate.proxy.usage import UsageRecorder
 from quotagate.quotas import ANONYMOUS, QuotaEngine, QuotaKey
+from quotagate.quotas.apis import LOCAL_ANSWER, NEW_PRODUCER_IDS, PARTITIONS_MUTATED, THRESHOLDS
 from quotagate.quotas.topic_thresholds import TopicThresholdGuard
 
 _core = compiled.load("quotagate.proxy.session_core")
 SessionCore = _core.SessionCore
 InFlight = _core.InFlight
 Admission = _core.Admission
-# The policies whose hook is `Session._admit` (the rest are the core's own).
-THRESHOLDS, LOCAL_ANSWER, MUTATION = _core.THRESHOLDS, _core.LOCAL_ANSWER, _core.MUTATION
-PRODUCER_IDS = _core.PRODUCER_IDS
 PROTOCOL_ERROR = _core.PROTOCOL_ERROR
+HANDSHAKE, AUTHENTICATE, AUTHENTICATED = _core.HANDSHAKE, _core.AUTHENTICATE, _core.AUTHENTICATED
+ROUND_ANSWERED, ROUND_ANSWERED_END_UNSEEN = _core.ROUND_ANSWERED, _core.ROUND_ANSWERED_END_UNSEEN
+AUTHENTICATION_REFUSED, ANSWER_PENDING = _core.AUTHENTICATION_REFUSED, _core.ANSWER_PENDING
 
 # Error for partitions refused by per-topic bytes-in thresholds: THROTTLING_QUOTA_EXCEEDED. Clients
 # treat it as retriable (the Java producer retries it after retry.backoff.ms), and it says a quota
@@ -115,9 +111,6 @@ PRODUCER_IDS_ERROR = 89
 # after this long without them: the Java client's default request.timeout.ms, after which it has
 # given up on them anyway.
 REFUSAL_ANSWERS_TIMEOUT_SECONDS = 30.0
-WHOLE, HEAD, LAST = Piece.WHOLE, Piece.HEAD, Piece.LAST
-# What a partial frame's first bytes tell before the rest is read: its size, API key and version.
-PARTIAL_HEAD_BYTES = 8
 _SASL_HANDSHAKE, _SASL_AUTHENTICATE = int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE)
 _DESCRIBE_CLIENT_QUOTAS = int(ApiKey.DESCRIBE_CLIENT_QUOTAS)
 
@@ -154,9 +147,6 @@ class SessionServices:
     partial_frame_share: int | None = None
     # The most array elements of one request the proxy decodes to change it (proxy.max_decoded_elements).
     max_decoded_elements: int = NO_LIMIT
-    # Reads of whole frames are taken straight from the read; False: every read goes through the
-    # splitters (the tests compare the two).
-    whole_reads: bool = True
     # The proxy's own time on an exchange it decodes or rewrites is charged as request time, read
     # from this clock (seconds): Kafka's request time is its threads' wall time.
     clock: Callable[[], float] = time.perf_counter
@@ -185,10 +175,7 @@ class SessionPolicy:
         self.sasl_mechanism: str | None = None
         # The user the current SASL exchange claims: adopted only when the broker says it succeeded.
         self.claimed_user: str | None = None
-        # SessionCore made the state the exchange shares (in_flight, held, the phase and its flags).
-        self.client_frames = FrameSplitter(services.max_frame_size)
-        self.partial_counted = 0  # bytes of the partial frame counted in services.partial_frames
-        self.refusal_reason = ""
+        # SessionCore made the state the exchange shares (in_flight, held, the phase, the splitters).
         # The last producer ID admitted under producer_ids_rate, as (ID, user, client id, engine
         # generation), and until when it is surely still seen (half a window: the filter it was
         # put in lives that long): a producer sends its one ID request after request.
@@ -199,132 +186,12 @@ class SessionPolicy:
         self.pending_answer: asyncio.Future[bytes] | None = None
         self.answer_ready: Callable[[], None] | None = None
 
-    # hooks: reads the core does not take whole (SessionCore.feed_client, feed_broker) ------------
-    def _client_data(self, data: bytes, now: float) -> None:
-        """Bytes from the client. What the broker would close the connection for (bytes that are not
-        Kafka requests, a request it cannot parse, a frame over a limit) sets `refusal`; the requests
-        before it are forwarded and answered first, as the broker answers them before it reads on."""
-        self.services.metrics.counters.bytes_in += len(data)
-        if self.refusal is not None or self.pending_refusal is not None:
-            return  # the broker would never read past the offender
-        splitter = self.client_frames
-        try:
-            frames = splitter.feed(data)
-        except FrameSizeError as exc:
-            frames = exc.frames
-            splitter.clear()
-            self.pending_refusal = (PROTOCOL_ERROR, str(exc))
-        if self.partial_counted or splitter.buffered:
-            self._count_partial()
-        self.client_partial = splitter.buffered > 0
-        if self.held or not self.connected or self.muted_until > now or self.awaiting_answer:
-            # A read may land after a mute (or before the broker is connected): hold it, in order.
-            self.held.extend(frames)
-        else:
-            self._requests(frames, now)
-        if self.client_partial or self.pending_refusal is not None:
-            self._check_partial()
-
-    def close(self) -> None:
-        """The connection is gone: gives back what its partial frame held of the shared budget."""
-        self._drop_partial()
-
-    # limits on what a client makes the proxy hold -------------------------------------------------
-    def _count_partial(self) -> None:
-        """Counts the partial frame's growth in the budget shared by every client; over it, the
-        frame is dropped and the client will be refused."""
-        budget = self.services.partial_frames
-        if budget is None:
-            return
-        buffered = self.client_frames.buffered
-        grown = buffered - self.partial_counted
-        if grown > 0 and not budget.take(grown):
-            self._drop_partial()
-            if self.pending_refusal is None:
-                self.pending_refusal = (
-                    PARTIAL_FRAMES_LIMIT,
-                    f"a frame would take the partial frames of all clients over {budget.limit} bytes "
-                    "(proxy.partial_frames_max_bytes)",
-                )
-            return
-        if grown < 0:
-            budget.give(-grown)
-        self.partial_counted = buffered
-
-    def _drop_partial(self) -> None:
-        if self.partial_counted and self.services.partial_frames is not None:
-            self.services.partial_frames.give(self.partial_counted)
-        self.partial_counted = 0
-        self.client_frames.clear()
-        self.client_partial = False
-
-    def _check_partial(self) -> None:
-        """Refuses what follows the whole frames once none of them waits any more: a refusal held
-        back behind them, or a partial frame over the limit before authentication."""
-        if self.refusal is not None or self.held or self.awaiting_answer:
-            return  # checked again when they have gone (the partial grows by one read at most meanwhile)
-        if self.pending_refusal is None:
-            self.pending_refusal = self._partial_refusal()
-            if self.pending_refusal is None:
-                return
-        self._refuse(*self.pending_refusal)
-
-    def _partial_refusal(self) -> tuple[str, str] | None:
-        """Why the frame arriving now is refused before the rest of it is read, or None: its size
-        prefix (over sasl_server_max_receive_size before authentication, over this connection's
-        share of partial_frames_max_bytes), then its API and version (SessionCore.check_partial_head:
-        a version above what ApiVersions offered, anything but SASL before authentication)."""
-        splitter = self.client_frames
-        size = splitter.partial_size
-        if self.receive_limit is not None and size > self.receive_limit:
-            return SASL_RECEIVE_LIMIT, self._receive_limit_message(size)
-        share = self.services.partial_frame_share
-        if share is not None and size > share:
-            return (
-                PARTIAL_FRAME_SHARE,
-                f"a frame of {size} bytes is over one connection's share of partial_frames_max_bytes "
-                f"({share} bytes: proxy.partial_frames_max_bytes_per_connection)",
-            )
-        head = splitter.new_partial_head(PARTIAL_HEAD_BYTES)
-        if head is None:
-            return None
-        try:
-            self.check_partial_head(head)
-        except FrameError as exc:
-            return exc.reason, str(exc)
-        return None
-
-    def _receive_limit_message(self, size: int) -> str:
-        return (
-            f"frame size {size} before SASL authentication completed is over "
-            f"sasl_server_max_receive_size ({self.receive_limit})"
-        )
-
-    def _refuse(self, reason: str, message: str) -> None:
-        """What the client sent next the broker would close the connection for: nothing more is
-        read or forwarded, and the connection closes once what went before is answered."""
-        self.refusal = message
-        self.refusal_reason = reason
-        self.pending_refusal = None
-        self.held.clear()
-        self._drop_partial()
-        if reason != PROTOCOL_ERROR:
-            self.services.metrics.frames_refused_total.labels(reason).inc()
-
-    # requests ------------------------------------------------------------------------------------
-    def _release_held(self, now: float) -> None:
-        if self.held and self.connected and self.muted_until <= now and not self.awaiting_answer:
-            frames = list(self.held)
-            self.held.clear()
-            self._requests(frames, now)
-        self._check_partial()
-
     def _admit(self, frame: memoryview, header: RequestHeader, policies: int, now: float) -> Admission:
         """The hooked policies of one request (SessionCore._request has peeked, capped and counted
         it, and charges and forwards it after): what to forward, and what the response will need."""
         api_key, version, body = header.api_key, header.api_version, header.body_offset
         services = self.services
-        if policies & PRODUCER_IDS:  # a produce, from a session a producer_ids_rate may apply to
+        if policies & NEW_PRODUCER_IDS:  # a produce, from a session a producer_ids_rate may apply to
             refusal = self._admit_producer_id(frame, header, now)
             if refusal is not None:
                 return refusal
@@ -340,7 +207,7 @@ class SessionPolicy:
             return Admission(forwarded, local, refused, order, services.topic_guard.retry_after_ms(refused, now))
         if policies & LOCAL_ANSWER:  # the proxy's quotas, not the brokers', are described and altered
             return self._admit_quota_admin(frame, header, now)
-        if policies & MUTATION:
+        if policies & PARTITIONS_MUTATED:
             engine = services.engine
             if not engine.enforces(QuotaKey.CONTROLLER_MUTATION_RATE):
                 return Admission(frame)
@@ -360,10 +227,9 @@ class SessionPolicy:
                 raise FrameError("SaslHandshake v0 (raw SASL tokens) is unsupported; clients since 1.0 use v1")
             self.sasl_mechanism = handshake_mechanism(frame, body, version)
             self.claimed_user = None  # a new exchange (KIP-368 re-authentication too)
-            self.sasl_end_unknown = False
-            self.sasl_handshaken = True
-            # A re-authentication's frames are read by the broker's authenticator again.
-            self.receive_limit = services.sasl_max_receive_size
+            if services.sasl_max_receive_size is not None:
+                # A re-authentication's frames are read by the broker's authenticator again.
+                self._enter(HANDSHAKE)
             return Admission(frame)
         if api_key == _SASL_AUTHENTICATE:
             if self.receive_limit is None:
@@ -373,14 +239,9 @@ class SessionPolicy:
             claimed = authenticate_user(self.sasl_mechanism, frame, body, version, services.principal_claim)
             if claimed is not None:
                 self.claimed_user = claimed
-            self.awaiting_authentication = True
-            return Admission(frame, stop=True)  # what follows waits for the broker's answer
+            self._enter(AUTHENTICATE)
+            return Admission(frame)  # what follows waits for the broker's answer (AWAITING_AUTHENTICATION)
         return Admission(frame)
-
-    @property
-    def awaiting_answer(self) -> bool:
-        """Reading stops until an answer: the broker's to a SaslAuthenticate, or one the proxy is making."""
-        return self.awaiting_authentication or self.awaiting_local_answer
 
     def _pending_answer_done(self, _answer: asyncio.Future[bytes]) -> None:
         if self.answer_ready is not None:
@@ -410,18 +271,18 @@ class SessionPolicy:
         if isinstance(answer, bytes):
             return Admission(None, answer)
         # Answered once the state file holds it (QuotaAdmin's StateWriter): what follows waits.
-        self.awaiting_local_answer = True
+        self._enter(ANSWER_PENDING)
         self.pending_answer = answer
         answer.add_done_callback(self._pending_answer_done)
-        return Admission(None, stop=True)
+        return Admission(None)
 
     def quotas_changed(self) -> None:
         """The quotas changed live (a reload, AlterClientQuotas): Produce is given to the
         producer_ids_rate policy iff some entry sets it now, as for a session opened now."""
         if self.services.engine.enforces(QuotaKey.PRODUCER_IDS_RATE):
-            self.hooked |= PRODUCER_IDS
+            self.hooked |= NEW_PRODUCER_IDS
         else:
-            self.hooked &= ~PRODUCER_IDS
+            self.hooked &= ~NEW_PRODUCER_IDS
 
     def _admit_producer_id(self, frame: memoryview, header: RequestHeader, now: float) -> Admission | None:
         """None when the produce's producer ID is admitted (seen, or new within producer_ids_rate);
@@ -596,14 +457,16 @@ class SessionPolicy:
             # SaslServerAuthenticator): neither does the proxy, so nothing is charged to anyone.
             self.held.clear()
             self.claimed_user = None
+            self._enter(AUTHENTICATION_REFUSED)
             return
-        self.awaiting_authentication = False
-        if outcome is None:
+        if outcome is None and self.services.sasl_max_receive_size is not None:
             # More rounds to come; or, for a mechanism whose end the proxy cannot read, perhaps none:
             # the next request that is not SASL then ends the exchange (SessionCore._before_authentication).
-            self.sasl_end_unknown = not end_readable(self.sasl_mechanism)
+            self._enter(ROUND_ANSWERED if end_readable(self.sasl_mechanism) else ROUND_ANSWERED_END_UNSEEN)
             return
-        self.receive_limit = None  # authenticated: the broker reads with socket.request.max.bytes
+        self._enter(AUTHENTICATED)  # the broker reads with socket.request.max.bytes from here
+        if outcome is None:
+            return  # a listener that requires no SASL: nothing is adopted
         claimed, self.claimed_user = self.claimed_user, None
         if outcome and claimed is not None and claimed != self.user:
             # The first authentication moves the connection from ANONYMOUS (or its certificate's

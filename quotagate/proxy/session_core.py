@@ -18,100 +18,87 @@ upstream latency, the request time and the response bytes charged (quotas/chargi
 entity's counters and the usage record written, and the throttle patched and the client muted when
 one is due.
 
-The session's phase (`phase`) says what it can do with a read: OPEN takes whole frames straight from
-the read (`feed_client`), every other phase and any partial frame go through the session's splitter
-and holds first (`Session._client_data`); both end in the same `_requests`.
+One loop per direction. A read from the client (`feed_client`) is counted, and its frames, found by
+the client's FrameSplitter (protocol/frames.py: a read of whole frames is walked where it lies, a
+frame split across reads is joined once), are taken one by one by `_take_requests` while the client
+may be read (`_may_forward`: the broker connected, no mute, no answer awaited), the rest held in
+order; a read from the broker (`feed_broker`) is counted and its frames taken one by one by
+`_whole_response`, a large one that has not fully arrived cut through when its head is enough.
 """
-
-try:
-    import cython
-except ImportError:  # interpreted without Cython installed: quotagate/_cython_shadow.py
-    from quotagate import _cython_shadow as cython
 
 from collections import deque
 
 from quotagate.protocol import fetch
-from quotagate.protocol.apis import ApiKey, api_name, is_flexible
+from quotagate.protocol.api_keys import ApiKey
+from quotagate.protocol.apis import api_name, is_flexible
 from quotagate.protocol.fetch import max_wait_offset, throttled_fetch_replacement, throttled_fetch_response
-from quotagate.protocol.framing import FrameError, Piece, StreamingFrameSplitter, frame_body_size
+from quotagate.protocol.frames import frame_end, splitter
+from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_body_size, frame_size_problem
 from quotagate.protocol.headers import RequestHeader
 from quotagate.protocol.limits import MAX_TAGGED_FIELDS, tagged_fields_problem
-from quotagate.protocol.mutations import MUTATION_APIS
-from quotagate.protocol.share import share_fetch_max_wait_ms
-from quotagate.protocol.throttle import THROTTLE_EXEMPT_APIS, patch_throttle_time, throttle_time_offset
-from quotagate.protocol.version_caps import MAX_VERSIONS, unsupported_api_versions
-from quotagate.proxy.metrics import BEFORE_AUTHENTICATION, LATENCY_BUCKETS, SASL_RECEIVE_LIMIT
-from quotagate.proxy.quota_admin import CLIENT_QUOTA_APIS
-from quotagate.quotas.entities import QuotaKey
 
-if not cython.compiled:  # compiled, these are cimported (session_core_c.pxd)
-    from quotagate.protocol.produce_walk import (
-        _skip_tags,
-        _uvarint,
-        i32,
-        produce_acks,
-        produce_topics,
-        produce_topics_of,
-        usual_throttle_offset,
-    )
-    from quotagate.protocol.rewrite_memo import RewriteMemo
-    from quotagate.proxy.usage_collectors import AggregateCollector
-    from quotagate.quotas.charging import (
-        charge_request,
-        charge_response,
-        count_exchange,
-        fetch_throttle_ms,
-        request_time_ms,
-        shadow_throttle_ms,
-    )
+# Compiled, these are cimported (session_core_c.pxd): C calls, not the Python names imported here.
+from quotagate.protocol.produce_walk import (
+    _skip_tags,
+    _uvarint,
+    i32,
+    produce_acks,
+    produce_topics,
+    usual_throttle_offset,
+)
+from quotagate.protocol.share import share_fetch_max_wait_ms
+from quotagate.protocol.throttle import patch_throttle_time, throttle_time_offset
+from quotagate.protocol.version_caps import MAX_VERSIONS, unsupported_api_versions
+from quotagate.proxy.metrics import (
+    BEFORE_AUTHENTICATION,
+    LATENCY_BUCKETS,
+    PARTIAL_FRAME_SHARE,
+    PARTIAL_FRAMES_LIMIT,
+    SASL_RECEIVE_LIMIT,
+)
+from quotagate.quotas.apis import (
+    BYTES_IN,
+    DEFAULT_POLICY,
+    LOCAL_ANSWER,
+    LONG_POLL,
+    NEW_PRODUCER_IDS,
+    PARTITIONS_MUTATED,
+    REQUEST_TIME,
+    SASL,
+    THRESHOLDS,
+    TOPIC_NAMES,
+)
+from quotagate.quotas.apis import policy as api_policy
+from quotagate.quotas.charging import (
+    charge_request,
+    charge_response,
+    count_exchange,
+    fetch_throttle_ms,
+    request_time_ms,
+    shadow_throttle_ms,
+)
+from quotagate.quotas.entities import QuotaKey
 
 # API keys and versions the tables cover; a request outside them is parsed by the general functions.
 KEYS = 128
 VERSIONS = 128
 
-# What the proxy does with an API beyond forwarding it and charging its request time: declared here,
-# once. The core does CHARGE_BYTES_IN and FETCH_WAIT itself; an API with any policy in the session's
-# `hooked` mask (HOOK_POLICIES, less what its configuration does not use) goes to `Session._admit`
-# first. A policy added to an API therefore reaches it on every path: there is no other list.
-CHARGE_BYTES_IN = 1  # Produce: its size to producer_byte_rate when read; acks=0 gets no response
-FETCH_WAIT = 2  # Fetch, ShareFetch: max wait is not request time; response bytes to consumer_byte_rate
-SASL = 4  # the SASL exchange: mechanism, claimed user, held reads until the broker answers
-LOCAL_ANSWER = 8  # DescribeClientQuotas, AlterClientQuotas: answered by the proxy (with [admin])
-MUTATION = 16  # topic mutations: controller_mutation_rate, admitted per topic (KIP-599)
-THRESHOLDS = 32  # Produce: per-topic bytes-in thresholds (with [thresholds])
-TOPIC_NAMES = 64  # Produce: its topics named in usage records (with [usage]; the core's own walk)
-EXEMPT = 128  # never charged request time (the cluster APIs Kafka exempts; authentication)
-PRODUCER_IDS = 256  # Produce: new producer IDs under producer_ids_rate (KIP-936; when one is set)
-HOOK_POLICIES = SASL | LOCAL_ANSWER | MUTATION | THRESHOLDS | PRODUCER_IDS
+# POLICY[api_key]: what the proxy does with each API, from the one table of them (quotas/apis.py:
+# the quota keys it is charged to, and its policies). The core charges BYTES_IN and reads LONG_POLL
+# itself; an API with any policy in the session's `hooked` mask (HOOK_POLICIES, less what its
+# configuration does not use) goes to `Session._admit` first. A policy added to an API there reaches
+# it on every path: there is no other list.
+HOOK_POLICIES = SASL | LOCAL_ANSWER | PARTITIONS_MUTATED | THRESHOLDS | NEW_PRODUCER_IDS
 
-API_PRODUCE = 0
-API_FETCH = 1
-API_SASL_HANDSHAKE = 17
-API_API_VERSIONS = 18
-API_SASL_AUTHENTICATE = 36
-API_SHARE_FETCH = 78
+# The APIs the core tells apart by number (C ints compiled; protocol/api_keys.py numbers them).
+API_PRODUCE = int(ApiKey.PRODUCE)
+API_FETCH = int(ApiKey.FETCH)
+API_SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
+API_API_VERSIONS = int(ApiKey.API_VERSIONS)
+API_SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
+API_SHARE_FETCH = int(ApiKey.SHARE_FETCH)
 
-
-def _policies() -> dict:
-    policies = {
-        int(ApiKey.PRODUCE): CHARGE_BYTES_IN | THRESHOLDS | TOPIC_NAMES | PRODUCER_IDS,
-        int(ApiKey.FETCH): FETCH_WAIT,
-        int(ApiKey.SHARE_FETCH): FETCH_WAIT,
-        int(ApiKey.SASL_HANDSHAKE): SASL | EXEMPT,
-        int(ApiKey.SASL_AUTHENTICATE): SASL | EXEMPT,
-    }
-    for key in CLIENT_QUOTA_APIS:
-        policies[key] = policies.get(key, 0) | LOCAL_ANSWER
-    for key in MUTATION_APIS:
-        policies[key] = policies.get(key, 0) | MUTATION
-    for key in THROTTLE_EXEMPT_APIS:
-        policies[key] = policies.get(key, 0) | EXEMPT
-    return policies
-
-
-# POLICY[api_key]: the policies of each API (0: forwarded and charged request time, nothing else).
-POLICIES = _policies()
-POLICY = [POLICIES.get(key, 0) for key in range(KEYS)]
+POLICY = [api_policy(key) for key in range(KEYS)]
 # MAX_VERSION[api_key]: the version cap ApiVersions advertises (-1: none); ApiVersions above its
 # cap is answered by the proxy, never refused (version_caps.unsupported_api_versions, KIP-511).
 MAX_VERSION = [MAX_VERSIONS.get(key, -1) for key in range(KEYS)]
@@ -142,7 +129,6 @@ MAX_RESPONSE_FRAME = 2**31 - 1
 # are here (enough for the header and throttle_time_ms); smaller ones are always handled whole.
 STREAM_RESPONSES_FROM = 16 * 1024
 RESPONSE_HEAD_BYTES = 64
-WHOLE, HEAD, LAST = Piece.WHOLE, Piece.HEAD, Piece.LAST
 
 # LATENCY_BUCKETS as the C array ExchangeCounters.observe_latency scans (compiled: double[16]).
 N_BOUNDS = len(LATENCY_BUCKETS)
@@ -159,13 +145,61 @@ LATENCY_STRIDE = 17
 if (SLOTS, LATENCY_STRIDE) != (129, 17):
     raise ValueError("ExchangeCounters' arrays in session_core_c.pxd are sized for 129 slots of 17 buckets")
 
-# The session's phases: what it can do with a read.
-CONNECTING = 0  # the broker connection is not up yet: frames are held
-OPEN = 1  # requests flow; a mute or a hold may still stop them for a while
-AUTHENTICATING = 2  # SASL: frames before authentication completes are limited in size (receive_limit)
+# The session's phases, and every move between them: `_enter` moves only as TRANSITIONS says and
+# raises PhaseError on any other move (h11's _state.py). Nothing else sets the phase.
+AUTHENTICATING = 0  # before SASL authentication completes: frames within sasl_server_max_receive_size,
+#                     nothing but ApiVersions and SASL read (the broker's SaslServerAuthenticator)
+EXCHANGING = 1  # the same, after a SaslHandshake went to the broker: nothing but SaslAuthenticate is
+#                 read; anything else the broker answers ILLEGAL_SASL_STATE, and closes the connection
+AUTHENTICATING_END_UNSEEN = 2  # the same, but the proxy cannot see the exchange end (GSSAPI after a
+#                     successful round; client_sasl "auto" before the brokers answered): the first
+#                     other request ends it
 AWAITING_AUTHENTICATION = 3  # a SaslAuthenticate is at the broker: what follows waits for its answer
-REFUSING = 4  # the client sent what the broker closes a connection for: nothing more is read
-AWAITING_LOCAL_ANSWER = 5  # the proxy is making an answer (an alter being persisted): what follows waits for it
+AUTHENTICATION_FAILED = 4  # the broker refused the authentication and closes the connection: nothing more is read
+OPEN = 5  # requests flow (a mute, or the broker connecting, may still hold them for a while)
+AWAITING_LOCAL_ANSWER = 6  # the proxy is making an answer (an alter being persisted): what follows waits for it
+REFUSED = 7  # the client sent what the broker closes a connection for: nothing more is read
+PHASES = ("AUTHENTICATING", "EXCHANGING", "AUTHENTICATING_END_UNSEEN", "AWAITING_AUTHENTICATION",
+          "AUTHENTICATION_FAILED", "OPEN", "AWAITING_LOCAL_ANSWER", "REFUSED")  # fmt: skip
+
+# What moves the phase.
+HANDSHAKE = 0  # a SaslHandshake is read where the listener requires SASL: an exchange (re)starts
+AUTHENTICATE = 1  # a SaslAuthenticate is read: what follows waits for its answer
+AUTHENTICATED = 2  # its answer ends the exchange with a success (or the listener requires no SASL)
+ROUND_ANSWERED = 3  # its answer asks for another round
+ROUND_ANSWERED_END_UNSEEN = 4  # the same, where the proxy will not see the exchange's end
+AUTHENTICATION_REFUSED = 5  # its answer is a failure
+OTHER_REQUEST = 6  # a request that is not SASL where the exchange's end was unseen: it ended
+ANSWER_PENDING = 7  # the proxy is making a request's answer: what follows waits for it
+ANSWER_READY = 8  # that answer is made
+REFUSE = 9  # the client sent what the broker closes a connection for
+EVENTS = ("HANDSHAKE", "AUTHENTICATE", "AUTHENTICATED", "ROUND_ANSWERED", "ROUND_ANSWERED_END_UNSEEN",
+          "AUTHENTICATION_REFUSED", "OTHER_REQUEST", "ANSWER_PENDING", "ANSWER_READY", "REFUSE")  # fmt: skip
+
+# (phase, event) -> the phase it moves to; any other pair is a defect.
+TRANSITIONS = {
+    (AUTHENTICATING, HANDSHAKE): EXCHANGING,
+    (AUTHENTICATING_END_UNSEEN, HANDSHAKE): EXCHANGING,
+    (OPEN, HANDSHAKE): EXCHANGING,  # KIP-368 re-authentication
+    (AUTHENTICATING, AUTHENTICATE): AWAITING_AUTHENTICATION,
+    (EXCHANGING, AUTHENTICATE): AWAITING_AUTHENTICATION,
+    (AUTHENTICATING_END_UNSEEN, AUTHENTICATE): AWAITING_AUTHENTICATION,
+    (AWAITING_AUTHENTICATION, AUTHENTICATED): OPEN,
+    (AWAITING_AUTHENTICATION, ROUND_ANSWERED): EXCHANGING,
+    (AWAITING_AUTHENTICATION, ROUND_ANSWERED_END_UNSEEN): AUTHENTICATING_END_UNSEEN,
+    (AWAITING_AUTHENTICATION, AUTHENTICATION_REFUSED): AUTHENTICATION_FAILED,
+    (AUTHENTICATING_END_UNSEEN, OTHER_REQUEST): OPEN,
+    (OPEN, ANSWER_PENDING): AWAITING_LOCAL_ANSWER,
+    (AWAITING_LOCAL_ANSWER, ANSWER_READY): OPEN,
+    **{(phase, REFUSE): REFUSED for phase in range(REFUSED)},
+}
+# What each phase means for reads: frames within sasl_server_max_receive_size only (RECEIVE_LIMITED),
+# and what is read waits, held in order, until the phase changes (WAITS).
+RECEIVE_LIMITED = [phase in (AUTHENTICATING, EXCHANGING, AUTHENTICATING_END_UNSEEN, AWAITING_AUTHENTICATION,
+                             AUTHENTICATION_FAILED) for phase in range(8)]  # fmt: skip
+WAITS = [phase in (AWAITING_AUTHENTICATION, AUTHENTICATION_FAILED, AWAITING_LOCAL_ANSWER) for phase in range(8)]
+if len(PHASES) > 8:
+    raise ValueError("RECEIVE_LIMITED and WAITS in session_core_c.pxd hold 8 phases")
 
 # The reason of a refusal for a request the broker cannot parse (counted as a protocol error).
 PROTOCOL_ERROR = FrameError.reason
@@ -178,14 +212,9 @@ READS_IT = 0
 ENDS_EXCHANGE = 1
 STRAY_IN_EXCHANGE = 2
 
-# What one request did to the frames read after it.
-GO_ON = 0  # the next frame may go
-STOP = 1  # reading stops here (a mute, or a SaslAuthenticate waiting for its answer): the rest is held
-REFUSED = 2  # the client is refused: the rest is dropped
 
-# Bytes of a frame that came through the splitter copied to peek at: a header, a produce's
-# transactional id and acks, nearly always; all of it when they are longer (`_ShortPeek`).
-PEEK_BYTES = 512
+# What a partial frame's first bytes tell before the rest is read: its size, API key and version.
+PARTIAL_HEAD_BYTES = 8
 
 
 # A request header's tagged fields beyond this many are refused, not walked (protocol/limits.py).
@@ -206,8 +235,8 @@ class BeforeAuthentication(FrameError):
     reason = BEFORE_AUTHENTICATION
 
 
-class _ShortPeek(Exception):
-    """What a request's peek needs lies past the bytes copied of it: copy them all and peek again."""
+class PhaseError(RuntimeError):
+    """A move of the session's phase that TRANSITIONS does not allow: a defect, never a client's doing."""
 
 
 def _i16(buf: bytes, pos: int) -> int:
@@ -224,10 +253,10 @@ class ExchangeCounters:
     def __init__(self):
         self.bytes_in = 0  # client to broker
         self.bytes_out = 0  # broker to client
-        if not cython.compiled:  # compiled, C arrays its allocation zeroed (session_core_c.pxd)
-            self.requests = [0] * SLOTS
-            self.latency_counts = [0] * (SLOTS * LATENCY_STRIDE)  # per slot: counts per LATENCY_BUCKETS bucket
-            self.latency_seconds = [0.0] * SLOTS
+        # Compiled, C arrays (session_core_c.pxd) filled from these lists.
+        self.requests = [0 for _ in range(SLOTS)]
+        self.latency_counts = [0 for _ in range(SLOTS * LATENCY_STRIDE)]  # per slot: counts per LATENCY_BUCKETS bucket
+        self.latency_seconds = [0.0 for _ in range(SLOTS)]
 
     def count_request(self, api_key):
         self.requests[_slot(api_key)] += 1
@@ -281,7 +310,7 @@ class InFlight:
     """A request between the proxy and its response: what the response will be matched and charged by.
     Made by `_in_flight` (its one constructor). Fields: correlation_id, api_key, api_version,
     client_id; request_size (header + body, without the size prefix); sent_at (when forwarded);
-    fetch_max_wait_ms; exempt (never charged request time); local_response (a response the proxy
+    fetch_max_wait_ms; policy (its API's, quotas/apis.py: what it is charged); local_response (a response the proxy
     makes itself, sent in its turn); refused (topics the proxy refused from a forwarded produce,
     merged back into the broker's answer) and topic_order; min_throttle_ms (the least throttle the
     response must carry: a refusal says when to come back); mutation; answer_after (Admission's);
@@ -308,7 +337,6 @@ class Admission:
         order=(),
         refusal_wait=0,
         mutation=None,
-        stop=False,
         answer_after=None,
     ):
         self.forwarded = forwarded  # the frame to forward (the original, or one with fewer topics), or None
@@ -317,7 +345,6 @@ class Admission:
         self.order = order  # a produce's topics, in the client's order
         self.refusal_wait = refusal_wait  # least throttle the refusals need
         self.mutation = mutation  # MutationInFlight, settled when the response comes
-        self.stop = stop  # reading stops after this request (a SaslAuthenticate)
         # An answer the proxy makes once the broker's response allows it (Session._answered decides):
         # DescribeClientQuotas asked of the broker first, answered with the proxy's quotas.
         self.answer_after = answer_after
@@ -337,66 +364,69 @@ class SessionCore:
         self._entity_metrics = services.entity_metrics
         self._stats_by_entity = services.entity_metrics.stats  # its one dict, looked into per exchange
         self._rewriters = services.rewriters
+        # The APIs whose rewriter memoizes its answers (protocol/rewrite_memo.py): called as a C method.
+        self._memoized = [hasattr(services.rewriters.get(key), "rewritten") for key in range(KEYS)]
         self._cluster = services.cluster
         self._usage = services.usage
-        self._usage_collector = services.usage.collector if services.usage is not None else None
+        # The usage records' collector (usage_collectors.py): aggregates, or one record per request.
+        self._aggregates = None
+        self._records = None
+        if services.usage is not None:
+            if services.usage.config.records == "request":
+                self._records = services.usage.collector
+            else:
+                self._aggregates = services.usage.collector
         self._wall_offset = services.wall_offset
         self._topic_names = {}  # a produce's topic names as sent -> decoded (usage records)
         self._last_sent = None  # the last produce's topic names as sent, and decoded
         self._last_order = ()
         self._max_frame_size = services.max_frame_size
         # The policies this session gives to its hooks: the ones its services use.
-        hooked = SASL | MUTATION
+        hooked = SASL | PARTITIONS_MUTATED
         if services.quota_admin is not None:
             hooked |= LOCAL_ANSWER
         if services.topic_guard:
             hooked |= THRESHOLDS
         if services.engine.enforces(QuotaKey.PRODUCER_IDS_RATE):  # produce keeps the fast path without one
-            hooked |= PRODUCER_IDS
+            hooked |= NEW_PRODUCER_IDS
         self.hooked = hooked
-        self.whole_reads = services.whole_reads
         self.in_flight = deque()
         self._in_flight_append = self.in_flight.append  # bound once: these run per exchange
         self._in_flight_popleft = self.in_flight.popleft
-        # Frames read but not forwarded yet (memoryviews): while the broker connects, while muted,
-        # while a SaslAuthenticate waits for its answer.
+        # Frames read but not forwarded yet, in order (reads, or their whole frames, each as bytes;
+        # the first one from `_held_from` on): while the broker connects, while muted, while an
+        # answer is awaited.
         self.held = deque()
+        self._held_from = 0
+        self.client_frames = splitter(services.max_frame_size)
+        self.partial_counted = 0  # bytes of the partial frame counted in services.partial_frames
         self._client_id_raw = b""
         self._client_id = ""
         self._entity_key = None  # (user, client_id) of the entity counters last written
-        self.phase = CONNECTING
+        # Where the listener requires SASL, nothing but SASL is read until it completes; where the
+        # proxy does not know yet (client_sasl "auto"), the first other request ends it.
+        self._receive_limit = services.sasl_max_receive_size
+        if services.sasl_max_receive_size is None:
+            self.phase = OPEN
+        elif services.sasl_required is None:
+            self.phase = AUTHENTICATING_END_UNSEEN
+        else:
+            self.phase = AUTHENTICATING
         self.connected = False
-        # The first request that is not SASL is taken as the end of authentication: the SASL exchange in
-        # progress uses a mechanism whose end the proxy cannot read (GSSAPI) and had a successful
-        # round, or the proxy has not learned yet whether the brokers want SASL (client_sasl "auto").
-        self.sasl_end_unknown = services.sasl_max_receive_size is not None and services.sasl_required is None
-        # A SaslAuthenticate is in flight: what the client sent after it waits for the broker's
-        # answer, to be charged to the user that answer establishes (never to the one before).
-        self.awaiting_authentication = False
-        # A SaslHandshake went to the broker in this exchange: its authenticator reads nothing but
-        # SaslAuthenticate until authentication completes.
-        self.sasl_handshaken = False
-        # The proxy is making the answer to a request (an AlterClientQuotas whose quotas are being
-        # written to the state file): what the client sent after it waits, as the broker reads
-        # nothing more from a connection until it has answered. `_answer_later` is its in-flight entry.
-        self.awaiting_local_answer = False
+        # The in-flight entry of the answer the proxy is making (AWAITING_LOCAL_ANSWER).
         self._answer_later = None
         # Until the first request that is not ApiVersions or SASL, the client is authenticating:
         # Kafka does not charge that exchange to request-time quotas.
         self.authenticating = True
-        # The limit on frames before SASL authentication completes, None once it has (or if the
-        # listener needs none): the broker's SaslServerAuthenticator reads them with this limit.
-        self.receive_limit = services.sasl_max_receive_size
-        # A refusal waiting for the frames held before the offender: (reason, message).
+        # A refusal queued behind the frames held before the offender: (reason, message). Nothing
+        # after the offender is read.
         self.pending_refusal = None
-        # Set when the client sent what the broker would close the connection for. Nothing more is
-        # read or forwarded; the connection closes once the answers to what went before are written.
+        # Set when the client sent what the broker would close the connection for (phase REFUSED).
+        # Nothing more is read or forwarded; the connection closes once the answers to what went
+        # before are written.
         self.refusal = None
-        # Kept by the splitters: a partial frame is buffered on that side (or a response is being cut
-        # through), so the next read must go through the splitter.
-        self.client_partial = False
-        self.broker_partial = False
-        self.broker_frames = StreamingFrameSplitter(MAX_RESPONSE_FRAME, STREAM_RESPONSES_FROM, RESPONSE_HEAD_BYTES)
+        self.refusal_reason = ""
+        self.broker_frames = splitter(MAX_RESPONSE_FRAME, STREAM_RESPONSES_FROM, RESPONSE_HEAD_BYTES)
         self.to_broker = []
         self.to_client = []
         # Node ids a rewrite named for the first time: the caller has their listeners opened before
@@ -408,20 +438,28 @@ class SessionCore:
         self.entity_client_id = ""
 
     # the phase ---------------------------------------------------------------------------------
-    def _set_phase(self):
-        """The phase the session's state makes; called wherever that state changes."""
-        if self.refusal is not None or self.pending_refusal is not None:
-            self.phase = REFUSING
-        elif not self.connected:
-            self.phase = CONNECTING
-        elif self.awaiting_authentication:
-            self.phase = AWAITING_AUTHENTICATION
-        elif self.awaiting_local_answer:
-            self.phase = AWAITING_LOCAL_ANSWER
-        elif self.receive_limit is not None:
-            self.phase = AUTHENTICATING
-        else:
-            self.phase = OPEN
+    def _enter(self, event):
+        """Moves the phase as TRANSITIONS says for `event`; PhaseError for a move it does not list."""
+        phase = TRANSITIONS.get((self.phase, event), -1)
+        if phase < 0:
+            raise PhaseError(f"{EVENTS[event]} in phase {PHASES[self.phase]}")
+        self.phase = phase
+
+    @property
+    def receive_limit(self):
+        """The largest frame read now: sasl_server_max_receive_size before SASL authentication
+        completes (None where the listener requires none, and once it has)."""
+        return self._receive_limit if RECEIVE_LIMITED[self.phase] else None
+
+    @property
+    def awaiting_authentication(self):
+        """A SaslAuthenticate of an exchange is at the broker: its answer moves the phase."""
+        return self.phase == AWAITING_AUTHENTICATION
+
+    @property
+    def awaiting_answer(self):
+        """What is read waits for an answer: the broker's to a SaslAuthenticate, or one the proxy makes."""
+        return WAITS[self.phase]
 
     @property
     def holding(self):
@@ -430,7 +468,7 @@ class SessionCore:
         return self.is_holding()
 
     def is_holding(self):
-        return bool(self.held) or ((self.awaiting_authentication or self.awaiting_local_answer) and self.client_partial)
+        return bool(self.held) or (WAITS[self.phase] and self.client_frames.buffered > 0)
 
     # the interface -----------------------------------------------------------------------------
     def client_data(self, data, now):
@@ -442,53 +480,108 @@ class SessionCore:
         self.feed_broker(data, now)
 
     def feed_client(self, data, now):
-        """client_data, for the compiled glue (connection_core) to call without a Python call."""
-        if not (
-            self.phase == OPEN
-            and self.whole_reads
-            and type(data) is bytes
-            and not self.client_partial
-            and not self.held
-            and self.muted_until <= now
-            and self._whole_requests(data, now)
-        ):
-            self._client_data(data, now)
-        self._set_phase()
+        """client_data, for the compiled glue (connection_core) to call without a Python call. What
+        the broker would close the connection for (bytes that are not Kafka requests, a request it
+        cannot parse, a frame over a limit) sets `refusal`; the requests before it are forwarded and
+        answered first, as the broker answers them before it reads on."""
+        if type(data) is not bytes:
+            data = bytes(data)
+        self._counters.bytes_in += len(data)  # every byte the client sent, here and nowhere else
+        if self.phase == REFUSED or self.pending_refusal is not None:
+            return  # the broker would never read past the offender
+        frames = self.client_frames
+        buf = frames.feed(data)
+        if buf is None:  # the held frame's size, completed by this read, is over the limit
+            self._queue_refusal(PROTOCOL_ERROR, frame_size_problem(frames.bad_size, frames.max_frame_size))
+            buf = b""
+        n = len(buf)
+        if n:
+            pos = 0
+            if not self.held:
+                pos = self._take_requests(buf, 0, n, now)
+            if pos < n and self.phase != REFUSED:
+                self._hold_rest(buf, pos, n)
+        self._after_reads()
 
     def feed_broker(self, data, now):
-        if not (
-            self.whole_reads and type(data) is bytes and not self.broker_partial and self._whole_responses(data, now)
-        ):
-            self._broker_data(data, now)
-        self._set_phase()
+        """broker_data, for the compiled glue. Raises FrameError if the bytes are not responses to
+        what is in flight."""
+        if type(data) is not bytes:
+            data = bytes(data)
+        out = self.to_client
+        start = len(out)
+        frames = self.broker_frames
+        pos = 0
+        if frames.stream_left:  # the rest of a response being cut through
+            pos = frames.streamed(len(data))
+            out.append(_slice(data, 0, pos))
+            if not frames.stream_left:  # its last bytes: what the proxy answered itself goes after it, in turn
+                self._local_responses(now)
+        buf = frames.feed(data)
+        if buf is None:
+            raise FrameError("response " + frame_size_problem(frames.bad_size, MAX_RESPONSE_FRAME))
+        if buf is not data:
+            pos = 0
+        n = len(buf)
+        view = None
+        end = 0
+        while pos < n:
+            end = frame_end(buf, pos, n, MAX_RESPONSE_FRAME)
+            if end < 0:
+                break
+            if pos == 0 and end == n:
+                self._whole_response(buf, now)
+            else:
+                if view is None:
+                    view = memoryview(buf)
+                self._whole_response(view[pos:end], now)
+            pos = end
+        if end == -2:
+            raise FrameError("response " + frame_size_problem(i32(buf, pos), MAX_RESPONSE_FRAME))
+        if pos < n:
+            self._response_arriving(buf, pos, now)
+        elif n == 0 and frames.may_offer_held():
+            head = memoryview(frames.held())
+            if self._streamable(head):
+                frames.stream(frames.needed, len(head))
+                out.append(self._respond(self._expected(head), head, now))
+            else:
+                frames.refused_offer()
+        self._counters.bytes_out += _bytes_from(out, start)  # every byte the client gets for the broker's, here
+        self._release_held_if_answered(now)
+
+    def _response_arriving(self, buf, pos, now):
+        """A response at buf[pos:] that has not fully arrived: cut through when its head is enough
+        (`_streamable`), else held until it is whole."""
+        frames = self.broker_frames
+        if frames.may_offer(buf, pos):
+            head = memoryview(buf)[pos:]
+            if self._streamable(head):
+                frames.stream(FRAME_SIZE_BYTES + i32(buf, pos), len(buf) - pos)
+                self.to_client.append(self._respond(self._expected(head), head, now))
+                return
+            frames.refused_offer()
+        frames.keep(buf, pos)
 
     def broker_connected(self, now):
         """The broker connection is up: what was held may go."""
         self.connected = True
-        self._set_phase()
         self._release_held(now)
-        self._set_phase()
 
     def unmute(self, now):
         """The mute is over (`now` >= muted_until): forwards what was held while it lasted."""
         self._release_held(now)
-        self._set_phase()
 
     def _answer_ready(self, response, now):
         """The answer the proxy was making is `response`: it goes in its turn, then what waited for it."""
         entry = self._answer_later
         self._answer_later = None
         entry.local_response = response
-        self.awaiting_local_answer = False
+        self._enter(ANSWER_READY)
         self._local_turn(now)
-        self._set_phase()
         self._release_held(now)
-        self._set_phase()
 
     # hooks: Session's ---------------------------------------------------------------------------
-    def _client_data(self, data, now):
-        raise NotImplementedError
-
     def _admit(self, frame, header, policy, now):
         """The hooked policies of one request: an Admission."""
         raise NotImplementedError
@@ -498,124 +591,106 @@ class SessionCore:
         merged, a mutation settled): the response to send on, and the least throttle it carries."""
         raise NotImplementedError
 
-    def _refuse(self, reason, message):
-        raise NotImplementedError
-
-    def _receive_limit_message(self, size):
-        raise NotImplementedError
-
-    def _release_held(self, now):
-        raise NotImplementedError
-
     @property
     def awaiting_answers(self):
         """Requests are in flight, or a response is still being cut through to the client."""
-        return bool(self.in_flight) or self.broker_frames.streaming
+        return bool(self.in_flight) or self.broker_frames.stream_left > 0
 
     # requests ----------------------------------------------------------------------------------
-    def _whole_requests(self, data, now):
-        """Takes a read of whole frames within the limit (the usual read) straight from `data`:
-        False, with nothing done, for any other read (the splitter's)."""
-        buf = data
-        n = len(data)
-        pos = 0
-        while pos < n:
-            if n - pos < 4:
-                return False
-            size = i32(buf, pos)
-            if size < 0 or size > self._max_frame_size or size > n - pos - 4:
-                return False
-            pos += 4 + size
-        self._counters.bytes_in += n
+    def _may_forward(self, now):
+        """Whether a request read now may go: the broker is connected, no mute, no answer awaited."""
+        return self.connected and self.muted_until <= now and not WAITS[self.phase]
+
+    def _take_requests(self, buf, pos, stop, now):
+        """Takes the requests of buf[pos:stop] one by one while they may go, forwarding each as it is
+        (a run of them in one slice) or as its policy changed it; returns where it stopped: `stop`,
+        a frame not whole yet or over the limit (the caller's), or the first frame that must wait."""
         out = self.to_broker
-        run = 0  # the frames from here on went to the broker as they are: one write for them all
-        pos = 0
-        step = GO_ON
-        while pos < n and step == GO_ON:
-            end = pos + 4 + i32(buf, pos)
-            forwarded = self._request(data, pos, end, None, now)
-            if forwarded is not data:  # not as it is: what came before it goes first
+        run = pos  # the frames from here on go to the broker as they are: one slice for them all
+        while pos < stop and self._may_forward(now):
+            end = frame_end(buf, pos, stop, self._max_frame_size)
+            if end < 0:
+                break
+            forwarded = self._request(buf, pos, end, now)
+            if forwarded is not buf:  # not as it is: what came before it goes first
                 if run < pos:
-                    out.append(_slice(data, run, pos))
+                    out.append(_slice(buf, run, pos))
                 if forwarded is not None:
                     out.append(forwarded)
                 run = end
             pos = end
-            step = self._step
+            if self.phase == REFUSED:  # the rest is dropped; what went before (and this, if forwarded) goes
+                if run < end:
+                    out.append(_slice(buf, run, end))
+                return stop
         if run < pos:
-            out.append(_slice(data, run, pos))
-        if pos < n and step == STOP:
-            view = memoryview(data)
-            while pos < n:  # what was read after a request that stops reading waits, in order
-                end = pos + 4 + i32(buf, pos)
-                self.held.append(view[pos:end])
-                pos = end
+            out.append(_slice(buf, run, pos))
         self._local_turn(now)
-        return True
+        return pos
 
-    def _requests(self, frames, now):
-        """Requests that came through the splitter (or were held): each one as `_whole_requests`
-        takes them; stops (holding the rest) after one that stops reading."""
-        out = self.to_broker
-        count = len(frames)
-        index = 0
-        step = GO_ON
-        while index < count and step == GO_ON:
-            frame = frames[index]
-            index += 1
-            head = frame if type(frame) is bytes else bytes(frame[:PEEK_BYTES])
-            try:
-                forwarded = self._request(head, 0, len(frame), frame, now)
-            except _ShortPeek:  # raised before the request had any effect
-                head = bytes(frame)
-                forwarded = self._request(head, 0, len(frame), frame, now)
-            if forwarded is head:
-                out.append(frame)
-            elif forwarded is not None:
-                out.append(forwarded)
-            step = self._step
-        if step == STOP:
-            self.held.extend(frames[index:])
-        self._local_turn(now)
+    def _hold_rest(self, buf, pos, stop):
+        """What a read holds from `pos` on that is not taken now: its whole frames, held in order, and
+        the start of a frame not whole yet, kept by the splitter (a size over the limit: refused
+        after what came before)."""
+        whole = pos
+        end = frame_end(buf, whole, stop, self._max_frame_size)
+        while end >= 0:
+            whole = end
+            end = frame_end(buf, whole, stop, self._max_frame_size)
+        if whole > pos:
+            self.held.append(buf if pos == 0 and whole == len(buf) else buf[pos:whole])
+        if end == -2:
+            size = i32(buf, whole)
+            self._queue_refusal(PROTOCOL_ERROR, frame_size_problem(size, self._max_frame_size))
+        elif whole < stop:
+            self.client_frames.keep(buf, whole)
 
-    def _request(self, data, pos, end, frame, now):
-        """One request: data[pos:end] (size prefix included); `frame` is the frame's own object
-        when data holds only its head (a frame from the splitter), else None. Returns what to
-        forward (`data` itself: the frame as it is; None: nothing) and leaves in `_step` what
-        it did to the frames after it."""
-        self._step = GO_ON
+    def _release_held(self, now):
+        """Forwards what was held while it may go, then refuses what was refused behind it."""
+        held = self.held
+        while held and self._may_forward(now):
+            data = held[0]
+            pos = self._take_requests(data, self._held_from, len(data), now)
+            if self.phase == REFUSED:
+                break
+            if pos < len(data):
+                self._held_from = pos
+                break
+            held.popleft()
+            self._held_from = 0
+        self._check_partial()
+
+    def _request(self, buf, pos, end, now):
+        """One request, buf[pos:end] (size prefix included). Returns what to forward: `buf` itself
+        for the frame as it is, None for nothing. A request the broker would close the connection for
+        refuses the client (phase REFUSED)."""
         size = end - pos - 4
-        if self.receive_limit is not None and size > self.receive_limit:
+        if RECEIVE_LIMITED[self.phase] and self._receive_limit is not None and size > self._receive_limit:
             self._refuse(SASL_RECEIVE_LIMIT, self._receive_limit_message(size))
-            self._step = REFUSED
             return None
         try:
-            return self._peeked_request(data, pos, end, size, frame, now)
+            return self._peeked_request(buf, pos, end, size, now)
         except FrameError as exc:  # the broker closes on a request it cannot parse, after those before
             self._refuse(exc.reason, str(exc))
-            self._step = REFUSED
             return None
 
-    def _peeked_request(self, data, pos, end, size, frame, now):
+    def _peeked_request(self, data, pos, end, size, now):
         buf = data
-        peek_end = min(end, len(data))
-        if peek_end - pos < 14:
-            _short(peek_end, end)
+        if end - pos < 14:
             raise FrameError(f"request of {size} bytes is shorter than a header")
         # Refuse first, parse after: the API and its version decide whether anything further is read.
         api_key = _i16(buf, pos + 4)
         version = _i16(buf, pos + 6)
         known = 0 <= api_key < KEYS and 0 <= version < VERSIONS
-        policy = POLICY[api_key] if known else 0
+        policy = POLICY[api_key] if known else DEFAULT_POLICY
         authentication = self._refuse_first(api_key, version, policy, known)
         if authentication == STRAY_IN_EXCHANGE:
-            policy = EXEMPT  # the broker's authenticator answers it: nothing is hooked or charged
+            policy = 0  # the broker's authenticator answers it: nothing is hooked or charged
         correlation_id = i32(buf, pos + 8)
         client_id_len = _i16(buf, pos + 12)
         body = pos + 14
         if client_id_len >= 0:
-            if body + client_id_len > peek_end:
-                _short(peek_end, end)
+            if body + client_id_len > end:
                 raise FrameError("client_id runs past the end of the request")
             client_id = self._decode_client_id(data, body, client_id_len)
             body += client_id_len
@@ -623,33 +698,30 @@ class SessionCore:
             client_id = ""
         flexible_from = FLEXIBLE_FROM[api_key] if known else -1
         if (version >= flexible_from) if flexible_from >= 0 else is_flexible(api_key, version):
-            if body < peek_end and buf[body] == 0:  # no tagged fields: the usual case
+            if body < end and buf[body] == 0:  # no tagged fields: the usual case
                 body += 1
             else:
-                body = _header_tags_end(buf, body, peek_end, end)
+                body = _header_tags_end(buf, body, end)
         if authentication == ENDS_EXCHANGE:
             # The first request past an exchange whose end the proxy cannot read (GSSAPI, or SASL not
             # known to be required yet): the broker would have closed the connection before it.
-            self.receive_limit = None
-        # What lies further in, read before anything happens (a short peek starts over).
+            self._enter(OTHER_REQUEST)
+        # What lies further in, read before anything happens.
         acks = 1
         max_wait = 0
-        if policy & CHARGE_BYTES_IN:
-            acks = produce_acks(buf, body, peek_end, version)
+        if policy & BYTES_IN:
+            acks = produce_acks(buf, body, end, version)
             if acks < -0x8000:
-                _short(peek_end, end)
                 raise FrameError("produce request too short to hold acks")
-        elif policy & FETCH_WAIT and api_key == API_FETCH:
+        elif policy & LONG_POLL and api_key == API_FETCH:
             at = max_wait_offset(body, version)
-            if at + 4 > peek_end:
-                _short(peek_end, end)
+            if at + 4 > end:
                 raise FrameError("fetch request too short to hold max_wait_ms")
             max_wait = i32(buf, at)
             if max_wait < 0:
                 max_wait = 0
-            _within(at + SESSION_EPOCH_AFTER + 4, peek_end, end)  # what a quota reads of it: peeked now
         self._counters.count_request(api_key)
-        forwarded = data  # as it is (the caller has the frame's own object)
+        forwarded = data  # as it is (the caller slices it)
         local = None
         refused = None
         order = ()
@@ -657,13 +729,12 @@ class SessionCore:
         mutation = None
         answer_after = None
         handling_ms = 0.0
-        stop = False
         if api_key == API_API_VERSIONS and version > MAX_VERSION[API_API_VERSIONS]:
             # Above what the proxy reads: answered as the broker answers one above what it speaks.
             forwarded = None
             local = unsupported_api_versions(correlation_id)
         replace_answer = False
-        if policy & FETCH_WAIT and api_key == API_FETCH and self._engine.limits_anyone:
+        if policy & LONG_POLL and api_key == API_FETCH and self._engine.limits_anyone:
             # A consumer's fetch under a quota, as the broker takes it: answered with no data at once
             # while the client would be throttled (KIP-219), else its max_bytes capped (KAFKA-9677).
             # A follower's (replica_id 0 or more: never a client of the proxy) is the broker's alone.
@@ -672,7 +743,7 @@ class SessionCore:
                 refusal_wait = fetch_throttle_ms(buckets, now)
                 if refusal_wait > 0:
                     epoch = -1
-                    if version >= SESSIONS_FROM and _within(at + SESSION_EPOCH_AFTER + 4, peek_end, end):
+                    if version >= SESSIONS_FROM and at + SESSION_EPOCH_AFTER + 4 <= end:
                         epoch = i32(buf, at + SESSION_EPOCH_AFTER)
                     if epoch <= 0:
                         # Full or sessionless: nothing at the broker depends on it; the proxy answers.
@@ -684,20 +755,19 @@ class SessionCore:
                         # as the client's will when it reads the answer; asked to answer at once with
                         # next to nothing, and that answer emptied (`_respond`).
                         replace_answer = True
-                        view = frame if frame is not None else memoryview(data)[pos:end]
+                        view = _slice(data, pos, end)
                         forwarded = _patched_fetch(view, at - pos, 0, True)
                         self._metrics.throttled_fetches_total.labels(session="incremental").inc()
                     self._mute(refusal_wait, now)
-                    stop = True
                 elif (
                     version >= MAX_BYTES_FROM
-                    and _within(at + MAX_BYTES_AFTER + 4, peek_end, end)
+                    and at + MAX_BYTES_AFTER + 4 <= end
                     and i32(buf, at + MAX_BYTES_AFTER) > buckets.fetch_max_bytes
                 ):
-                    view = frame if frame is not None else memoryview(data)[pos:end]
+                    view = _slice(data, pos, end)
                     forwarded = _patched_fetch(view, at - pos, buckets.fetch_max_bytes, False)
         if policy & self.hooked:
-            view = frame if frame is not None else memoryview(data)[pos:end]
+            view = _slice(data, pos, end)
             header = RequestHeader(
                 api_key, version, correlation_id, client_id if client_id_len >= 0 else None, body - pos
             )
@@ -713,13 +783,12 @@ class SessionCore:
             refusal_wait = admission.refusal_wait
             mutation = admission.mutation
             answer_after = admission.answer_after
-            stop = admission.stop
         if policy & TOPIC_NAMES and self._usage is not None and not order:  # usage records name its topics
-            order = self._topic_order(buf, frame, body, end, version)
+            order = self._topic_order(buf, body, end, version)
         throttle = 0
-        if policy & CHARGE_BYTES_IN:
+        if policy & BYTES_IN:
             if self._engine.limits_anyone:
-                throttle = charge_request(self._buckets(client_id, now), api_key, size, now)
+                throttle = charge_request(self._buckets(client_id, now), policy, size, now)
             over_quota = throttle > 0
             if refusal_wait > throttle:
                 throttle = refusal_wait
@@ -727,23 +796,22 @@ class SessionCore:
                 # In debt: this request goes on (Kafka appends, then throttles), but reading stops
                 # here; what was read after it waits for the mute to end.
                 self._mute(throttle, now)
-                stop = True
             if acks == 0:  # no response will come
-                count_exchange(self._entity_stats(client_id, now), api_key, size, 0, None, throttle)
-                self._step = STOP if stop else GO_ON
+                count_exchange(self._entity_stats(client_id, now), policy, size, 0, None, throttle)
                 return forwarded
         else:
             over_quota = False
-            if policy & FETCH_WAIT and api_key == API_SHARE_FETCH:
-                view = frame if frame is not None else memoryview(data)[pos:end]
+            if policy & LONG_POLL and api_key == API_SHARE_FETCH:
+                view = _slice(data, pos, end)
                 max_wait = share_fetch_max_wait_ms(view, body - pos, version)
         if self.authenticating and not (policy & SASL) and api_key != API_API_VERSIONS:
             # Past the authentication exchange, which Kafka does not charge to request-time quotas.
             self.authenticating = False
-        exempt = bool(policy & EXEMPT) or (api_key == API_API_VERSIONS and self.authenticating)
-        if local is None and forwarded is None and not self.awaiting_local_answer:
+        if api_key == API_API_VERSIONS and self.authenticating:
+            policy &= ~REQUEST_TIME  # Kafka does not charge the authentication exchange
+        if local is None and forwarded is None and self.phase != AWAITING_LOCAL_ANSWER:
             raise AssertionError("a hook refused everything and made no answer")
-        entry = _in_flight(correlation_id, api_key, version, client_id, size, now, max_wait, exempt, over_quota)
+        entry = _in_flight(correlation_id, api_key, version, client_id, size, now, max_wait, policy, over_quota)
         entry.handling_ms = handling_ms
         if (
             local is not None
@@ -763,7 +831,6 @@ class SessionCore:
         self._in_flight_append(entry)
         if local is None and forwarded is None:  # answered when ready (`_answer_ready`), in its turn
             self._answer_later = entry
-        self._step = STOP if stop else GO_ON
         if authentication == STRAY_IN_EXCHANGE:
             self._refuse_after_stray(api_key)
         return forwarded
@@ -778,7 +845,6 @@ class SessionCore:
             f"{api_name(api_key)} after SaslHandshake, before SASL authentication completed "
             "(the broker answers it ILLEGAL_SASL_STATE and closes the connection)",
         )
-        self._step = REFUSED
 
     def _refuse_first(self, api_key, version, policy, known):
         """What a request's API and version alone decide, before any more of it is read: a version
@@ -802,20 +868,21 @@ class SessionCore:
         self._refuse_first(api_key, version, POLICY[api_key] if known else 0, known)
 
     def _before_authentication(self, api_key, policy):
-        """Before SASL authentication completes (`receive_limit` set), the broker's authenticator
+        """Before SASL authentication completes (RECEIVE_LIMITED phases), the broker's authenticator
         reads ApiVersions, SaslHandshake and then SaslAuthenticate only. Anything else before a
         SaslHandshake closes the connection unanswered (IllegalSaslStateException): so does the
-        proxy, having answered and forwarded nothing of it. After a SaslHandshake, anything but
-        SaslAuthenticate is STRAY_IN_EXCHANGE (`_refuse_after_stray`). ENDS_EXCHANGE: the request
-        ends an exchange whose end the proxy cannot read (`sasl_end_unknown`), and the limit lifts
-        once it is parsed."""
-        if self.receive_limit is None or api_key == API_SASL_AUTHENTICATE:
+        proxy, having answered and forwarded nothing of it. After a SaslHandshake (EXCHANGING),
+        anything but SaslAuthenticate is STRAY_IN_EXCHANGE (`_refuse_after_stray`). ENDS_EXCHANGE:
+        the request ends an exchange whose end the proxy cannot read (AUTHENTICATING_END_UNSEEN),
+        and the limit lifts once it is parsed."""
+        phase = self.phase
+        if not RECEIVE_LIMITED[phase] or api_key == API_SASL_AUTHENTICATE:
             return READS_IT
-        if self.sasl_handshaken and not self.sasl_end_unknown:
+        if phase == EXCHANGING:
             return STRAY_IN_EXCHANGE
         if policy & SASL or api_key == API_API_VERSIONS:
             return READS_IT
-        if not self.sasl_end_unknown:
+        if phase != AUTHENTICATING_END_UNSEEN:
             raise BeforeAuthentication(
                 f"{api_name(api_key)} before SASL authentication completed (the broker closes such a connection)"
             )
@@ -824,27 +891,18 @@ class SessionCore:
     def _decode_client_id(self, data, at, length):
         """The client id at data[at:at+length], decoded once per connection (it sends the same one)."""
         raw = self._client_id_raw
-        if len(raw) == length:
-            if cython.compiled:
-                buf = data
-                kept = raw
-                if memcmp(buf + at, kept, length) == 0:  # noqa: F821  (cimported: session_core_c.pxd)
-                    return self._client_id
-            elif data[at : at + length] == raw:
-                return self._client_id
+        if len(raw) == length and data.startswith(raw, at):  # compiled: a memcmp, no copy
+            return self._client_id
         raw = data[at : at + length]
         client_id = raw.decode("utf-8", "replace")
         self._client_id_raw = raw
         self._client_id = client_id
         return client_id
 
-    def _topic_order(self, buf, frame, body, end, version):
+    def _topic_order(self, buf, body, end, version):
         """A produce request's topic names, in order (produce_walk's walk, names decoded once); the
-        request is buf[:end], or `frame` when buf holds only its head."""
-        if frame is None:
-            sent = produce_topics(buf, body, end, version, True)
-        else:
-            sent = produce_topics_of(frame, body, end, version, True)
+        request ends at buf[end]."""
+        sent = produce_topics(buf, body, end, version, True)
         if sent is None:
             raise FrameError("truncated produce request")
         if sent == self._last_sent:  # a producer names the same topics request after request
@@ -885,7 +943,7 @@ class SessionCore:
 
     def _local_turn(self, now):
         """Sends the proxy-made responses at the head of the FIFO, unless a response is being cut through."""
-        if _local_first(self.in_flight) and not self.broker_partial:
+        if _local_first(self.in_flight) and not self.broker_frames.stream_left:
             self._local_responses(now)
 
     def _local_responses(self, now):
@@ -896,70 +954,114 @@ class SessionCore:
             self.to_client.append(self._respond(request, request.local_response, now))
 
     # responses ---------------------------------------------------------------------------------
-    def _whole_responses(self, data, now):
-        """Takes a read of whole responses (the usual read) straight from `data`; False, with
-        nothing done, when its first frame is partial (the splitter's)."""
-        buf = data
-        n = len(data)
-        if n < 4 or not self.in_flight:
-            return False
-        size = i32(buf, 0)
-        if size < 0 or size > n - 4:
-            return False
-        out = self.to_client
-        start = len(out)
-        pos = 0
-        view = None
-        while n - pos >= 4:
-            size = i32(buf, pos)
-            if size < 0 or size > n - pos - 4:
-                break  # partial (or bad): the splitter's
-            if pos == 0 and size == n - 4:
-                frame = data
-            else:
-                if view is None:
-                    view = memoryview(data)
-                frame = view[pos : pos + 4 + size]
-            self._whole_response(frame, now)
-            pos += 4 + size
-        written = _bytes_from(out, start)
-        if pos < n:
-            self._broker_data(data[pos:], now)  # counted after it, as the splitter counts: not if it raises
-        else:
-            self._release_held_if_answered(now)
-        self._counters.bytes_out += written
-        return True
-
-    def _broker_data(self, data, now):
-        """Bytes from the broker that are not whole responses: split, and cut through where they can
-        be. Raises FrameError if they are not responses to what is in flight."""
-        out = self.to_client
-        start = len(out)
-        frames = self.broker_frames
-        frame = frames.whole_frame(data)
-        if frame is not None:  # one whole response: no splitting
-            self._whole_response(frame, now)
-        else:
-            for kind, piece in frames.pieces(data, self._streamable):
-                if kind is WHOLE:
-                    self._whole_response(piece, now)
-                elif kind is HEAD:
-                    out.append(self._respond(self._expected(piece), piece, now))
-                else:
-                    out.append(piece)
-                    if kind is LAST:  # what the proxy answered itself goes after it, in turn
-                        self._local_responses(now)
-        self._counters.bytes_out += _bytes_from(out, start)
-        self.broker_partial = frames.streaming or frames.buffered > 0
-        self._release_held_if_answered(now)
-
     def _release_held_if_answered(self, now):
         """After a read of responses: what waited for a SaslAuthenticate answer goes on, once none
         is awaited."""
-        if not self.awaiting_authentication and (
-            self.held or self.receive_limit is not None or self.pending_refusal is not None
-        ):
+        if not WAITS[self.phase] and (self.held or RECEIVE_LIMITED[self.phase] or self.pending_refusal is not None):
             self._release_held(now)
+
+    # what a client makes the proxy hold, and refusals ------------------------------------------
+    def _after_reads(self):
+        """After a read: the partial frame's growth counted, and what follows the whole frames refused
+        once none of them waits (`_check_partial`)."""
+        frames = self.client_frames
+        if self.partial_counted or frames.buffered:
+            self._count_partial()
+        if frames.buffered or self.pending_refusal is not None:
+            self._check_partial()
+
+    def _queue_refusal(self, reason, message):
+        """The client sent what the broker closes the connection for, behind what is held: refused
+        once that has gone; nothing after it is read."""
+        self.client_frames.clear()
+        if self.pending_refusal is None:
+            self.pending_refusal = (reason, message)
+
+    def _count_partial(self):
+        """Counts the partial frame's growth in the budget shared by every client; over it, the
+        frame is dropped and the client will be refused."""
+        budget = self.services.partial_frames
+        if budget is None:
+            return
+        buffered = self.client_frames.buffered
+        grown = buffered - self.partial_counted
+        if grown > 0 and not budget.take(grown):
+            self._drop_partial()
+            self._queue_refusal(
+                PARTIAL_FRAMES_LIMIT,
+                f"a frame would take the partial frames of all clients over {budget.limit} bytes "
+                "(proxy.partial_frames_max_bytes)",
+            )
+            return
+        if grown < 0:
+            budget.give(-grown)
+        self.partial_counted = buffered
+
+    def _drop_partial(self):
+        if self.partial_counted and self.services.partial_frames is not None:
+            self.services.partial_frames.give(self.partial_counted)
+        self.partial_counted = 0
+        self.client_frames.clear()
+
+    def close(self):
+        """The connection is gone: gives back what its partial frame held of the shared budget."""
+        self._drop_partial()
+
+    def _check_partial(self):
+        """Refuses what follows the whole frames once none of them waits any more: a refusal held
+        back behind them, or a partial frame over the limit before authentication."""
+        if self.phase == REFUSED or self.held or WAITS[self.phase]:
+            return  # checked again when they have gone (the partial grows by one read at most meanwhile)
+        if self.pending_refusal is None:
+            self.pending_refusal = self._partial_refusal()
+            if self.pending_refusal is None:
+                return
+        reason, message = self.pending_refusal
+        self._refuse(reason, message)
+
+    def _partial_refusal(self):
+        """Why the frame arriving now is refused before the rest of it is read, or None: its size
+        prefix (over sasl_server_max_receive_size before authentication, over this connection's
+        share of partial_frames_max_bytes), then its API and version (`check_partial_head`: a
+        version above what ApiVersions offered, anything but SASL before authentication)."""
+        frames = self.client_frames
+        size = frames.partial_size
+        limit = self.receive_limit
+        if limit is not None and size > limit:
+            return SASL_RECEIVE_LIMIT, self._receive_limit_message(size)
+        share = self.services.partial_frame_share
+        if share is not None and size > share:
+            return (
+                PARTIAL_FRAME_SHARE,
+                f"a frame of {size} bytes is over one connection's share of partial_frames_max_bytes "
+                f"({share} bytes: proxy.partial_frames_max_bytes_per_connection)",
+            )
+        head = frames.new_partial_head(PARTIAL_HEAD_BYTES)
+        if head is None:
+            return None
+        try:
+            self.check_partial_head(head)
+        except FrameError as exc:
+            return exc.reason, str(exc)
+        return None
+
+    def _receive_limit_message(self, size):
+        return (
+            f"frame size {size} before SASL authentication completed is over "
+            f"sasl_server_max_receive_size ({self._receive_limit})"
+        )
+
+    def _refuse(self, reason, message):
+        """What the client sent next the broker would close the connection for: nothing more is
+        read or forwarded, and the connection closes once what went before is answered."""
+        self._enter(REFUSE)
+        self.refusal = message
+        self.refusal_reason = reason
+        self.pending_refusal = None
+        self.held.clear()
+        self._drop_partial()
+        if reason != PROTOCOL_ERROR:
+            self._metrics.frames_refused_total.labels(reason).inc()
 
     def _streamable(self, head):
         """Whether the response that begins with `head` can be cut through: `_respond` needs no
@@ -1001,7 +1103,7 @@ class SessionCore:
         rewrite = self._rewriters.get(request.api_key)
         if rewrite is None:
             pass
-        elif type(rewrite) is RewriteMemo:  # its hits are nearly every ApiVersions, Metadata, FindCoordinator
+        elif self._memoized[request.api_key]:  # its hits are nearly every ApiVersions, Metadata, FindCoordinator
             memo = rewrite
             started = self._clock()
             response = memo.rewritten(frame, request.api_version, self._cluster) or frame
@@ -1043,26 +1145,26 @@ class SessionCore:
         latency_ms = (now - request.sent_at) * 1000
         if request.local_response is None:
             self._counters.observe_latency(api_key, latency_ms / 1000)
-        if request.exempt:
+        if not request.policy & REQUEST_TIME:
             request_ms = None
             self._entity_metrics.record_exempt(latency_ms)
         elif request.local_response is not None:  # the proxy's answer: its own time is the request's
             request_ms = request.handling_ms
         else:  # the broker's time, as the proxy sees it, and the proxy's own for the exchange
-            request_ms = request_time_ms(api_key, latency_ms, request.fetch_max_wait_ms) + request.handling_ms
+            request_ms = request_time_ms(request.policy, latency_ms, request.fetch_max_wait_ms) + request.handling_ms
         response_size = i32(frame, 0) if type(frame) is bytes else frame_body_size(frame)
         shadow_ms = 0
         if self._engine.limits_anyone:
             buckets = self._buckets(request.client_id, now)
-            charged = charge_response(buckets, api_key, response_size, request_ms, now)
+            charged = charge_response(buckets, request.policy, response_size, request_ms, now)
             if charged > throttle:
                 throttle = charged
             if buckets.shadow:  # a quota being tried: what it would have done, never applied
-                shadow_ms = shadow_throttle_ms(buckets, api_key, request_ms is not None, now)
+                shadow_ms = shadow_throttle_ms(buckets, request.policy, request_ms is not None, now)
                 self._entity_metrics.record_shadow(self.user, request.client_id, shadow_ms, now)
         count_exchange(
             self._entity_stats(request.client_id, now),
-            api_key,
+            request.policy,
             request.request_size,
             response_size,
             request_ms,
@@ -1096,17 +1198,16 @@ class SessionCore:
         else:
             topics = request.topic_order
             partitions = 0
-        collector = self._usage_collector
         ts_ms = int((now + self._wall_offset) * 1000)
-        if type(collector) is AggregateCollector:
-            aggregates = collector
+        aggregates = self._aggregates
+        if aggregates is not None:
             added = aggregates.add_exchange(
                 ts_ms, self.user, request.client_id, request.api_key, request.api_version, topics,
                 request.request_size, response_size, partitions, latency_ms, throttle, decision, shadow_ms,
                 request.over_quota,
             )  # fmt: skip
         else:
-            records = collector
+            records = self._records
             added = records.add_exchange(
                 ts_ms, self.user, request.client_id, request.api_key, request.api_version, topics,
                 request.request_size, response_size, partitions, latency_ms, throttle, decision, shadow_ms,
@@ -1124,7 +1225,7 @@ class SessionCore:
         self._metrics.mutes_total.inc()
 
 
-def _in_flight(correlation_id, api_key, api_version, client_id, request_size, sent_at, max_wait, exempt, over_quota):
+def _in_flight(correlation_id, api_key, api_version, client_id, request_size, sent_at, max_wait, policy, over_quota):
     entry = InFlight.__new__(InFlight)
     entry.correlation_id = correlation_id
     entry.api_key = api_key
@@ -1133,7 +1234,7 @@ def _in_flight(correlation_id, api_key, api_version, client_id, request_size, se
     entry.request_size = request_size
     entry.sent_at = sent_at
     entry.fetch_max_wait_ms = max_wait
-    entry.exempt = exempt
+    entry.policy = policy
     entry.local_response = None
     entry.refused = None
     entry.topic_order = ()
@@ -1155,6 +1256,7 @@ def _local_first(in_flight):
 
 
 def _slice(data, start, end):
+    """data[start:end] as it is when that is all of it, else a view: never a copy."""
     return data if start == 0 and end == len(data) else memoryview(data)[start:end]
 
 
@@ -1163,12 +1265,6 @@ def _correlation_id(frame):
         raise FrameError("response shorter than a correlation id")
     head = frame if type(frame) is bytes else bytes(frame[:8])
     return i32(head, 4)
-
-
-def _short(peek_end, end):
-    """A read past the bytes peeked at: _ShortPeek when the frame has more of them."""
-    if peek_end < end:
-        raise _ShortPeek()
 
 
 def _patched_fetch(frame, max_wait_at, max_bytes, answer_replaced):
@@ -1191,25 +1287,14 @@ def _put_i32(buf, pos, value):
     buf[pos + 3] = value & 0xFF
 
 
-def _within(needed, peek_end, end):
-    """Whether a field ending at `needed` lies within the bytes peeked (a short peek starts over
-    when the frame holds it); False when the frame is too short: left to the broker to refuse."""
-    if needed <= peek_end:
-        return True
-    _short(peek_end, end)
-    return False
-
-
-def _header_tags_end(buf, pos, peek_end, end):
-    """Where a request header's tagged fields (buf[pos:]) end: each skipped by its length, and more
-    than MAX_TAGS refused before any is walked (no client sends one: request headers define none).
-    A short peek starts over when they run past the bytes peeked (`end` is the frame's)."""
-    count, after = _uvarint(buf, pos, peek_end)
+def _header_tags_end(buf, pos, end):
+    """Where a request header's tagged fields (buf[pos:end]) end: each skipped by its length, and more
+    than MAX_TAGS refused before any is walked (no client sends one: request headers define none)."""
+    count, after = _uvarint(buf, pos, end)
     if count > MAX_TAGS:
         raise FrameError(tagged_fields_problem("the request header", count))
-    after = _skip_tags(buf, pos, peek_end)
-    if after > peek_end:
-        _short(peek_end, end)
+    after = _skip_tags(buf, pos, end)
+    if after > end:
         raise FrameError("malformed tagged fields in the request header")
     return after
 

@@ -57,6 +57,7 @@ from quotagate.proxy.usage_fields import (
     WINDOW_FIELDS,
     names_of,
 )
+from quotagate.quotas.apis import RECORDED_KEYS, quota_keys
 from quotagate.quotas.engine import QuotaWindows
 from quotagate.quotas.entities import QuotaKey, QuotaTable
 
@@ -139,21 +140,9 @@ def quota_fields(
 
 @functools.lru_cache(maxsize=1024)  # one entry per API key seen
 def keys_charged(api_key: int) -> tuple[QuotaKey, ...]:
-    """The quota keys an exchange of `api_key` is charged to, read off the session core's policy
-    table (session_core.POLICIES: the one place an API's charging is declared)."""
-    from quotagate.proxy import session_core as core
-
-    policy = core.POLICIES.get(api_key, 0)
-    keys = []
-    if policy & core.CHARGE_BYTES_IN:
-        keys.append(QuotaKey.PRODUCER_BYTE_RATE)
-    if policy & core.FETCH_WAIT:
-        keys.append(QuotaKey.CONSUMER_BYTE_RATE)
-    if policy & core.MUTATION:
-        keys.append(QuotaKey.CONTROLLER_MUTATION_RATE)
-    if not policy & core.EXEMPT:
-        keys.append(QuotaKey.REQUEST_PERCENTAGE)
-    return tuple(keys)
+    """The recorded quota keys an exchange of `api_key` is charged to (quotas/apis.py: the one place an
+    API's charging is declared)."""
+    return tuple(key for key in quota_keys(api_key) if key in RECORDED_KEYS)
 
 
 def partition_of(ts_ms: int) -> str:

@@ -11,7 +11,8 @@ import json
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-PRODUCE = 0  # ApiKey.PRODUCE, the only API whose aggregates are kept per topic
+from quotagate.quotas.apis import PRODUCE  # the only API whose aggregates are kept per topic (TOPIC_NAMES)
+
 # The topic of the row that sums an entity's produce topics beyond usage.topics_per_entity in an
 # interval (and names longer than Kafka's TOPIC_NAME_MAX): not a name Kafka accepts for a topic.
 OTHER_TOPICS = "<other topics>"

@@ -10,8 +10,9 @@ A field is in a version when it has a meaning there. Its position is its place i
 the version (files are read by name). A field is only ever added to a version: a rename or a removal
 bumps the version.
 
-Standard library only, and no quotagate import beyond the quota keys: the compiled collectors, the
-pipeline (on Spark executors too) and the docs generator all import it.
+Standard library only, and no quotagate import beyond the recorded quota keys (quotas/apis.py, whose
+table of APIs states them): the compiled collectors, the pipeline (on Spark executors too) and the
+docs generator all import it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from quotagate.quotas.entities import RECORDED_KEYS
+from quotagate.quotas.apis import RECORDED_KEYS
 
 REQUEST_SCHEMA_VERSION = 1  # one record per request
 AGGREGATE_SCHEMA_VERSION = 2  # one record per interval and key

@@ -13,44 +13,37 @@
   consumer with a 500 ms max wait is charged ~0 per fetch.
 - Produce and the fetches throttle by the larger of their byte-rate and request-time throttles.
 
-Run per exchange by the session core: compiled with it as charging_c (typed by charging_c.pxd),
-interpreted as it is (quotagate/compiled.py).
+Which API is charged to which key is quotas/apis.py's: each function here is handed the exchange's
+policy bits from it. Run per exchange by the session core: compiled with it as charging_c (typed by
+charging_c.pxd), interpreted as it is (quotagate/compiled.py).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from quotagate.protocol.apis import ApiKey
-from quotagate.protocol.mutations import MUTATION_APIS
+from quotagate.quotas.apis import BYTES_IN, BYTES_OUT, LONG_POLL, PARTITIONS_MUTATED
 from quotagate.quotas.bucket import ShadowTokenBucket
 
 if TYPE_CHECKING:
     from quotagate.proxy.entity_metrics import EntityStats
     from quotagate.quotas.engine import EntityBuckets
 
-# As plain ints: an IntEnum member look-up costs ~0.1 µs, and these run for every exchange.
-_PRODUCE = 0
-_FETCH = 1
-_SHARE_FETCH = 78
-# The exchanges whose response bytes go to consumer_byte_rate.
-FETCH_APIS = frozenset({int(ApiKey.FETCH), int(ApiKey.SHARE_FETCH)})
 
-
-def request_time_ms(api_key: int, latency_ms: float, fetch_max_wait_ms: int) -> float:
-    if api_key == _FETCH or api_key == _SHARE_FETCH:
+def request_time_ms(policy: int, latency_ms: float, fetch_max_wait_ms: int) -> float:
+    if policy & LONG_POLL:
         waited = latency_ms - fetch_max_wait_ms
         return waited if waited > 0.0 else 0.0
     return latency_ms
 
 
-def charge_request(buckets: EntityBuckets, api_key: int, request_size: int, now: float) -> int:
+def charge_request(buckets: EntityBuckets, policy: int, request_size: int, now: float) -> int:
     """Charges what is known when a request is read: a produce's size. Returns the throttle in ms.
 
     Charging produce bytes as they arrive (not when the answer comes back) lets the proxy stop
     reading from a client the moment it is in debt, as a broker does by reading one request at a
     time: a client that pipelines many produce requests cannot get ahead of its quota."""
-    if api_key == _PRODUCE:
+    if policy & BYTES_IN:
         bucket = buckets.produce
         if bucket is not None:
             return bucket.charge(request_size, now)
@@ -80,13 +73,13 @@ def _with_request_time(throttle: int, time_throttle: int, cap: int) -> int:
     return time_throttle if time_throttle > throttle else throttle
 
 
-def shadow_throttle_ms(buckets: EntityBuckets, api_key: int, charged_request_time: bool, now: float) -> int:
+def shadow_throttle_ms(buckets: EntityBuckets, policy: int, charged_request_time: bool, now: float) -> int:
     """The time, in ms, the shadow quotas among `buckets` would have held the entity at their rates
     for what was charged since the last call (the charges that left a bucket in debt, divided by
     its rate; the larger of the byte-rate and request-time figures, as a throttle is). Summed over
     responses it is the time held at the quota, the figure the usage pipeline compares."""
     held = 0
-    bucket = buckets.produce if api_key == _PRODUCE else buckets.fetch if api_key in FETCH_APIS else None
+    bucket = buckets.produce if policy & BYTES_IN else buckets.fetch if policy & BYTES_OUT else None
     if isinstance(bucket, ShadowTokenBucket):
         held = bucket.take_held_ms()
     if charged_request_time and isinstance(buckets.request, ShadowTokenBucket):
@@ -95,7 +88,7 @@ def shadow_throttle_ms(buckets: EntityBuckets, api_key: int, charged_request_tim
 
 
 def charge_response(
-    buckets: EntityBuckets, api_key: int, response_size: int, request_ms: float | None, now: float
+    buckets: EntityBuckets, policy: int, response_size: int, request_ms: float | None, now: float
 ) -> int:
     """Charges what is known when the response is back; returns the throttle the response carries.
 
@@ -103,11 +96,11 @@ def charge_response(
     by charge_request; its response carries the produce throttle as it stands now. Request-time
     throttles are capped at one window (KIP-124)."""
     throttle = 0
-    if api_key == _PRODUCE:
+    if policy & BYTES_IN:
         bucket = buckets.produce
         if bucket is not None:
             throttle = bucket.throttle_ms(now)
-    elif api_key == _FETCH or api_key == _SHARE_FETCH:
+    elif policy & BYTES_OUT:
         bucket = buckets.fetch
         if bucket is not None:
             throttle = bucket.charge(response_size, now)
@@ -119,7 +112,7 @@ def charge_response(
 
 def count_exchange(
     stats: EntityStats,
-    api_key: int,
+    policy: int,
     request_size: int,
     response_size: int,
     request_ms: float | None,
@@ -128,21 +121,21 @@ def count_exchange(
     """Adds one exchange's charges and throttle to its entity's counters (quotagate_* per entity):
     the bytes each byte-rate quota was charged, the request time (None: exempt, counted apart), and
     the throttle by quota group, as Kafka's quota metrics group them."""
-    if api_key == _PRODUCE:
+    if policy & BYTES_IN:
         stats.produce_bytes += request_size
-    elif api_key == _FETCH or api_key == _SHARE_FETCH:
+    elif policy & BYTES_OUT:
         stats.fetch_bytes += response_size
     if request_ms is not None:
         stats.request_seconds += request_ms / 1000
     if throttle_ms > 0:
         seconds = throttle_ms / 1000
-        if api_key == _PRODUCE:
+        if policy & BYTES_IN:
             stats.produce_throttle_seconds += seconds
             stats.throttled_produce += 1
-        elif api_key == _FETCH or api_key == _SHARE_FETCH:
+        elif policy & BYTES_OUT:
             stats.fetch_throttle_seconds += seconds
             stats.throttled_fetch += 1
-        elif api_key in MUTATION_APIS:
+        elif policy & PARTITIONS_MUTATED:
             stats.mutation_throttle_seconds += seconds
             stats.throttled_controller_mutation += 1
         else:

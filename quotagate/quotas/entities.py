@@ -49,11 +49,6 @@ class IpQuotaKey(StrEnum):
     CONNECTION_CREATION_RATE = "connection_creation_rate"
 
 
-# The keys usage records name and the pipeline replays: producer_ids_rate is not one (a record
-# carries no producer ID, so nothing it holds says what that quota would have done).
-RECORDED_KEYS = tuple(key for key in QuotaKey if key is not QuotaKey.PRODUCER_IDS_RATE)
-
-
 def quota_key(name: str) -> QuotaKey | IpQuotaKey:
     """The key named `name`, of either kind; ValueError if it is neither."""
     return IpQuotaKey(name) if name == IpQuotaKey.CONNECTION_CREATION_RATE else QuotaKey(name)

@@ -9,6 +9,8 @@ import threading
 from quotagate.protocol.apis import ApiKey
 from quotagate.proxy.admin_http import AdminHttpServer
 from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable
+from quotagate.quotas.apis import policy
+from quotagate.quotas.charging import count_exchange
 from tests.support.http import http_get
 from tests.support.proxy_fixtures import free_port_block
 
@@ -21,7 +23,7 @@ async def test_the_proxy_drops_full_idle_buckets_and_idle_entities(rig) -> None:
     for i in range(2000):
         client_id = f"random-{i}"
         proxy.engine.charge("u", client_id, QuotaKey.PRODUCER_BYTE_RATE, 500, now=0.0)
-        proxy.entity_metrics.record_response("u", client_id, ApiKey.PRODUCE, 500, 0, None, 0, now=0.0)
+        count_exchange(proxy.entity_metrics.entity("u", client_id, 0.0), policy(ApiKey.PRODUCE), 500, 0, None, 0)
     proxy.engine.charge("u", "in-debt", QuotaKey.PRODUCER_BYTE_RATE, 10**9, now=0.0)
     assert len(proxy.engine.buckets) == 2001
     buckets, entities = proxy.expire_idle_state(now=3600.0)
@@ -33,7 +35,7 @@ async def test_the_proxy_drops_full_idle_buckets_and_idle_entities(rig) -> None:
 async def test_metrics_and_quota_scrapes_render_off_the_event_loop(rig) -> None:
     proxy, _broker, _port = rig
     for i in range(3000):
-        proxy.entity_metrics.record_response("u", f"c-{i}", ApiKey.PRODUCE, 100 + i, 10, 1.0, 0, now=0.0)
+        count_exchange(proxy.entity_metrics.entity("u", f"c-{i}", 0.0), policy(ApiKey.PRODUCE), 100 + i, 10, 1.0, 0)
     server = AdminHttpServer(proxy)
     rendered_on: list[str] = []
     route = server.route

@@ -15,7 +15,7 @@ from struct import pack, unpack_from
 import pytest
 
 from quotagate.config import parse_config
-from quotagate.protocol.framing import FrameSplitter
+from quotagate.protocol.frames import frame_end, splitter
 from quotagate.proxy.server import Proxy
 from tests.support.broker_double import (
     FETCH,
@@ -114,11 +114,9 @@ async def test_a_client_that_does_not_read_pauses_the_broker_side(rig) -> None:
 
 def test_splitter_is_what_the_session_uses() -> None:
     # Guard against a second framing implementation creeping into the proxy layer.
-    import quotagate.proxy.session as session
     import quotagate.proxy.session_core as session_core
 
-    assert session.FrameSplitter is FrameSplitter
-    assert issubclass(session_core.StreamingFrameSplitter, FrameSplitter)
+    assert session_core.splitter is splitter and session_core.frame_end is frame_end
 
 
 async def test_a_broker_named_later_gets_a_listener_bound_before_the_answer_leaves(rig) -> None:

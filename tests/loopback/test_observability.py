@@ -10,6 +10,8 @@ from quotagate.config.settings import UsageConfig
 from quotagate.protocol.apis import ApiKey
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.usage import Piece, Sink, SinkResult, UsageRecorder
+from quotagate.quotas.apis import policy
+from quotagate.quotas.charging import count_exchange
 from tests.support.http import http_get
 from tests.support.usage import record
 
@@ -55,7 +57,7 @@ async def test_admin_endpoints_serve_metrics_health_readiness_and_quota_state(ri
     server = AdminHttpServer(proxy)
     await server.start("127.0.0.1", port)
     try:
-        proxy.entity_metrics.record_response("alice", "app", ApiKey.PRODUCE, 100, 10, 1.0, 0, now=0.0)
+        count_exchange(proxy.entity_metrics.entity("alice", "app", 0.0), policy(ApiKey.PRODUCE), 100, 10, 1.0, 0)
         status, body = await http_get(port, "/metrics")
         assert status == 200 and "quotagate_requests_total" in body and 'client_id="app"' in body
         assert (await http_get(port, "/healthz"))[0] == 200

@@ -111,7 +111,7 @@ async def test_an_alter_is_answered_once_its_state_is_written_off_the_loop_and_w
         DescribeClientQuotasResponse.decode(second[response_body_offset(second, DESCRIBE, 1) :], version=1)
     )
     assert described_bob == {(("user", "bob"),): {"producer_byte_rate": 100.0}}
-    assert not session.awaiting_local_answer and not session.held
+    assert not session.awaiting_answer and not session.held
 
 
 async def test_alters_arriving_while_the_state_is_written_are_written_together(

@@ -34,12 +34,11 @@ def services_for(
     config_text: str = "",
     top_level: str = "",
     partial_frames: ByteBudget | None = None,
-    whole_reads: bool = True,
     clock: Callable[[], float] = frozen_clock,
 ) -> SessionServices:
     """The services a proxy hands its sessions, built from a config alone: no proxy, no loop.
-    `partial_frames`: a budget shared with other sessions (else one of their own); `whole_reads`:
-    False sends every read through the splitters; `clock`: what the session's own time is read from."""
+    `partial_frames`: a budget shared with other sessions (else one of their own); `clock`: what the
+    session's own time is read from."""
     config = parse_config(top_level + PROXY + config_text)
     engine = QuotaEngine(config.quotas, config.windows)
     proxy = config.proxy
@@ -62,7 +61,6 @@ def services_for(
         partial_frames=partial_frames or ByteBudget(proxy.partial_frames_max_bytes),
         partial_frame_share=proxy.partial_frames_max_bytes_per_connection,
         max_decoded_elements=proxy.max_decoded_elements,
-        whole_reads=whole_reads,
         clock=clock,
     )
 

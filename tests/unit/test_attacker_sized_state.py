@@ -11,6 +11,8 @@ from quotagate.protocol.apis import ApiKey
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable
+from quotagate.quotas.apis import policy
+from quotagate.quotas.charging import count_exchange
 from quotagate.quotas.entities import MAX_NAME_CHARS
 
 
@@ -33,7 +35,7 @@ def test_user_and_client_id_labels_are_bounded_and_long_names_stay_apart() -> No
     collector = EntityMetrics(lambda: QuotaEngine(), lambda: 0.0, max_entities=10)
     long_a, long_b = "a" * 32768, "a" * 32767 + "b"
     for client_id in (long_a, long_b, "short"):
-        collector.record_response("u" * 5000, client_id, ApiKey.PRODUCE, 100, 10, 1.0, 0, now=0.0)
+        count_exchange(collector.entity("u" * 5000, client_id, 0.0), policy(ApiKey.PRODUCE), 100, 10, 1.0, 0)
     registry = CollectorRegistry()
     registry.register(collector)
     text = generate_latest(registry).decode()
@@ -48,8 +50,8 @@ def test_user_and_client_id_labels_are_bounded_and_long_names_stay_apart() -> No
 def test_idle_entities_are_forgotten_and_their_counts_stay_in_other() -> None:
     collector = EntityMetrics(lambda: QuotaEngine(), lambda: 0.0, max_entities=10)
     for i in range(1000):
-        collector.record_response("u", f"random-{i}", ApiKey.PRODUCE, 10, 0, None, 0, now=0.0)
-    collector.record_response("u", "live", ApiKey.PRODUCE, 7, 0, None, 0, now=3500.0)
+        count_exchange(collector.entity("u", f"random-{i}", 0.0), policy(ApiKey.PRODUCE), 10, 0, None, 0)
+    count_exchange(collector.entity("u", "live", 3500.0), policy(ApiKey.PRODUCE), 7, 0, None, 0)
     assert collector.expire_idle(3600.0) == 1000
     assert list(collector.stats) == [("u", "live")]
     exported, other = collector.ranked()
@@ -85,7 +87,7 @@ def test_a_new_entity_beyond_max_tracked_does_not_scan_every_tracked_one() -> No
     were tracked: each new id scanned all of them for idle ones."""
     collector = EntityMetrics(lambda: QuotaEngine(), lambda: 0.0, max_entities=10)
     for i in range(collector.max_tracked):
-        collector.record_response("u", f"id-{i}", ApiKey.PRODUCE, 10, 0, None, 0, now=0.0)
+        count_exchange(collector.entity("u", f"id-{i}", 0.0), policy(ApiKey.PRODUCE), 10, 0, None, 0)
     scans = []
     expire_idle = collector.expire_idle
 
@@ -95,6 +97,6 @@ def test_a_new_entity_beyond_max_tracked_does_not_scan_every_tracked_one() -> No
 
     collector.expire_idle = counted  # type: ignore[method-assign]
     for i in range(1000):
-        collector.record_response("u", f"new-{i}", ApiKey.PRODUCE, 10, 0, None, 0, now=10.0 + i / 1000)
+        count_exchange(collector.entity("u", f"new-{i}", 10.0 + i / 1000), policy(ApiKey.PRODUCE), 10, 0, None, 0)
     assert len(scans) <= 1, f"{len(scans)} scans of {collector.max_tracked} entities for 1000 new ids"
     assert collector.untracked.produce_bytes == 10_000  # counted in "other", not lost

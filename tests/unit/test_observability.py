@@ -23,6 +23,8 @@ from quotagate.proxy.usage import (
     UsageRecorder,
 )
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
+from quotagate.quotas.apis import policy
+from quotagate.quotas.charging import count_exchange
 from tests.support.usage import flushed, flushed_rows, record
 
 
@@ -36,7 +38,7 @@ def test_only_the_top_entities_by_traffic_get_series_and_the_rest_fold_into_othe
     engine = QuotaEngine(QuotaTable({QuotaEntity(None, "<default>"): {QuotaKey.PRODUCER_BYTE_RATE: 1000}}))
     collector = EntityMetrics(lambda: engine, lambda: 0.0, max_entities=2)
     for client, size in (("small", 10), ("big", 5000), ("mid", 300), ("tiny", 1)):
-        collector.record_response("u", client, ApiKey.PRODUCE, size, 20, 1.0, 0, now=0.0)
+        count_exchange(collector.entity("u", client, 0.0), policy(ApiKey.PRODUCE), size, 20, 1.0, 0)
     text = metrics_text(collector)
     assert 'quotagate_produce_bytes_total{client_id="big",user="u"} 5000.0' in text
     assert 'quotagate_produce_bytes_total{client_id="mid",user="u"} 300.0' in text
@@ -48,8 +50,8 @@ def test_only_the_top_entities_by_traffic_get_series_and_the_rest_fold_into_othe
 
 def test_throttle_time_is_counted_under_the_group_of_the_api() -> None:
     collector = EntityMetrics(lambda: QuotaEngine(), lambda: 0.0, max_entities=10)
-    collector.record_response("u", "c", ApiKey.FETCH, 80, 5000, 0.0, 1500, now=0.0)
-    collector.record_response("u", "c", ApiKey.METADATA, 80, 500, 2.0, 250, now=0.0)
+    count_exchange(collector.entity("u", "c", 0.0), policy(ApiKey.FETCH), 80, 5000, 0.0, 1500)
+    count_exchange(collector.entity("u", "c", 0.0), policy(ApiKey.METADATA), 80, 500, 2.0, 250)
     text = metrics_text(collector)
     assert 'quotagate_fetch_throttle_time_seconds_total{client_id="c",user="u"} 1.5' in text
     assert 'quotagate_request_throttle_time_seconds_total{client_id="c",user="u"} 0.25' in text

@@ -11,8 +11,9 @@ from kafka.protocol.producer import ProduceResponse
 
 from quotagate.protocol.headers import peek_request_header
 from quotagate.protocol.produce import produce_producer_id
-from quotagate.proxy.session import PRODUCER_IDS, PRODUCER_IDS_ERROR
+from quotagate.proxy.session import PRODUCER_IDS_ERROR
 from quotagate.quotas import QuotaTable
+from quotagate.quotas.apis import NEW_PRODUCER_IDS as PRODUCER_IDS
 from tests.support.builds import Build
 from tests.support.session_double import frames, produce, produce_answer, taken
 

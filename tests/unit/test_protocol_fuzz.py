@@ -20,11 +20,13 @@ from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
+from quotagate import compiled
+from quotagate.protocol import frames as interpreted_frames
 from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.client_quotas import alter_refusal, decode_alter, decode_describe
 from quotagate.protocol.discovery import DISCOVERY_METADATA_VERSION, decode_discovery
 from quotagate.protocol.fetch import fetch_max_wait_ms, throttled_fetch_replacement, throttled_fetch_response
-from quotagate.protocol.framing import FrameError, FrameSplitter, StreamingFrameSplitter
+from quotagate.protocol.framing import FrameError
 from quotagate.protocol.headers import peek_correlation_id, peek_request_header, response_body_offset
 from quotagate.protocol.mutations import decode_mutation, decode_results, merge_refusals
 from quotagate.protocol.produce import (
@@ -326,15 +328,25 @@ def test_discovery_decoder_raises_only_frame_errors(frame: memoryview) -> None:
 @FUZZ
 @given(st.lists(st.binary(max_size=30), max_size=8), st.integers(0, 64))
 def test_frame_splitters_raise_only_frame_errors(chunks: list[bytes], max_frame: int) -> None:
-    whole = FrameSplitter(max_frame)
-    streaming = StreamingFrameSplitter(max_frame + 40, 20, 8)
-    # After a FrameError the connection is closed: the splitter is not fed again.
-    for chunk in chunks:
-        if only_frame_errors(lambda chunk=chunk: whole.feed(chunk)) is None:
-            break
-    for chunk in chunks:
-        if only_frame_errors(lambda chunk=chunk: list(streaming.pieces(chunk, lambda h: len(h) % 2 == 0))) is None:
-            break
+    """Any bytes through a splitter as the session core walks them: whole frames, a refused size,
+    or bytes held, and nothing raised (after a refused size the connection is closed)."""
+    for frames in (compiled.load("quotagate.protocol.frames"), interpreted_frames):
+        whole = frames.splitter(max_frame)
+        streaming = frames.splitter(max_frame + 40, 20, 8)
+        for splitter, limit in ((whole, max_frame), (streaming, max_frame + 40)):
+            for chunk in chunks:
+                buf = splitter.feed(chunk)
+                if buf is None:
+                    break
+                pos, end = 0, 0
+                while (end := frames.frame_end(buf, pos, len(buf), limit)) >= 0:
+                    pos = end
+                if end == -2:
+                    break
+                if pos < len(buf):
+                    if splitter.stream_from and splitter.may_offer(buf, pos):
+                        splitter.refused_offer()
+                    splitter.keep(buf, pos)
 
 
 # the session: what production calls ----------------------------------------------------------------
@@ -432,12 +444,10 @@ def _whole_frames(data: bytes) -> None:
         pos += 4 + size
 
 
-def _fuzz_session(build: Build, sasl: bool, alter: bool, whole_reads: bool) -> Session:
+def _fuzz_session(build: Build, sasl: bool, alter: bool) -> Session:
     """A session with every hook in use; `alter`: the client may alter the proxy's quotas (and the
     broker decides who describes them), else it may not (and the proxy answers describes alone)."""
-    services = services_for(
-        ('client_sasl = "required"\n' if sasl else 'client_sasl = "none"\n') + FUZZ_CONFIG, whole_reads=whole_reads
-    )
+    services = services_for(('client_sasl = "required"\n' if sasl else 'client_sasl = "none"\n') + FUZZ_CONFIG)
     access = "broker" if alter else "anyone"
     principals = (ANONYMOUS,) if alter else ()
     admin = QuotaAdmin(services.engine.table, {}, principals, None, lambda quotas, now: None, access, 40)
@@ -447,11 +457,11 @@ def _fuzz_session(build: Build, sasl: bool, alter: bool, whole_reads: bool) -> S
 
 
 @settings(FUZZ, max_examples=100)  # a stream of several APIs: more examples than one decoder needs
-@given(client_streams(), st.booleans(), st.booleans(), st.booleans(), st.data())
+@given(client_streams(), st.booleans(), st.booleans(), st.data())
 def test_a_session_fed_any_client_bytes_only_refuses_that_client(
-    build: Build, reads: list[bytes], sasl: bool, alter: bool, whole_reads: bool, data: st.DataObject
+    build: Build, reads: list[bytes], sasl: bool, alter: bool, data: st.DataObject
 ) -> None:
-    session = _fuzz_session(build, sasl, alter, whole_reads)
+    session = _fuzz_session(build, sasl, alter)
     now = 0.0
     for read in reads:
         refused = session.refusal is not None
@@ -508,7 +518,7 @@ HOSTILE = {
 def test_a_hostile_request_closes_only_its_connection_at_once(build: Build, hostile: str, cut: int) -> None:
     """As the broker's readers refuse them: nothing forwarded, nothing answered, the connection
     refused; delivered whole or a byte at a time."""
-    session = _fuzz_session(build, sasl=False, alter=True, whole_reads=True)
+    session = _fuzz_session(build, sasl=False, alter=True)
     frame = HOSTILE[hostile]()
     for read in [frame[i : i + 1] for i in range(len(frame))] if cut else [frame]:
         session.client_data(read, 0.0)

@@ -290,12 +290,13 @@ def test_a_shadow_quota_charges_but_never_throttles_and_says_what_it_would_have_
     engine = QuotaEngine(config.quotas, config.windows)
     buckets = engine.entity_buckets("alice", "app", 0.0)
     assert buckets.shadow
+    from quotagate.quotas.apis import policy
     from quotagate.quotas.charging import charge_request, shadow_throttle_ms
 
     # Burst 1000 (one window): 3000 bytes leave 2000 of debt, 2 s of throttle, none applied.
-    assert charge_request(buckets, 0, 3000, 0.0) == 0
+    assert charge_request(buckets, policy(0), 3000, 0.0) == 0
     assert engine.throttle_ms("alice", "app", QuotaKey.PRODUCER_BYTE_RATE, 0.0) == 0
-    assert shadow_throttle_ms(buckets, 0, False, 0.0) == 2000
+    assert shadow_throttle_ms(buckets, policy(0), False, 0.0) == 2000
     # Made binding by a reload: the debt is kept and now throttles.
     binding = parse_config(SHADOW_QUOTAS.replace("shadow = true\n", ""))
     engine.update(binding.quotas, binding.windows, 0.5)
@@ -322,12 +323,14 @@ def test_file_shadow_flag_must_be_a_boolean() -> None:
 
 
 def test_a_shadow_produce_quota_mutes_nothing_and_its_usage_record_says_what_it_would_have_done(build: Build) -> None:
+    from quotagate.config.settings import UsageConfig
     from quotagate.proxy.usage import RequestCollector
     from tests.support.session_double import produce, produce_answer
 
     services = services_for('[[quotas]]\nclient_id = "app"\nproducer_byte_rate = 1000\nshadow = true\n')
 
-    class Usage:  # the recorder's part the session uses: its collector
+    class Usage:  # the recorder's part the session uses: its configuration's kind of records, its collector
+        config = UsageConfig(enabled=True, records="request")
         collector = RequestCollector(100)
 
         def dropped(self) -> None:
@@ -361,6 +364,7 @@ def test_a_shadow_quota_reports_the_time_it_would_have_held_the_entity_not_each_
     from quotagate.config import parse_config
     from quotagate.proxy.entity_metrics import EntityMetrics
     from quotagate.quotas import QuotaEngine
+    from quotagate.quotas.apis import policy
     from quotagate.quotas.charging import charge_request, charge_response, shadow_throttle_ms
 
     config = parse_config(SHADOW_QUOTAS.replace("producer_byte_rate = 1000", "producer_byte_rate = 100000"))
@@ -369,9 +373,9 @@ def test_a_shadow_quota_reports_the_time_it_would_have_held_the_entity_not_each_
     buckets = engine.entity_buckets("alice", "app", 0.0)
     for i in range(2000):  # a 10 kB produce every 10 ms: 1 MB/s for 20 s
         now = i * 0.01
-        charge_request(buckets, 0, 10_000, now)
-        assert charge_response(buckets, 0, 50, 1.0, now) == 0  # never applied
-        metrics.record_shadow("alice", "app", shadow_throttle_ms(buckets, 0, True, now), now)
+        charge_request(buckets, policy(0), 10_000, now)
+        assert charge_response(buckets, policy(0), 50, 1.0, now) == 0  # never applied
+        metrics.record_shadow("alice", "app", shadow_throttle_ms(buckets, policy(0), True, now), now)
     held = metrics.stats[("alice", "app")].shadow_throttle_seconds
     print(f"time held at the shadow quota: {held:.1f} s")
     burst = 1e5 * config.windows.burst_seconds(QuotaKey.PRODUCER_BYTE_RATE)

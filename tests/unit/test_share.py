@@ -19,6 +19,7 @@ from quotagate.protocol.headers import peek_request_header
 from quotagate.protocol.rewrite import RESPONSE_REWRITERS, response_rewriters
 from quotagate.protocol.share import share_fetch_max_wait_ms, share_response_node_endpoints
 from quotagate.quotas import ANONYMOUS
+from quotagate.quotas.apis import policy
 from quotagate.quotas.charging import request_time_ms
 from tests.support.builds import Build
 from tests.support.messages import compact, share_response_body
@@ -114,8 +115,8 @@ def test_a_share_fetch_says_how_long_it_may_wait_at_the_broker(version: int) -> 
 
 
 def test_a_share_fetch_is_not_charged_its_long_poll_wait() -> None:
-    assert request_time_ms(ApiKey.SHARE_FETCH, latency_ms=503.0, fetch_max_wait_ms=500) == pytest.approx(3.0)
-    assert request_time_ms(ApiKey.SHARE_ACKNOWLEDGE, latency_ms=503.0, fetch_max_wait_ms=500) == 503.0
+    assert request_time_ms(policy(ApiKey.SHARE_FETCH), latency_ms=503.0, fetch_max_wait_ms=500) == pytest.approx(3.0)
+    assert request_time_ms(policy(ApiKey.SHARE_ACKNOWLEDGE), latency_ms=503.0, fetch_max_wait_ms=500) == 503.0
 
 
 def share_fetch_answer(correlation_id: int, records: bytes) -> bytes:

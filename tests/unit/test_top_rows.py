@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+from quotagate.protocol.api_keys import ApiKey
 from quotagate.quotas import QuotaKey
+from quotagate.quotas.apis import policy
+from quotagate.quotas.charging import count_exchange
 from quotagate.top.rows import TopTable, Usage, format_amount, throttle_text, usage_bar
 from quotagate.top.scrape import ProxyUnreachable, Scrape, base_url, parse_scrape
 from tests.support.admin_context import Client, Session, State, state
 
-PRODUCE, FETCH = 0, 1
 QUOTAS = (
     '[[quotas]]\nuser = "alice"\nproducer_byte_rate = 10000\n'
     '[[quotas]]\nclient_id = "reader"\nconsumer_byte_rate = 50000\nrequest_percentage = 50\n'
@@ -20,13 +22,13 @@ QUOTAS = (
 
 
 def produce(proxy: State, user: str, client_id: str, size: int, throttle_ms: int = 0) -> None:
-    now = proxy.loop.time()
-    proxy.entity_metrics.record_response(user, client_id, PRODUCE, size, 50, 2.0, throttle_ms, now)
+    entity = proxy.entity_metrics.entity(user, client_id, proxy.loop.time())
+    count_exchange(entity, policy(ApiKey.PRODUCE), size, 50, 2.0, throttle_ms)
 
 
 def fetch(proxy: State, user: str, client_id: str, size: int, request_ms: float = 2.0) -> None:
-    now = proxy.loop.time()
-    proxy.entity_metrics.record_response(user, client_id, FETCH, 80, size, request_ms, 0, now)
+    entity = proxy.entity_metrics.entity(user, client_id, proxy.loop.time())
+    count_exchange(entity, policy(ApiKey.FETCH), 80, size, request_ms, 0)
 
 
 def read(proxy: State, url: str = "http://proxy-a:9190") -> Scrape:

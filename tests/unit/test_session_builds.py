@@ -1,8 +1,8 @@
-"""The session core's two ways in against each other: reads of whole frames taken straight from the
-read (`SessionCore._whole_requests`, `_whole_responses`) against every read through the splitters.
+"""The session core's two builds against each other, compiled (session_core_c) and interpreted
+(session_core, from the same source), on random streams cut at random places.
 
-Two sessions with the same configuration, one taking whole reads and one splitting every read, are
-fed the same random streams of client and broker bytes at the same times: a request of every API
+Two sessions with the same configuration, one of each build, are fed the same random streams of
+client and broker bytes, cut at the same random places, at the same times: a request of every API
 with a policy in the core's table (Produce v3-v12, acks 1/-1/0, transactional or not, small and over
 quota, responses with and without KIP-951 endpoints and upstream throttles; Fetch, answers small and
 cut through; ShareFetch, answers naming a broker; CreateTopics, DeleteTopics and CreatePartitions
@@ -16,8 +16,9 @@ counter, every entity's metrics, every bucket and every usage record. Then hosti
 (hypothesis' truncations, flips, inflated counts and noise, as in test_protocol_fuzz.py): requests,
 and produce responses; each must be refused, or passed, exactly alike.
 
-Each test runs on both builds, compiled and interpreted (the `build` fixture, tests/unit/conftest.py),
-and test_compiled_and_interpreted_cores_answer_a_stream_alike compares the two builds on one stream.
+Where this process runs no compiled build (QUOTAGATE_NO_EXTENSIONS=1), both sessions are
+interpreted: the streams still go through the one loop per direction, cut anywhere. How a stream's
+frames are found is tests/unit/test_frames.py's.
 """
 
 from __future__ import annotations
@@ -48,10 +49,10 @@ from kafka.protocol.sasl import (
 
 from quotagate.config.settings import UsageConfig
 from quotagate.protocol.apis import ApiKey, is_flexible, response_header_is_flexible
-from quotagate.proxy import session_core
 from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.proxy.session import Session
 from quotagate.proxy.usage import UsageRecorder
+from quotagate.quotas import apis
 from tests.support.broker_double import FETCH, fetch_v4, header_only_request, heartbeat
 from tests.support.builds import COMPILED, INTERPRETED, Build
 from tests.support.builds import build as build_named
@@ -168,11 +169,7 @@ ANSWERS = {
     ApiKey.CREATE_PARTITIONS: partitions_created,
 }
 # The APIs Kafka exempts from request-time quotas, besides SASL's: the cluster's own.
-EXEMPT_APIS = sorted(
-    key
-    for key, policy in session_core.POLICIES.items()
-    if policy & session_core.EXEMPT and not policy & session_core.SASL
-)
+EXEMPT_APIS = sorted(apis.CLUSTER_ACTIONS)
 
 
 def created_body() -> bytes:
@@ -199,8 +196,8 @@ def acks_zero(request: bytes) -> bool:
     return unpack_from(">h", request, pos)[0] == 0
 
 
-def session(build: Build, config: str, usage: str | None, whole_reads: bool) -> Session:
-    services = services_for(config, whole_reads=whole_reads)
+def session(build: Build, config: str, usage: str | None) -> Session:
+    services = services_for(config)
     engine = services.engine
     admin = QuotaAdmin(engine.table, {}, (), None, lambda quotas, now: engine.update(quotas, engine.windows, now))
     recorder = None
@@ -210,24 +207,18 @@ def session(build: Build, config: str, usage: str | None, whole_reads: bool) -> 
 
 
 class Pair:
-    """The same configuration twice, in one build: whole reads taken straight from the read, and every
-    read split."""
+    """The same configuration twice: a session of the build this process loaded (compiled where it
+    can be), and one of the same source interpreted."""
 
-    def __init__(self, build: Build, config: str, usage: str | None = None) -> None:
-        self.lane = session(build, config, usage, whole_reads=True)
-        self.general = session(build, config, usage, whole_reads=False)
+    def __init__(self, config: str, usage: str | None = None) -> None:
+        loaded = build_named(COMPILED) or build_named(INTERPRETED)
+        interpreted = build_named(INTERPRETED)
+        assert loaded is not None and interpreted is not None
+        self.lane = session(loaded, config, usage)
+        self.general = session(interpreted, config, usage)
         self.sessions = (self.lane, self.general)
         self.to_broker = bytearray()
         self.to_client = bytearray()
-        self.general_calls = 0  # client reads the whole-reads session split all the same
-        self.lane._client_data = self._counted(self.lane._client_data)  # type: ignore[method-assign]
-
-    def _counted(self, general):  # type: ignore[no-untyped-def]
-        def call(*args: object) -> None:
-            self.general_calls += 1
-            general(*args)
-
-        return call
 
     def call(self, method: str, *args: object) -> None:
         results = []
@@ -237,7 +228,7 @@ class Pair:
                 results.append(None)
             except Exception as exc:  # a FrameError from broker_data: both must raise it
                 results.append(type(exc))
-        assert results[0] == results[1], f"{method}: lane {results[0]}, general path {results[1]}"
+        assert results[0] == results[1], f"{method}: loaded build {results[0]}, interpreted {results[1]}"
         self.compare()
 
     def compare(self) -> None:
@@ -274,15 +265,14 @@ class Pair:
 
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("seed", range(12))
-def test_whole_reads_and_split_reads_answer_the_same_streams_the_same(build: Build, config: str, seed: int) -> None:
+def test_both_builds_answer_the_same_streams_cut_anywhere_the_same(config: str, seed: int) -> None:
     rng = random.Random(seed)
-    pair = Pair(build, CONFIGS[config], USAGE[list(USAGE)[seed % 3]])
+    pair = Pair(CONFIGS[config], USAGE[list(USAGE)[seed % 3]])
     now = 0.0
     pair.call("broker_connected", now)
     answered = 0
     broker_pending = bytearray()
     correlation_id = 0
-    reads_fed = 0
     builders = BUILDERS + [produce] * 16 + [fetch, beat] * 6  # re-authentications stay rare, as in life
     for index in range(400):
         now += rng.choice([0.0, 0.0005, 0.002, 0.05])
@@ -296,7 +286,6 @@ def test_whole_reads_and_split_reads_answer_the_same_streams_the_same(build: Bui
                 reads += rng.choice(builders)(correlation_id, rng)
             cut = rng.choice([len(reads)] * 4 + [rng.randrange(1, len(reads) + 1)])
             pair.call("client_data", bytes(reads[:cut]), now)
-            reads_fed += 1
             if cut < len(reads):
                 pair.call("client_data", bytes(reads[cut:]), now)
         elif step < 0.5:
@@ -313,12 +302,9 @@ def test_whole_reads_and_split_reads_answer_the_same_streams_the_same(build: Bui
                 chunk = bytes(broker_pending[:size])
                 del broker_pending[:size]
                 pair.call("broker_data", chunk, now)
-                reads_fed += 1
         if pair.lane.refusal is not None and not pair.lane.awaiting_answers:
             break
     pair.compare_counters()
-    if pair.lane.refusal is None:
-        assert pair.general_calls < reads_fed * 0.8, "whole reads were almost never taken whole"
 
 
 def fetch(correlation_id: int, rng: random.Random) -> bytes:
@@ -418,9 +404,9 @@ BUILDERS = [
 def test_the_streams_hold_a_request_of_every_api_with_a_policy_and_a_plain_one() -> None:
     rng = random.Random(0)
     sent = {unpack_from(">h", builder(1, rng), 4)[0] for builder in BUILDERS for _ in range(200)}
-    missing = set(session_core.POLICIES) - sent
+    missing = set(apis.APIS) - sent
     assert not missing, f"no request of {sorted(missing)} in the streams: add a builder"
-    assert any(session_core.POLICY[key] == 0 for key in sent), "and one of an API with no policy"
+    assert any(apis.policy(key) == apis.DEFAULT_POLICY for key in sent), "and one of an API with no policy"
 
 
 def above_cap(correlation_id: int, rng: random.Random) -> bytes:
@@ -428,54 +414,26 @@ def above_cap(correlation_id: int, rng: random.Random) -> bytes:
     return header_only_request(55, 2, correlation_id, body=b"\x01" * 64)
 
 
-def test_a_plain_produce_exchange_is_taken_whole(build: Build) -> None:
-    """Whole reads are taken at all: a plain produce and its answer never reach the splitters."""
+def test_a_read_of_whole_frames_goes_to_the_broker_as_it_was_read(build: Build) -> None:
+    """The zero-copy read: a read that holds only whole frames, all forwarded as they are, is written
+    to the broker as the very bytes object read (no slice, no copy), and so is its answer."""
     session = build.session(services_for(CONFIGS["not_binding"]))
     session.broker_connected(0.0)
     session.client_data(heartbeat(1), 0.0)  # the first request that is not ApiVersions or SASL
     session.broker_data(answer(heartbeat(1), random.Random(0)), 0.001)
     taken(session.to_broker), taken(session.to_client)
-    calls = []
-    session._client_data = lambda *args: calls.append(args)  # type: ignore[method-assign]
-    session.broker_frames = None  # the broker side's splitter: any use of it would fail
     request = produce(2, random.Random(1))
     while acks_zero(request):
         request = produce(2, random.Random(len(request)))
     session.client_data(request, 0.002)
-    assert taken(session.to_broker) == request
-    session.broker_data(answer(request, random.Random(2)), 0.003)
-    assert unpack_from(">i", taken(session.to_client), 4)[0] == 2
-    assert calls == []
+    assert len(session.to_broker) == 1 and session.to_broker[0] is request
+    taken(session.to_broker)
+    reads = heartbeat(3) + heartbeat(4)
+    session.client_data(reads, 0.003)
+    assert session.to_broker == [reads] and session.to_broker[0] is reads
 
 
-def test_compiled_and_interpreted_cores_answer_a_stream_alike() -> None:
-    """The session core's two builds (quotagate/compiled.py), side by side on the same streams: the
-    one this process loaded, and its source interpreted (the same when QUOTAGATE_NO_EXTENSIONS=1)."""
-    loaded, interpreted = build_named(COMPILED) or build_named(INTERPRETED), build_named(INTERPRETED)
-    assert loaded is not None and interpreted is not None
-    for config, usage in (("binding", None), ("not_binding", "aggregate"), ("thresholds", "request")):
-        pair = Pair(loaded, CONFIGS[config], usage)
-        services = pair.general.services
-        pair.general = interpreted.session(services)
-        pair.general.whole_reads = True
-        pair.sessions = (pair.lane, pair.general)
-        rng = random.Random(7)
-        pair.call("broker_connected", 0.0)
-        now = 0.0
-        for correlation_id in range(1, 120):
-            now += 0.003
-            request = rng.choice([produce, fetch, beat, mutation, quotas_described])(correlation_id, rng)
-            if pair.lane.muted_until > now:
-                now = pair.lane.muted_until
-                pair.call("unmute", now)
-            pair.call("client_data", request, now)
-            reached = frames(bytes(pair.to_broker))
-            if reached and unpack_from(">i", reached[-1], 8)[0] == correlation_id and not acks_zero(request):
-                pair.call("broker_data", answer(reached[-1], rng), now + 0.001)
-        pair.compare_counters()
-
-
-# hostile bytes: the whole-read path peeks at them in place, so it must refuse exactly what the splitters' path refuses
+# hostile bytes: each build must refuse, or pass, exactly what the other does
 
 FUZZ_SEEDS = [produce_request(v) for v in range(3, 13)] + [
     bytes(fetch_v4(7))[4:],
@@ -487,8 +445,8 @@ FUZZ_SEEDS = [produce_request(v) for v in range(3, 13)] + [
 
 @FUZZ
 @given(frame=bad_frames(FUZZ_SEEDS), config=st.sampled_from(sorted(CONFIGS)))
-def test_a_hostile_request_gets_the_same_answer_whole_and_split(build: Build, frame: memoryview, config: str) -> None:
-    pair = Pair(build, CONFIGS[config])
+def test_a_hostile_request_gets_the_same_answer_from_both_builds(frame: memoryview, config: str) -> None:
+    pair = Pair(CONFIGS[config])
     pair.call("broker_connected", 0.0)
     pair.call("client_data", heartbeat(1), 0.0)  # past authentication: the lane is open
     pair.call("broker_data", answer(heartbeat(1), random.Random(0)), 0.001)
@@ -511,8 +469,8 @@ def produce_response_bodies(version: int) -> list[bytes]:
     data=st.data(),
     config=st.sampled_from(sorted(CONFIGS)),
 )
-def test_a_hostile_response_gets_the_same_treatment_whole_and_split(
-    build: Build, version: int, data: st.DataObject, config: str
+def test_a_hostile_response_gets_the_same_treatment_from_both_builds(
+    version: int, data: st.DataObject, config: str
 ) -> None:
     request = ProduceRequest(version=version, transactional_id=None, acks=1, timeout_ms=1000,
                              topic_data=[("a", [(0, b"r" * 10)])])  # fmt: skip
@@ -520,7 +478,7 @@ def test_a_hostile_response_gets_the_same_treatment_whole_and_split(
     body = data.draw(bad_frames(produce_response_bodies(version)))[4:]  # hypothesis' cuts and flips
     header = pack(">i", 5) + (b"\x00" if version >= 9 else b"")
     response = pack(">i", len(header) + len(body)) + header + bytes(body)
-    pair = Pair(build, CONFIGS[config])
+    pair = Pair(CONFIGS[config])
     pair.call("broker_connected", 0.0)
     pair.call("client_data", heartbeat(1), 0.0)
     pair.call("broker_data", answer(heartbeat(1), random.Random(0)), 0.001)
