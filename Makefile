@@ -89,8 +89,9 @@ PYTEST_ARGS ?=
 # keeps the Spark tests, the users of the 3-node cluster and the machine-wide runs each on one worker and
 # starts them first; each worker picks its own ports above the ephemeral range (tests/support/proxy_fixtures.py).
 PYTEST_WORKERS ?= 3
-# The runs make test leaves to targets of their own (each marker's target: pyproject.toml's markers).
-NOT_IN_MAKE_TEST := not matrix_only and not storage_only and not fetch_shape_only and not sarama_only and not long_only
+# The runs make test leaves to targets of their own: every marker named *_only in pyproject.toml (its text names
+# its target).
+NOT_IN_MAKE_TEST := $(shell sed -n 's/^ *"\([a-z_]*_only\):.*/not \1/p' pyproject.toml | paste -sd' ' | sed 's/ not / and not /g')
 # make test runs the version slice beside the whole run (the slice's Kafkas 25 and 50 ports above the run's: clear
 # of its clusters' ports, which are 100 apart), and prints the slice's output after the run's.
 test: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars prometheus-tools compose-tools helm-tool chromium redis-tools tmux-tool franz-go-suite go-kadm-quotas

@@ -4,7 +4,7 @@ Every problem is reported as a ConfigError that names the offending key (`proxy.
 was wrong, so `quotagate check-config` can point an operator at the exact line to fix.
 
 Each key is stated once, in its field: the type (the field's type), the default (the field's) and the
-rules (the field's metadata), which one parser (`_section_values`) applies to every section and
+rules (the field's metadata), which one parser (`section_values`) applies to every section and
 docs/configuration.md is generated from (`make docs`). The metadata:
 - "doc": its meaning (required: a key without it fails the generator and the tests);
 - "min" and "max" for an integer (or each integer of an array, whose "unit" names them in messages);
@@ -824,13 +824,13 @@ def parse_config(text: str) -> Config:
         windows=QuotaWindows(**_key_values("", QuotaWindows, data)),
         topic_thresholds=_parse_topic_thresholds(data.get("topic_thresholds")),
         usage=_parse_usage(_section(data, "usage", required=False)),
-        admin=AdminConfig(**_section_values("admin.", AdminConfig, _section(data, "admin", required=False))),
+        admin=AdminConfig(**section_values("admin.", AdminConfig, _section(data, "admin", required=False))),
         cluster=_parse_cluster(_section(data, "cluster", required=False)),
     )
 
 
 def _parse_cluster(table: dict[str, Any]) -> ClusterConfig:
-    cluster = ClusterConfig(**_section_values("cluster.", ClusterConfig, table))
+    cluster = ClusterConfig(**section_values("cluster.", ClusterConfig, table))
     given = [key for key in ("redis_url", "redis_cluster_nodes", "redis_sentinels") if getattr(cluster, key)]
     if len(given) > 1:
         raise ConfigError(
@@ -860,7 +860,7 @@ def _parse_tls(name: str, section: type[_Tls], table: Any) -> _Tls | None:
         return None
     if not isinstance(table, dict):
         raise ConfigError(name, f"must be a table ([{name}])")
-    tls = section(**_section_values(name + ".", section, table))
+    tls = section(**section_values(name + ".", section, table))
     problem = tls.problem()
     if problem is not None:
         key, what = problem
@@ -869,7 +869,7 @@ def _parse_tls(name: str, section: type[_Tls], table: Any) -> _Tls | None:
 
 
 def _parse_usage(table: dict[str, Any]) -> UsageConfig:
-    usage_values = _section_values("usage.", UsageConfig, table)
+    usage_values = section_values("usage.", UsageConfig, table)
     if "buffer_records_per_user" not in table:  # half the buffer, as if the file gave it
         usage_values["buffer_records_per_user"] = max(1, usage_values["buffer_records"] // 2)
     usage = UsageConfig(**usage_values)
@@ -1040,7 +1040,7 @@ def _reject_unknown(prefix: str, table: dict[str, Any], known: set[str]) -> None
 
 
 def _parse_proxy(table: dict[str, Any]) -> ProxyConfig:
-    values = _section_values("proxy.", ProxyConfig, table)
+    values = section_values("proxy.", ProxyConfig, table)
     listen_host = values["listen_host"]
     if "advertised_host" in table:
         if values["advertised_host"] in WILDCARD_HOSTS:
@@ -1096,7 +1096,7 @@ def _check_ports(proxy: ProxyConfig, metrics: MetricsConfig) -> None:
 
 
 def _parse_metrics(table: dict[str, Any], workers: int) -> MetricsConfig:
-    values = _section_values("metrics.", MetricsConfig, table)
+    values = section_values("metrics.", MetricsConfig, table)
     worker_ports, port = values["worker_ports"], values["port"]
     if worker_ports and len(worker_ports) != workers:
         raise ConfigError(
@@ -1115,7 +1115,7 @@ def _parse_metrics(table: dict[str, Any], workers: int) -> MetricsConfig:
 # ------------------------------------------------------------------------ one parser for every section
 
 
-def _section_values(prefix: str, section: type, table: dict[str, Any]) -> dict[str, Any]:
+def section_values(prefix: str, section: type, table: dict[str, Any]) -> dict[str, Any]:
     """The section's fields as keyword arguments: each key the table gives, checked by its field, or
     its default. `prefix` (`proxy.`) starts the key named in an error."""
     _reject_unknown(prefix, table, {key.name for key in fields(section)})

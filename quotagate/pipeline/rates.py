@@ -12,7 +12,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field, fields
 
-from quotagate.config.settings import ConfigError, _section_values
+from quotagate.config.settings import ConfigError, section_values
 from quotagate.quotas import QuotaKey
 
 PERIODS = ("day", "week", "month", "all")  # calendar periods in UTC (a week starts on Monday)
@@ -60,4 +60,4 @@ def parse_rates(text: str) -> Rates:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("file", f"not valid TOML: {exc}") from exc
-    return Rates(**_section_values("", Rates, data))
+    return Rates(**section_values("", Rates, data))
