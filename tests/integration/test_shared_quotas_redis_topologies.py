@@ -1,8 +1,8 @@
 """Three quotagate processes share one client-id's quota through a Redis Cluster (3 primaries, 3
 replicas) and through a primary and replica under three sentinels (issue 27), over TLS as an ACL user.
 
-Mid-run the primary that holds the client's bucket is killed (kill -9): the proxies fall back to a
-third each, log it and count it, and rejoin once a replica is promoted. The quota holds over the
+Mid-run the primary that holds the client's bucket is killed (kill -9): the proxies that lose it fall
+back to a third each, log it and count it, and rejoin once a replica is promoted. The quota holds over the
 whole run, and every record the clients produced is acknowledged and in the topic."""
 
 from __future__ import annotations
@@ -98,10 +98,14 @@ def test_one_client_id_over_three_proxies_holds_its_quota_while_its_buckets_prim
         assert failed == 0, f"{failed} records failed"
         assert len(acked.events) == sent, f"{sent} sent, {len(acked.events)} acknowledged"
         assert records_in(proxies[0].bootstrap, topic) == sent
+        # A proxy whose calls around the kill were retried by redis-py onto the promoted replica never
+        # lost Redis (seen in CI: one of three), so it has no fallback to count; one that did, rejoined.
+        fell_back = [proxy for proxy in proxies if metric(proxy, "quotagate_cluster_fallbacks_total") >= 1]
+        assert fell_back, "no proxy saw the primary go"
         for proxy in proxies:
-            assert metric(proxy, "quotagate_cluster_fallbacks_total") >= 1
-            assert metric(proxy, "quotagate_cluster_rejoins_total") >= 1
             assert metric(proxy, "quotagate_cluster_fallback") == 0
+        for proxy in fell_back:
+            assert metric(proxy, "quotagate_cluster_rejoins_total") >= 1
             log = proxy.log_text()
             assert "unreachable" in log and log.rindex("reachable: quotas shared by") > log.index("unreachable")
     finally:
