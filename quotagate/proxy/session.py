@@ -7,8 +7,9 @@ It never touches a socket, a loop or a clock (h11's Connection is the model). Th
     session.broker_connected(now)      the broker connection is up: held requests may go
     session.unmute(now)                the mute is over: held requests may go
 
-and after each call writes `session.to_broker` and `session.to_client` (then clears them), and stops
-reading from the client until `session.muted_until` (a time on the caller's clock). Before it writes
+and after each call writes `session.to_broker` and `session.to_client` (then clears them), and asks
+the connection's FlowControl (`session.flow`, which the session mutes and refuses through) whether
+to read on: not until `session.muted_until` (a time on the caller's clock), not while it holds frames. Before it writes
 `to_client`, it has a listener opened for each node id in `session.brokers_seen` (brokers a rewritten
 response names for the first time), then clears it: the session reports them, it binds nothing. Once
 `session.refusal` is set (the client sent what the broker closes a connection for: a request it
@@ -83,7 +84,7 @@ from quotagate.protocol.sasl import (
     handshake_mechanism,
 )
 from quotagate.proxy.entity_metrics import EntityMetrics
-from quotagate.proxy.flow_control import ByteBudget
+from quotagate.proxy.flow_control import ByteBudget, FlowControl
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.quota_admin import PendingDescribe, QuotaAdmin
 from quotagate.proxy.topics import TopicCatalog
@@ -167,10 +168,13 @@ class SessionPolicy:
     together. Kept apart so that the same hooks run over either build of the core (the tests
     compare them)."""
 
-    def __init__(self, services: SessionServices, principal: str | None = None) -> None:
+    def __init__(
+        self, services: SessionServices, principal: str | None = None, flow: FlowControl | None = None
+    ) -> None:
         """`principal`: the user the connection is before any SASL exchange (the mapped subject of a
-        verified client certificate), ANONYMOUS if None."""
-        super().__init__(services)
+        verified client certificate), ANONYMOUS if None; `flow`: the connection's FlowControl, which
+        the session mutes and asks (a new one if None: a session without a socket)."""
+        super().__init__(services, flow)
         self.user = principal or ANONYMOUS
         self.sasl_mechanism: str | None = None
         # The user the current SASL exchange claims: adopted only when the broker says it succeeded.

@@ -49,6 +49,7 @@ from quotagate.protocol.produce_walk import (
 from quotagate.protocol.share import share_fetch_max_wait_ms
 from quotagate.protocol.throttle import patch_throttle_time, throttle_time_offset
 from quotagate.protocol.version_caps import MAX_VERSIONS, unsupported_api_versions
+from quotagate.proxy.flow_control import new_flow_control
 from quotagate.proxy.metrics import (
     BEFORE_AUTHENTICATION,
     LATENCY_BUCKETS,
@@ -355,8 +356,11 @@ class SessionCore:
 
     Subclassed by `Session`, which supplies the hooks named in the module's docstring."""
 
-    def __init__(self, services):
+    def __init__(self, services, flow=None):
+        """`flow`: the FlowControl of the connection (a new one where none is given: no socket)."""
         self.services = services
+        # Whether the client is read now: mutes are written there, and asked there (`_may_forward`).
+        self.flow = flow if flow is not None else new_flow_control()
         self._clock = services.clock  # the proxy's own time per exchange (request time: _respond)
         self._engine = services.engine
         self._metrics = services.metrics
@@ -432,7 +436,6 @@ class SessionCore:
         # Node ids a rewrite named for the first time: the caller has their listeners opened before
         # it writes `to_client` (a client is never told an address nobody listens on), then empties it.
         self.brokers_seen = []
-        self.muted_until = 0.0
         # The buckets of (user, client id) of the last request: one look-up per entity, not per charge.
         self.entity_buckets = None
         self.entity_client_id = ""
@@ -468,7 +471,13 @@ class SessionCore:
         return self.is_holding()
 
     def is_holding(self):
+        """`holding`, for the glue to hand to `flow.settle` (FlowControl's HOLDING)."""
         return bool(self.held) or (WAITS[self.phase] and self.client_frames.buffered > 0)
+
+    @property
+    def muted_until(self):
+        """Until when the client is not read for a quota (its FlowControl's; the caller's clock)."""
+        return self.flow.muted_until
 
     # the interface -----------------------------------------------------------------------------
     def client_data(self, data, now):
@@ -599,7 +608,7 @@ class SessionCore:
     # requests ----------------------------------------------------------------------------------
     def _may_forward(self, now):
         """Whether a request read now may go: the broker is connected, no mute, no answer awaited."""
-        return self.connected and self.muted_until <= now and not WAITS[self.phase]
+        return self.connected and not self.flow.muted(now) and not WAITS[self.phase]
 
     def _take_requests(self, buf, pos, stop, now):
         """Takes the requests of buf[pos:stop] one by one while they may go, forwarding each as it is
@@ -1055,6 +1064,7 @@ class SessionCore:
         """What the client sent next the broker would close the connection for: nothing more is
         read or forwarded, and the connection closes once what went before is answered."""
         self._enter(REFUSE)
+        self.flow.refuse()
         self.refusal = message
         self.refusal_reason = reason
         self.pending_refusal = None
@@ -1219,9 +1229,7 @@ class SessionCore:
     # muting ------------------------------------------------------------------------------------
     def _mute(self, throttle_ms, now):
         """Stops reading from the client until the throttle is over (KIP-219), or longer if already."""
-        until = now + throttle_ms / 1000
-        if until > self.muted_until:
-            self.muted_until = until
+        self.flow.mute(now + throttle_ms / 1000)
         self._metrics.mutes_total.inc()
 
 

@@ -4,6 +4,7 @@
 cimport cython
 
 from quotagate.protocol.frames_c cimport FrameSplitter, frame_end, splitter
+from quotagate.proxy.flow_control_c cimport FlowControl, new_flow_control
 from quotagate.protocol.produce_walk_c cimport _skip_tags, _uvarint, i32, produce_acks, produce_topics, usual_throttle_offset
 from quotagate.proxy.usage_collectors_c cimport AggregateCollector, RequestCollector
 from quotagate.protocol.rewrite_memo_c cimport RewriteMemo
@@ -93,7 +94,7 @@ cdef class SessionCore:
     cdef public list to_broker
     cdef public list to_client
     cdef public list brokers_seen
-    cdef public double muted_until
+    cdef public FlowControl flow
     cdef public object user
     cdef public int phase
     cdef public bint connected
