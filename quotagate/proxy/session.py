@@ -142,23 +142,24 @@ class Admission:
     """What a policy handler decided for one request (its request side); the core does the rest.
 
     Forward `forwarded` (the frame as it came, one with fewer topics, or None: nothing); answer
-    `local` in the request's turn; or, with `pending`, hold what follows until that answer is made.
+    `local_response` in the request's turn; or, with `pending`, hold what follows until that answer is made.
     `responder` is the handler whose response side runs on the response (recorded on the in-flight
-    entry), with what it needs: `refused`/`order` (produce topics refused, merged back), `mutation`,
-    `answer_after`; `refusal_wait` is the least throttle the response carries; `event` a phase event
+    entry), with what it needs: `refused`/`topic_order` (produce topics refused, merged back),
+    `mutation`, `answer_after`; `min_throttle_ms` is the least throttle the response carries (the
+    fields are named as the InFlight fields they become); `event` a phase event
     (session_core.EVENTS) the request moves the session by, -1 none."""
 
-    __slots__ = ("answer_after", "event", "forwarded", "local", "mutation", "order", "pending", "refusal_wait",
-                 "refused", "responder")  # fmt: skip
+    __slots__ = ("answer_after", "event", "forwarded", "local_response", "min_throttle_ms", "mutation", "pending",
+                 "refused", "responder", "topic_order")  # fmt: skip
 
     def __init__(
         self,
         forwarded: memoryview | bytes | bytearray | None,
-        local: bytes | None = None,
+        local_response: bytes | None = None,
         *,
         refused: dict[str, bytes] | None = None,
-        order: tuple[str, ...] = (),
-        refusal_wait: int = 0,
+        topic_order: tuple[str, ...] = (),
+        min_throttle_ms: int = 0,
         mutation: MutationInFlight | None = None,
         answer_after: PendingDescribe | None = None,
         responder: PolicyHandler | None = None,
@@ -166,10 +167,10 @@ class Admission:
         pending: asyncio.Future[bytes] | None = None,
     ) -> None:
         self.forwarded = forwarded
-        self.local = local
+        self.local_response = local_response
         self.refused = refused
-        self.order = order
-        self.refusal_wait = refusal_wait
+        self.topic_order = topic_order
+        self.min_throttle_ms = min_throttle_ms
         self.mutation = mutation
         self.answer_after = answer_after
         self.responder = responder
@@ -233,7 +234,7 @@ class ProducerIdPolicy(PolicyHandler):
         self.services.metrics.producer_id_refusals_total.inc()
         local = produce_refusal_response(header.correlation_id, version, list(refused.values()))
         order = tuple(topic.name for topic in layout.topics)
-        return Admission(None, local, refused=refused, order=order, refusal_wait=throttle_ms)
+        return Admission(None, local, refused=refused, topic_order=order, min_throttle_ms=throttle_ms)
 
 
 class ThresholdPolicy(PolicyHandler):
@@ -251,7 +252,7 @@ class ThresholdPolicy(PolicyHandler):
         guard.record({t.name: t.record_bytes for t in layout.topics if t.name not in refused_names}, now)
         order = tuple(topic.name for topic in layout.topics)
         if not refused_names:
-            return Admission(frame, order=order)
+            return Admission(frame, topic_order=order)
         self.services.metrics.topic_refusals_total.inc(len(refused_names))
         refused = {
             t.name: refused_topic_entry(frame, version, t, TOPIC_THRESHOLD_ERROR, self._refusal_message(t.name, now))
@@ -261,10 +262,10 @@ class ThresholdPolicy(PolicyHandler):
         wait = guard.retry_after_ms(refused, now)
         if len(refused) == len(layout.topics):  # every topic refused: the proxy answers, in turn
             local = produce_refusal_response(header.correlation_id, version, list(refused.values()))
-            return Admission(None, local, refused=refused, order=order, refusal_wait=wait)
+            return Admission(None, local, refused=refused, topic_order=order, min_throttle_ms=wait)
         kept = {topic.name for topic in layout.topics} - refused_names
         forwarded = produce_request_keeping(frame, version, layout, kept)
-        return Admission(forwarded, refused=refused, order=order, refusal_wait=wait, responder=self)
+        return Admission(forwarded, refused=refused, topic_order=order, min_throttle_ms=wait, responder=self)
 
     def answered(self, session: PolicyContext, request: InFlight, frame: memoryview | bytes, now: float) -> Answered:
         """The refused topics merged back into the broker's answer, in the client's order."""

@@ -721,17 +721,17 @@ class SessionCore:
                 max_wait = 0
         self._counters.count_request(api_key)
         forwarded = data  # as it is (the caller slices it)
-        local = None
+        local_response = None
         refused = None
-        order = ()
-        refusal_wait = 0
+        topic_order = ()
+        min_throttle_ms = 0
         mutation = None
         answer_after = None
         handling_ms = 0.0
         if api_key == API_API_VERSIONS and version > MAX_VERSION[API_API_VERSIONS]:
             # Above what the proxy reads: answered as the broker answers one above what it speaks.
             forwarded = None
-            local = unsupported_api_versions(correlation_id)
+            local_response = unsupported_api_versions(correlation_id)
         replace_answer = False
         if policy & LONG_POLL and api_key == API_FETCH and self._engine.limits_anyone:
             # A consumer's fetch under a quota, as the broker takes it: answered with no data at once
@@ -739,14 +739,14 @@ class SessionCore:
             # A follower's (replica_id 0 or more: never a client of the proxy) is the broker's alone.
             if version > REPLICA_ID_IN_BODY_UNTIL or i32(buf, body) < 0:
                 buckets = self._buckets(client_id, now)
-                refusal_wait = fetch_throttle_ms(buckets, now)
-                if refusal_wait > 0:
+                min_throttle_ms = fetch_throttle_ms(buckets, now)
+                if min_throttle_ms > 0:
                     epoch = -1
                     if version >= SESSIONS_FROM and at + SESSION_EPOCH_AFTER + 4 <= end:
                         epoch = i32(buf, at + SESSION_EPOCH_AFTER)
                     if epoch <= 0:
                         # Full or sessionless: nothing at the broker depends on it; the proxy answers.
-                        local = throttled_fetch_response(correlation_id, version)
+                        local_response = throttled_fetch_response(correlation_id, version)
                         forwarded = None
                         self._metrics.throttled_fetches_total.labels(session="full").inc()
                     else:
@@ -757,7 +757,7 @@ class SessionCore:
                         view = _slice(data, pos, end)
                         forwarded = _patched_fetch(view, at - pos, 0, True)
                         self._metrics.throttled_fetches_total.labels(session="incremental").inc()
-                    self._mute(refusal_wait, now)
+                    self._mute(min_throttle_ms, now)
                 elif (
                     version >= MAX_BYTES_FROM
                     and at + MAX_BYTES_AFTER + 4 <= end
@@ -778,10 +778,10 @@ class SessionCore:
                 forwarded = admission.forwarded
                 if forwarded is view:
                     forwarded = data
-                local = admission.local
+                local_response = admission.local_response
                 refused = admission.refused
-                order = admission.order
-                refusal_wait = admission.refusal_wait
+                topic_order = admission.topic_order
+                min_throttle_ms = admission.min_throttle_ms
                 mutation = admission.mutation
                 answer_after = admission.answer_after
                 responder = admission.responder
@@ -789,15 +789,15 @@ class SessionCore:
                     self._enter(admission.event)
                 if admission.pending is not None:
                     self._await_answer(admission.pending)
-        if policy & TOPIC_NAMES and self._usage is not None and not order:  # usage records name its topics
-            order = self._topic_order(buf, body, end, version)
+        if policy & TOPIC_NAMES and self._usage is not None and not topic_order:  # usage records name its topics
+            topic_order = self._topic_order(buf, body, end, version)
         throttle = 0
         if policy & BYTES_IN:
             if self._engine.limits_anyone:
                 throttle = charge_request(self._buckets(client_id, now), policy, size, now)
             over_quota = throttle > 0
-            if refusal_wait > throttle:
-                throttle = refusal_wait
+            if min_throttle_ms > throttle:
+                throttle = min_throttle_ms
             if throttle > 0:
                 # In debt: this request goes on (Kafka appends, then throttles), but reading stops
                 # here; what was read after it waits for the mute to end.
@@ -815,29 +815,29 @@ class SessionCore:
             self.authenticating = False
         if api_key == API_API_VERSIONS and self.authenticating:
             policy &= ~REQUEST_TIME  # Kafka does not charge the authentication exchange
-        if local is None and forwarded is None and self.phase != AWAITING_LOCAL_ANSWER:
+        if local_response is None and forwarded is None and self.phase != AWAITING_LOCAL_ANSWER:
             raise AssertionError("a hook refused everything and made no answer")
         entry = _in_flight(correlation_id, api_key, version, client_id, size, now, max_wait, policy, over_quota)
         entry.handling_ms = handling_ms
         if (
-            local is not None
+            local_response is not None
             or refused is not None
-            or order
-            or refusal_wait
+            or topic_order
+            or min_throttle_ms
             or mutation is not None
             or answer_after is not None
             or responder is not None
         ):
-            entry.local_response = local
+            entry.local_response = local_response
             entry.responder = responder
             entry.refused = refused if forwarded is not None else None
-            entry.topic_order = order
-            entry.min_throttle_ms = refusal_wait
+            entry.topic_order = topic_order
+            entry.min_throttle_ms = min_throttle_ms
             entry.mutation = mutation
             entry.answer_after = answer_after
             entry.empty_fetch = replace_answer
         self._in_flight_append(entry)
-        if local is None and forwarded is None:  # answered when ready (`_answer_ready`), in its turn
+        if local_response is None and forwarded is None:  # answered when ready (`_answer_ready`), in its turn
             self._answer_later = entry
         if authentication == STRAY_IN_EXCHANGE:
             self._refuse_after_stray(api_key)

@@ -145,7 +145,7 @@ cdef class SessionCore:
     @cython.locals(
         buf="const unsigned char*", api_key=int, version=int, correlation_id=int,
         client_id_len=int, body=Py_ssize_t, known=bint, authentication=int, flexible_from=int, policy=int, acks=int,
-        max_wait=int, at=Py_ssize_t, refusal_wait=int, replace_answer=bint, epoch=int, handling_ms=double, started=double, throttle=long, over_quota=bint,
+        max_wait=int, at=Py_ssize_t, min_throttle_ms=int, replace_answer=bint, epoch=int, handling_ms=double, started=double, throttle=long, over_quota=bint,
         entry=InFlight, admission=object, responder=object,
     )
     cdef object _peeked_request(self, bytes data, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t size, double now)
