@@ -200,7 +200,7 @@ class PolicyHandler:
         raise NotImplementedError
 
     def answered(self, session: PolicyContext, request: InFlight, frame: memoryview | bytes, now: float) -> Answered:
-        return Answered(frame, request.min_throttle_ms)
+        raise NotImplementedError  # only a handler that names itself `responder` has a response side
 
 
 class ProducerIdPolicy(PolicyHandler):
