@@ -47,14 +47,6 @@ def _node_endpoints_schema() -> dict:
 _NODE_ENDPOINTS_SCHEMA = _node_endpoints_schema()
 
 
-def produce_request_acks(frame: memoryview, body_offset: int, version: int) -> int:
-    """The acks of a produce request (0 means the broker sends no response): produce_walk's walk."""
-    acks = _walk.produce_acks(bytes(frame), body_offset, len(frame), version)
-    if acks < -0x8000:
-        raise FrameError("produce request too short to hold acks")
-    return acks
-
-
 def produce_response_throttle_offset(frame: memoryview, body_offset: int, version: int) -> int:
     """Offset of throttle_time_ms in a produce response (v1+); raises FrameError if truncated."""
     if version >= FLEXIBLE_FROM:
