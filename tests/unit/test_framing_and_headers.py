@@ -8,10 +8,14 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
+from quotagate import compiled
 from quotagate.protocol.apis import ApiKey
-from quotagate.protocol.headers import response_body_offset
+from quotagate.protocol.framing import FrameError
+from quotagate.protocol.headers import read_uvarint, response_body_offset
 from quotagate.protocol.version_caps import MAX_VERSIONS
 from tests.support.builds import Build
+
+produce_walk = compiled.load("quotagate.protocol.produce_walk")
 
 
 def frame(payload: bytes) -> bytes:
@@ -67,3 +71,20 @@ def test_response_body_offset_skips_flexible_header_tags_but_not_for_api_version
     assert response_body_offset(response, 3, 12) == 9  # Metadata v12: header v1 with tags
     assert response_body_offset(response, 3, 8) == 8  # Metadata v8: header v0
     assert response_body_offset(response, 18, 3) == 8  # ApiVersions: always header v0
+
+
+@pytest.mark.parametrize(
+    ("data", "value"),
+    [(b"\x00", 0), (b"\x7f", 127), (b"\x80\x01", 128), (b"\xff\xff\xff\xff\x07", 2**31 - 1), (b"\x80", None),
+     (b"\xff" * 5 + b"\x01", None)],
+)  # fmt: skip
+def test_the_python_readers_read_a_varint_as_the_walks_do(data: bytes, value: int | None) -> None:
+    """One varint reader: headers.read_uvarint is produce_walk's, raising where the walk says past the end."""
+    framed = memoryview(b"\x09" + data + b"\x09")[1 : 1 + len(data)]
+    walked = produce_walk._uvarint(bytes(data), 0, len(data))
+    if value is None:
+        assert walked[0] < 0
+        with pytest.raises(FrameError, match="varint"):
+            read_uvarint(framed, 0)
+    else:
+        assert walked == read_uvarint(framed, 0) == (value, len(data))
