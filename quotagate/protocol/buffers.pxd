@@ -35,11 +35,12 @@ cdef extern from *:
         memcpy(out + at, source + start, (size_t)(stop - start));
     }
 
-    static inline int quotagate_same(const unsigned char* buf, Py_ssize_t start, Py_ssize_t other, Py_ssize_t size) {
-        return memcmp(buf + start, buf + other, (size_t)size) == 0;
+    static inline int quotagate_equal(const unsigned char* buf, Py_ssize_t start, const unsigned char* other_buf,
+                                      Py_ssize_t other, Py_ssize_t size) {
+        return memcmp(buf + start, other_buf + other, (size_t)size) == 0;
     }
     """
     const unsigned char* chars "quotagate_chars" (object data) except NULL
     const int* ints "quotagate_ints" (object data) except NULL
     void copy "quotagate_copy" (unsigned char* out, Py_ssize_t at, const unsigned char* source, Py_ssize_t start, Py_ssize_t stop) noexcept
-    bint same "quotagate_same" (const unsigned char* buf, Py_ssize_t start, Py_ssize_t other, Py_ssize_t size) noexcept
+    bint equal "quotagate_equal" (const unsigned char* buf, Py_ssize_t start, const unsigned char* other_buf, Py_ssize_t other, Py_ssize_t size) noexcept

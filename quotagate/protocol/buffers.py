@@ -6,7 +6,7 @@ holds it (bytes, a bytearray, a memoryview slice of a read), and copies and comp
 with memcpy and memcmp: buffers.pxd states those in C, and the compiled modules cimport it.
 Interpreted, this module stands in for it: a frame is read as it is (indexing and slicing a bytes or a
 memoryview are the same reads), and a run is copied and compared by slicing. The walks' sources call
-`buffers.chars(frame)`, `buffers.copy(...)` and `buffers.same(...)` and nothing else differs between
+`buffers.chars(frame)`, `buffers.copy(...)` and `buffers.equal(...)` and nothing else differs between
 the builds but their .pxd files.
 """
 
@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from array import array
 
+Bytes = bytes | bytearray | memoryview
 
-def chars(data: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
+
+def chars(data: Bytes) -> Bytes:
     """The bytes of `data` (bytes, a bytearray or a contiguous memoryview of bytes), to index and
     slice (compiled: a const unsigned char* to the first)."""
     return data
@@ -26,11 +28,11 @@ def ints(data: array) -> array:
     return data
 
 
-def copy(out: bytearray, at: int, source: bytes | bytearray | memoryview, start: int, stop: int) -> None:
+def copy(out: bytearray, at: int, source: Bytes, start: int, stop: int) -> None:
     """Copies source[start:stop] into out[at:], a bytearray (compiled: memcpy)."""
     out[at : at + stop - start] = source[start:stop]
 
 
-def same(buf: bytes | bytearray | memoryview, start: int, other: int, size: int) -> bool:
-    """Whether buf[start:start + size] and buf[other:other + size] hold the same bytes (compiled: memcmp)."""
-    return buf[start : start + size] == buf[other : other + size]
+def equal(buf: Bytes, start: int, other_buf: Bytes, other: int, size: int) -> bool:
+    """Whether buf[start:start + size] and other_buf[other:other + size] hold the same bytes (compiled: memcmp)."""
+    return buf[start : start + size] == other_buf[other : other + size]

@@ -190,7 +190,7 @@ def _same(buf, start, end, other, other_end):
     """Whether buf[start:end] and buf[other:other_end] hold the same bytes."""
     if end - start != other_end - other:
         return False
-    return buffers.same(buf, start, other, end - start)
+    return buffers.equal(buf, start, buf, other, end - start)
 
 
 def config_edits(prog, frame, pos, address_names):

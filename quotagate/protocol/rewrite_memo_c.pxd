@@ -2,6 +2,8 @@
 
 cimport cython
 
+from quotagate.protocol cimport buffers
+
 cdef int HEADER_VERSIONS
 
 cdef class RewriteMemo:
@@ -10,12 +12,16 @@ cdef class RewriteMemo:
     cdef public Py_ssize_t max_entries, max_bytes, max_body_bytes, held_bytes, hits
     cdef public object entries
     cdef public list header_flexible
+    cdef public object last
+    cdef public int last_version
+    cdef public bytes last_body
 
     @cython.locals(flexible=int)
     cdef Py_ssize_t _body_offset(self, object frame, int version) except -1
 
-    @cython.locals(body_offset=Py_ssize_t, body=bytes)
+    @cython.locals(body_offset=Py_ssize_t, size=Py_ssize_t, body=bytes, last_body=bytes)
     cpdef object rewritten(self, object frame, int version, object cluster)
+    cdef int _used(self, object entry, int version, bytes body) except -1
 
 cdef bint _replay(object entry, object cluster) except -1
 
