@@ -128,6 +128,12 @@ def produce_topics(buf: bytes, pos: int, end: int, version: int, names_only: boo
     return topics
 
 
+def topics_start_of(frame: bytes | memoryview, pos: int, version: int) -> int:
+    """Where the topic array of a produce request (a frame that may be a memoryview) whose body starts
+    at `pos` starts: _topics_start's answer, past the frame's end when what leads to it runs past it."""
+    return _topics_start(buffers.chars(frame), pos, len(frame), version)
+
+
 def first_batch_of(frame: bytes | memoryview, pos: int, end: int, version: int, least: int) -> int:
     """first_batch of a frame that may be a memoryview."""
     return first_batch(buffers.chars(frame), pos, end, version, least)

@@ -29,6 +29,7 @@ cpdef list produce_topics_of(object frame, Py_ssize_t pos, Py_ssize_t end, int v
 cpdef list produce_topics(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, int version, bint names_only)
 @cython.locals(count=long, _i=long, _tag=long, size=long)
 cpdef Py_ssize_t _skip_tags(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end) noexcept
+cpdef Py_ssize_t topics_start_of(object frame, Py_ssize_t pos, int version) except? -1
 cpdef Py_ssize_t first_batch_of(object frame, Py_ssize_t pos, Py_ssize_t end, int version, Py_ssize_t least) except -3
 @cython.locals(flexible=bint, length=long, count=long, _t=long, partitions=long, _p=long, size=long)
 cdef Py_ssize_t first_batch(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, int version, Py_ssize_t least) noexcept
