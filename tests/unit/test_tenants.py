@@ -1,15 +1,19 @@
 """Tenants: [[tenants]] parsing, who is in which tenant, and how a tenant's bucket composes with a
 member's own quota (quotas/tenants.py, quotas/engine.py)."""
 
+import json
 import math
 
 import pytest
 
 from quotagate.config import ConfigError, parse_config
 from quotagate.config.reference import effective_toml
+from quotagate.proxy.usage import AggregateCollector, QuotasInForce, RequestCollector, UsageRecord
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.entities import MAX_CACHED_CLIENTS
+from quotagate.quotas.explain import explain, explain_text
 from quotagate.quotas.tenants import Tenant, Tenants
+from tests.support.usage import flushed, record
 
 PRODUCE = QuotaKey.PRODUCER_BYTE_RATE
 FETCH = QuotaKey.CONSUMER_BYTE_RATE
@@ -208,3 +212,58 @@ def test_a_tenants_bucket_level_is_saved_and_restored_as_any_other() -> None:
     assert restarted.restore(levels, elapsed=0.5, now=100.0) == 1
     assert restarted.throttle_ms("a", "c", PRODUCE, now=100.0) == 1500
     assert math.isclose(restarted.buckets[("producer_byte_rate", "tenant", None, "team")].tokens, -1500)
+
+
+def test_usage_rows_carry_the_tenant_and_its_quotas_in_both_versions() -> None:
+    team = Tenant("team", users=("alice",), quotas={PRODUCE: 3000, REQUEST: 20})
+    quotas = QuotasInForce(QuotaTable({QuotaEntity("alice", None): {PRODUCE: 1000}}, tenants=Tenants((team,))))
+    aggregates = AggregateCollector(limit=100, interval_ms=1000)
+    requests = RequestCollector(100)
+    for collector in (aggregates, requests):
+        collector.add(record(5_010))  # alice, a produce
+        collector.add(UsageRecord(5_020, "bob", "c", 0, 9, ("orders",), 10, 60, 0, 1.0, 0, "ok"))
+    for batch in (flushed(aggregates, quotas)[1], flushed(requests, quotas)[1]):
+        alice, bob = sorted(batch.rows(), key=lambda row: row["user"])
+        assert {k: alice[k] for k in alice if k.startswith("tenant")} == {
+            "tenant": "team",
+            "tenant_quota_producer_byte_rate": 3000,
+            "tenant_quota_consumer_byte_rate": None,  # not charged by a produce
+            "tenant_quota_request_percentage": 20,
+            "tenant_quota_controller_mutation_rate": None,
+        }
+        assert alice["quota_producer_byte_rate"] == 1000  # its own, beside the tenant's
+        assert {k: bob[k] for k in bob if k.startswith("tenant")} == dict.fromkeys(
+            ("tenant", *(f"tenant_quota_{key}" for key in (PRODUCE, FETCH, REQUEST, MUTATION)))
+        )
+        lines = [json.loads(line) for line in batch.json_lines()]
+        assert sorted(lines, key=lambda row: row["user"]) == [alice, bob]
+
+
+def test_explain_says_which_tenant_a_client_is_in_and_how_its_quota_composes_with_the_clients_own() -> None:
+    config = parse_config(BASE + '[[quotas]]\nuser = "svc-payments-7"\nproducer_byte_rate = 1000\n' + TENANTS)
+    engine = QuotaEngine(config.quotas, WINDOWS)
+    engine.charge("alice", "x", PRODUCE, 4500, now=0.0)  # the tenant: 3000 - 4500 = -1500, 500 ms
+    answer = explain(engine, "svc-payments-7", "indexer", now=0.0)
+    assert answer["tenant"] == {
+        "name": "payments",
+        "rule": "user_rule=RULE:^svc-payments-.*$/payments/",
+        "lost": [
+            {
+                "name": "search",
+                "rule": "user_rule=RULE:^svc-.*$/search/",  # its first rule that matches
+                "why": "tenant 'payments' comes first in the file",
+            }
+        ],
+    }
+    produce = answer["quotas"]["producer_byte_rate"]
+    assert (produce["applies"]["value"], produce["applies"]["level"]) == (1000, "3")
+    assert produce["tenant"]["value"] == 3000 and produce["tenant"]["bucket"]["throttle_ms"] == 500
+    assert produce["held_by"].endswith("now tenant 'payments''s quota")
+    fetch = answer["quotas"]["consumer_byte_rate"]
+    assert fetch["applies"] is None and fetch["held_by"].startswith("tenant 'payments''s quota alone")
+    assert answer["quotas"]["request_percentage"]["tenant"] is None  # search's, but the client is in payments
+    text = explain_text(answer)
+    assert "tenant: 'payments' (by user_rule=RULE:^svc-payments-.*$/payments/)" in text
+    assert "  and tenant 'payments': 3000, shared by every member of tenant 'payments'" in text
+    assert "consumer_byte_rate: no quota of its own" in text
+    assert explain(engine, "dave", "x", now=0.0)["tenant"] is None
