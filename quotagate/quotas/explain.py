@@ -15,7 +15,7 @@ for a terminal.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from quotagate.quotas.bucket import ShadowTokenBucket
@@ -119,6 +119,43 @@ def explain(
     if ip is not None:
         answer["ip"] = _explain_ip(engine, ip, now, source)
     return answer
+
+
+def tenant_states(
+    engine: QuotaEngine, now: float, members: Mapping[str, tuple[object, int]], muted: Mapping[str, int]
+) -> list[dict[str, Any]]:
+    """/quotas' `tenants`: each configured tenant, its member rules, how many members are tracked
+    (`members`: name -> (sums, count)) and muted, and per key its quota and shared bucket now."""
+    states = []
+    for tenant in engine.table.tenants.tenants:
+        quotas = {}
+        for key in tenant.quotas:
+            resolution = engine.table.tenant_resolution(tenant, key)
+            bucket = engine.buckets.get(resolution.bucket_id)
+            throttle = 0
+            if bucket is not None:
+                shadow = isinstance(bucket, ShadowTokenBucket)
+                throttle = bucket.would_throttle_ms(now) if shadow else bucket.throttle_ms(now)
+                if key is QuotaKey.REQUEST_PERCENTAGE:
+                    throttle = min(throttle, engine.windows.request_throttle_cap_ms)
+            quotas[key.value] = {
+                "level": 0,
+                "matched": f"tenant={tenant.name}",
+                "quota": resolution.value,
+                "tokens": round(engine.tokens(resolution, now), 3),
+                "throttle_ms": throttle,  # a shadow tenant's is the throttle it would give
+                "shadow": resolution.shadow,
+            }
+        states.append(
+            {
+                "tenant": tenant.name,
+                "rules": tenant.rule_texts(),
+                "members": members.get(tenant.name, (None, 0))[1],
+                "quotas": quotas,
+                "muted_connections": muted.get(tenant.name, 0),
+            }
+        )
+    return states
 
 
 def _tenant_membership(tenants: list[tuple[Tenant, str]]) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ import pytest
 
 from quotagate.config import ConfigError, parse_config
 from quotagate.config.reference import effective_toml
+from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.usage import AggregateCollector, QuotasInForce, RequestCollector, UsageRecord
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.entities import MAX_CACHED_CLIENTS
@@ -267,3 +268,28 @@ def test_explain_says_which_tenant_a_client_is_in_and_how_its_quota_composes_wit
     assert "  and tenant 'payments': 3000, shared by every member of tenant 'payments'" in text
     assert "consumer_byte_rate: no quota of its own" in text
     assert explain(engine, "dave", "x", now=0.0)["tenant"] is None
+
+
+def test_tenant_metrics_sum_the_members_and_stay_monotonic_when_idle_members_are_forgotten() -> None:
+    engine = _engine(None, Tenant("team", users=("a", "b"), quotas={PRODUCE: 1000}), Tenant("idle", users=("z",)))
+    metrics = EntityMetrics(lambda: engine, lambda: 10.0, max_entities=10)
+    metrics.entity("a", "c1", 0.0).produce_bytes += 100
+    metrics.entity("b", "c2", 5.0).produce_bytes += 50
+    metrics.entity("d", "c1", 5.0).produce_bytes += 999  # in no tenant
+    engine.charge("a", "c1", PRODUCE, 1500, now=10.0)
+    assert {name: (stats.produce_bytes, members) for name, (stats, members) in metrics.tenant_sums().items()} == {
+        "team": (150, 2),
+        "idle": (0, 0),
+    }
+    assert metrics.expire_idle(now=4000.0, idle_seconds=3998.0) == 1  # a, unseen since 0
+    assert metrics.tenant_sums()["team"][0].produce_bytes == 150  # its bytes stay in the tenant's sum
+    samples = {
+        (sample.name, tuple(sample.labels.values())): sample.value
+        for family in metrics.collect()
+        for sample in family.samples
+        if "tenant" in sample.labels
+    }
+    assert samples[("quotagate_tenant_produce_bytes_total", ("team",))] == 150
+    assert samples[("quotagate_tenant_members", ("team",))] == 1
+    assert samples[("quotagate_tenant_quota_limit", ("team", "producer_byte_rate"))] == 1000
+    assert samples[("quotagate_tenant_quota_tokens", ("team", "producer_byte_rate"))] == -500  # at now=10
