@@ -3,11 +3,14 @@ member's own quota (quotas/tenants.py, quotas/engine.py)."""
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 from quotagate.config import ConfigError, parse_config
+from quotagate.config.quota_state import load_levels, save_levels
 from quotagate.config.reference import effective_toml
+from quotagate.config.reload import applied_config, reload_report
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.usage import AggregateCollector, QuotasInForce, RequestCollector, UsageRecord
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
@@ -203,11 +206,12 @@ def test_a_reload_keeps_a_tenants_debt_and_moves_a_member_that_changes_tenant() 
     assert engine.buckets == {}  # no tenant quota: its bucket goes
 
 
-def test_a_tenants_bucket_level_is_saved_and_restored_as_any_other() -> None:
+def test_a_tenants_bucket_level_is_saved_and_restored_as_any_other(tmp_path: Path) -> None:
     team = Tenant("team", users=("a",), quotas={PRODUCE: 1000})
     engine = _engine(None, team)
     engine.charge("a", "c", PRODUCE, 3000, now=0.0)
-    levels = engine.levels(now=0.0)
+    save_levels(tmp_path / "q.buckets.json", engine.levels(now=0.0), saved_at=0.0)  # the state file's
+    levels, _ = load_levels(tmp_path / "q.buckets.json")
     assert levels == {("producer_byte_rate", "tenant", None, "team"): -2000.0}
     restarted = _engine(None, team)
     assert restarted.restore(levels, elapsed=0.5, now=100.0) == 1
@@ -293,3 +297,11 @@ def test_tenant_metrics_sum_the_members_and_stay_monotonic_when_idle_members_are
     assert samples[("quotagate_tenant_members", ("team",))] == 1
     assert samples[("quotagate_tenant_quota_limit", ("team", "producer_byte_rate"))] == 1000
     assert samples[("quotagate_tenant_quota_tokens", ("team", "producer_byte_rate"))] == -500  # at now=10
+
+
+def test_a_reload_that_changes_only_the_tenants_reports_that_key_and_applies_it_with_the_quotas() -> None:
+    before = parse_config(BASE + TENANTS)
+    after = parse_config(BASE + TENANTS.replace("producer_byte_rate = 3000", "producer_byte_rate = 6000"))
+    assert reload_report(before, before, after).applied == ("tenants",)
+    running = applied_config(before, after)
+    assert dict(running.quotas.tenants.by_name["payments"].quotas)[PRODUCE] == 6000
