@@ -188,12 +188,12 @@ def _held_by(own: dict[str, Any] | None, tenant: dict[str, Any] | None) -> str:
     if tenant is None:
         return "its own quota" if own is not None else "nothing: unlimited"
     if own is None:
-        return f"tenant {tenant['tenant']!r}'s quota alone (no entry of its own sets the key)"
+        return f"the quota of tenant {tenant['tenant']!r} alone (no entry of its own sets the key)"
     throttles = (own["bucket"].get("throttle_ms"), tenant["bucket"].get("throttle_ms"))
     rule = "both are charged; the larger throttle holds it (whichever binds first)"
     if None in throttles or throttles == (0, 0):
         return rule
-    binding = "its own quota" if throttles[0] >= throttles[1] else f"tenant {tenant['tenant']!r}'s quota"
+    binding = "its own quota" if throttles[0] >= throttles[1] else f"the quota of tenant {tenant['tenant']!r}"
     return f"{rule}: now {binding}"
 
 

@@ -263,9 +263,9 @@ def test_explain_says_which_tenant_a_client_is_in_and_how_its_quota_composes_wit
     produce = answer["quotas"]["producer_byte_rate"]
     assert (produce["applies"]["value"], produce["applies"]["level"]) == (1000, "3")
     assert produce["tenant"]["value"] == 3000 and produce["tenant"]["bucket"]["throttle_ms"] == 500
-    assert produce["held_by"].endswith("now tenant 'payments''s quota")
+    assert produce["held_by"].endswith("now the quota of tenant 'payments'")
     fetch = answer["quotas"]["consumer_byte_rate"]
-    assert fetch["applies"] is None and fetch["held_by"].startswith("tenant 'payments''s quota alone")
+    assert fetch["applies"] is None and fetch["held_by"].startswith("the quota of tenant 'payments' alone")
     assert answer["quotas"]["request_percentage"]["tenant"] is None  # search's, but the client is in payments
     text = explain_text(answer)
     assert "tenant: 'payments' (by user_rule=RULE:^svc-payments-.*$/payments/)" in text
