@@ -131,19 +131,13 @@ def tenant_states(
         quotas = {}
         for key in tenant.quotas:
             resolution = engine.table.tenant_resolution(tenant, key)
-            bucket = engine.buckets.get(resolution.bucket_id)
-            throttle = 0
-            if bucket is not None:
-                shadow = isinstance(bucket, ShadowTokenBucket)
-                throttle = bucket.would_throttle_ms(now) if shadow else bucket.throttle_ms(now)
-                if key is QuotaKey.REQUEST_PERCENTAGE:
-                    throttle = min(throttle, engine.windows.request_throttle_cap_ms)
+            bucket = _bucket_state(engine, resolution, now)
             quotas[key.value] = {
                 "level": 0,
                 "matched": f"tenant={tenant.name}",
                 "quota": resolution.value,
-                "tokens": round(engine.tokens(resolution, now), 3),
-                "throttle_ms": throttle,  # a shadow tenant's is the throttle it would give
+                "tokens": bucket["tokens"],
+                "throttle_ms": bucket["throttle_ms"],  # a shadow tenant's is the throttle it would give
                 "shadow": resolution.shadow,
             }
         states.append(

@@ -6,12 +6,16 @@ import math
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from quotagate.config import ConfigError, parse_config
 from quotagate.config.quota_state import load_levels, save_levels
 from quotagate.config.reference import effective_toml
 from quotagate.config.reload import applied_config, reload_report
+from quotagate.config.settings import ClusterConfig
+from quotagate.proxy.cluster import SharedQuotas
 from quotagate.proxy.entity_metrics import EntityMetrics
+from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.usage import AggregateCollector, QuotasInForce, RequestCollector, UsageRecord
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.entities import MAX_CACHED_CLIENTS
@@ -128,7 +132,7 @@ def test_an_entity_is_in_the_first_tenant_whose_rules_match_it(user: str, client
 def test_resolution_memory_is_bounded_whatever_client_ids_a_client_invents() -> None:
     tenants = Tenants((Tenant("t", client_id_prefixes=("p-",)),))
     for n in range(3 * MAX_CACHED_CLIENTS):
-        assert tenants.tenant_of("mallory", f"p-{n}" + "x" * 40_000) is not None
+        assert tenants.tenant_of("mallory", f"p-{n}" + "x" * 300) is not None
     assert len(tenants._cache) <= MAX_CACHED_CLIENTS
     assert max(len(client_id) for _, client_id in tenants._cache) <= 128
 
@@ -305,3 +309,18 @@ def test_a_reload_that_changes_only_the_tenants_reports_that_key_and_applies_it_
     assert reload_report(before, before, after).applied == ("tenants",)
     running = applied_config(before, after)
     assert dict(running.quotas.tenants.by_name["payments"].quotas)[PRODUCE] == 6000
+
+
+def test_without_redis_each_of_n_processes_holds_a_share_of_the_tenants_quota() -> None:
+    engines = [
+        QuotaEngine(
+            QuotaTable(tenants=Tenants((Tenant("team", users=("a", "b"), quotas={PRODUCE: 3000}),))),
+            WINDOWS,
+            SharedQuotas(ClusterConfig(processes=3), 3, ProxyMetrics(CollectorRegistry()), lambda: 0.0).bucket,
+        )
+        for _ in range(3)
+    ]
+    # Each process: a third of the rate and of the burst (1000), whichever member charges it.
+    assert [engine.charge(user, "c", PRODUCE, 1500, now=0.0) for engine, user in zip(engines, "aba", strict=True)] == [
+        500
+    ] * 3
