@@ -227,7 +227,12 @@ class AdminHttpServer:
         return {
             "configured": configured,
             "entities": entities,
-            "tenants": tenant_states(engine, now, proxy.entity_metrics.tenant_sums(), muted_by_tenant),
+            "tenants": tenant_states(
+                engine,
+                now,
+                {name: members for name, (_, members) in proxy.entity_metrics.tenant_sums().items()},
+                muted_by_tenant,
+            ),
             "delay_queue_size": len(proxy.delay_queue),
         }
 

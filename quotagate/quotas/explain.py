@@ -4,8 +4,8 @@ For (user, client id) and each quota key: the entry that applies, its level in t
 or 1p/4p/7p for a client-id prefix), where it came from, who shares its bucket, the bucket's state
 now, and every other entry that matches the client with why it lost; then the tenant the client is
 in (and the later tenants that match it too), the tenant's quota for the key with its bucket, and
-how the two hold it (`held_by`: both charged, the larger throttle applies). Pure: it reads the engine (its
-quotas and buckets) and never changes it, never resolves through the engine's cache (so an
+how the two hold it (`held_by`: both charged, the larger throttle applies). Pure: it reads the
+engine (its quotas and buckets) and never changes it, never resolves through the engine's cache (so an
 explain from the HTTP thread adds no entry there), and takes the time and the source of each
 entry from the caller.
 
@@ -122,10 +122,10 @@ def explain(
 
 
 def tenant_states(
-    engine: QuotaEngine, now: float, members: Mapping[str, tuple[object, int]], muted: Mapping[str, int]
+    engine: QuotaEngine, now: float, members: Mapping[str, int], muted: Mapping[str, int]
 ) -> list[dict[str, Any]]:
-    """/quotas' `tenants`: each configured tenant, its member rules, how many members are tracked
-    (`members`: name -> (sums, count)) and muted, and per key its quota and shared bucket now."""
+    """/quotas' `tenants`: each configured tenant, its member rules, how many of its members are
+    tracked and muted (by tenant name), and per key its quota and shared bucket now."""
     states = []
     for tenant in engine.table.tenants.tenants:
         quotas = {}
@@ -144,7 +144,7 @@ def tenant_states(
             {
                 "tenant": tenant.name,
                 "rules": tenant.rule_texts(),
-                "members": members.get(tenant.name, (None, 0))[1],
+                "members": members.get(tenant.name, 0),
                 "quotas": quotas,
                 "muted_connections": muted.get(tenant.name, 0),
             }
