@@ -162,6 +162,8 @@ class EntityMetrics(Collector):
             tenant = tenants.tenant_of(*key) if tenants else None
             if tenant is not None:
                 self.retired_by_tenant.setdefault(tenant.name, EntityStats()).add(stats)
+        for name in [name for name in self.retired_by_tenant if name not in tenants.by_name]:
+            del self.retired_by_tenant[name]  # a tenant a reload removed: no series to keep monotonic
         return len(idle)
 
     def ranked(self) -> tuple[list[tuple[tuple[str, str], EntityStats]], EntityStats]:
