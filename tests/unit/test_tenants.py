@@ -4,6 +4,7 @@ member's own quota (quotas/tenants.py, quotas/engine.py)."""
 import json
 import math
 from pathlib import Path
+from struct import unpack_from
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -21,6 +22,8 @@ from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, Quo
 from quotagate.quotas.entities import MAX_CACHED_CLIENTS
 from quotagate.quotas.explain import explain, explain_text
 from quotagate.quotas.tenants import Tenant, Tenants
+from tests.support.builds import Build
+from tests.support.session_double import frames, produce, produce_answer, services_for, taken
 from tests.support.usage import flushed, record
 
 PRODUCE = QuotaKey.PRODUCER_BYTE_RATE
@@ -324,3 +327,22 @@ def test_without_redis_each_of_n_processes_holds_a_share_of_the_tenants_quota() 
     assert [engine.charge(user, "c", PRODUCE, 1500, now=0.0) for engine, user in zip(engines, "aba", strict=True)] == [
         500
     ] * 3
+
+
+def test_a_members_session_is_muted_for_its_tenants_debt_that_another_member_ran_up(build: Build) -> None:
+    # The tenant: 1000 B/s, burst 11 kB. alice's 20 kB produce leaves ~9 kB of debt, ~9 s, for bob too.
+    services = services_for('[[tenants]]\nname = "team"\nusers = ["alice", "bob"]\nproducer_byte_rate = 1000\n')
+    sessions = {}
+    for user in ("alice", "bob", "dave"):
+        sessions[user] = build.session(services)
+        sessions[user].user = user  # as the SASL exchange would have set it
+        sessions[user].broker_connected(0.0)
+    sessions["alice"].client_data(produce(1, {"t": b"r" * 20_000}), now=10.0)
+    assert 18.5 < sessions["alice"].muted_until < 19.5, sessions["alice"].muted_until
+    sessions["bob"].client_data(produce(1, {"t": b"r" * 10}), now=10.0)
+    assert 18.5 < sessions["bob"].muted_until < 19.5, "bob shares the tenant's bucket"
+    sessions["dave"].client_data(produce(1, {"t": b"r" * 20_000}), now=10.0)
+    assert sessions["dave"].muted_until <= 10.0, "dave is in no tenant and has no quota"
+    sessions["bob"].broker_data(produce_answer(1, ["t"]), now=12.0)
+    (answer,) = frames(taken(sessions["bob"].to_client))
+    assert 6500 < unpack_from(">i", answer, len(answer) - 4)[0] < 7500  # the tenant's throttle as it stands
