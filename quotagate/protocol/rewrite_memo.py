@@ -114,9 +114,9 @@ class RewriteMemo:
     def rewritten(self, frame, version, cluster):
         """The rewritten frame, or None when it goes on as it is; `frame` is bytes or a memoryview."""
         body_offset = self._body_offset(frame, version)
-        if len(frame) - body_offset > self.max_body_bytes:  # never kept, so never found: no copy, no hash
-            return self.rewrite(frame if type(frame) is memoryview else memoryview(frame), version, cluster)
         size = len(frame) - body_offset
+        if size > self.max_body_bytes:  # never kept, so never found: no copy, no hash
+            return self.rewrite(frame if type(frame) is memoryview else memoryview(frame), version, cluster)
         last_body = self.last_body
         if (
             self.last is not None
