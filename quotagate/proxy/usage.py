@@ -22,7 +22,8 @@ they lose is counted exactly.
 Every row also says which quota was in force for each key its API is charged to, and whether that
 entry was shadow (`quota_<key>`, `quota_<key>_shadow`): resolved when the rows are made, off the
 hot path, from the quota table in force at the row's interval (the file's and the Admin API's
-quotas alike: the server tells the recorder when the table changes), once per entity and interval.
+quotas alike: the server tells the recorder when the table changes), once per entity and interval;
+so are the entity's tenant and the tenant's quotas (`tenant`, `tenant_quota_<key>`).
 
 Files are partitioned as DIRECTORY/date=YYYY-MM-DD/hour=HH/usage-<writer>-<n>.{parquet,jsonl} (UTC),
 the layout Spark reads as partition columns. Every row carries its writer (proxy, pid, start time)
@@ -52,8 +53,8 @@ from quotagate.proxy.usage_fields import (
     AGGREGATE_SCHEMA_VERSION,
     BY_NAME,
     DOUBLE,
-    QUOTA_FIELDS,
     REQUEST_SCHEMA_VERSION,
+    RESOLVED_FIELDS,
     WINDOW_FIELDS,
     names_of,
 )
@@ -83,7 +84,8 @@ Row = _collectors.Row
 # not charged to; for a charged key, quota null means unlimited and the shadow flag is false.
 # Then the windows that sized the quotas' bursts (Kafka's quota.window.* and controller.quota.window.*),
 # so that a replay from the records alone gives a quota the burst the proxy gave it (usage_fields).
-NO_QUOTA_FIELDS: Row = dict.fromkeys(QUOTA_FIELDS)
+# Then the entity's tenant and the tenant's quotas (null: in no tenant, or no tenant quota for the key).
+NO_QUOTA_FIELDS: Row = dict.fromkeys(RESOLVED_FIELDS)
 QUOTA_HISTORY_MS = 60_000  # how long a replaced quota table is kept for rows still to be made
 
 
@@ -125,7 +127,7 @@ def quota_fields(
     table: QuotaTable, user: str, client_id: str, api_key: int, windows: QuotaWindows | None = None
 ) -> Row:
     """The `quota_*` fields of a row: what `table` gives (user, client_id) for the keys `api_key` is
-    charged to, and the windows sizing their bursts."""
+    charged to, and the windows sizing their bursts; then its tenant and the tenant's quotas."""
     fields = dict(NO_QUOTA_FIELDS)
     windows = windows or QuotaWindows()
     for name in WINDOW_FIELDS:
@@ -135,6 +137,11 @@ def quota_fields(
         resolution = table.resolve(user, client_id, key)
         fields[f"quota_{key.value}"] = None if resolution is None else resolution.value
         fields[f"quota_{key.value}_shadow"] = resolution is not None and resolution.shadow
+    tenant = table.tenants.tenant_of(user, client_id)
+    if tenant is not None:
+        fields["tenant"] = tenant.name
+        for key in keys_charged(api_key):
+            fields[f"tenant_quota_{key.value}"] = tenant.quotas.get(key)
     return fields
 
 
@@ -204,7 +211,7 @@ class RowsOf:
         for state, user, client_id, api_key in groups:
             _, table, windows = history[state]
             found.append(NO_QUOTA_FIELDS if table is None else quota_fields(table, user, client_id, api_key, windows))
-        return {name: [found[group][name] for group in group_of_row] for name in QUOTA_FIELDS}
+        return {name: [found[group][name] for group in group_of_row] for name in RESOLVED_FIELDS}
 
     def columns(self) -> dict[str, list]:
         raise NotImplementedError

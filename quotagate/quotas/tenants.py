@@ -1,0 +1,152 @@
+"""Tenants: named groups of entities sharing one quota, above Kafka's per-entity quotas.
+
+An operator declares each tenant ([[tenants]] in the file) with its members and the same quota keys
+as an entity. A member is a (user, client-id) whose
+- user is one of `users` (exact principal names), or is mapped to the tenant's name by one of
+  `user_rules` (Kafka's principal mapping rules, `RULE:pattern/replacement/[LU]`: the pattern
+  matches the whole user and the result is the tenant's name), or
+- client id is one of `client_ids`, or starts with one of `client_id_prefixes`.
+Any one rule makes it a member. An entity that two tenants' rules match belongs to the FIRST of them
+in the file (as Kafka's mapping rules: the first that applies wins); an exact user or client id
+listed by two tenants is refused when the file is read, since that is always a mistake.
+
+A tenant's quota for a key is one bucket shared by all its members (bucket id (key, "tenant", None,
+name)), drawn on as well as the member's own entity quota (Kafka's 8-level precedence, unchanged):
+every charge goes to both, and the member is held by whichever binds first (the throttle is the
+larger of the two). quotas/engine.py composes them; this module only says who is in which tenant.
+
+Pure, no I/O. Resolution is cached per bounded (user, client id), MAX_CACHED_CLIENTS entries at
+most (emptied when full): whatever names a client invents, the memory stays bounded, and a miss
+costs, per tenant in file order until one matches, a set look-up per exact list, one full match per
+user rule (on a user of at most MAX_NAME_CHARS characters) and a startswith per prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from quotagate.quotas.entities import MAX_CACHED_CLIENTS, MAX_NAME_CHARS, SCOPE_TENANT, QuotaKey, bounded_name
+from quotagate.security.principal_mapping import MappingRule, parse_rule
+
+# A tenant's member rules, as [[tenants]] names them.
+TENANT_LISTS = ("users", "user_rules", "client_ids", "client_id_prefixes")
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """One [[tenants]] entry: its name, member rules, quotas and whether they are only tried."""
+
+    name: str
+    users: tuple[str, ...] = ()
+    user_rules: tuple[str, ...] = ()  # as written; parsed into `rules` (ValueError if one is not a rule)
+    client_ids: tuple[str, ...] = ()
+    client_id_prefixes: tuple[str, ...] = ()
+    quotas: Mapping[QuotaKey, float] = field(default_factory=dict)
+    shadow: bool = False
+    rules: tuple[MappingRule, ...] = field(init=False, compare=False, repr=False)
+    _users: frozenset[str] = field(init=False, compare=False, repr=False)  # one look-up each, not a scan
+    _client_ids: frozenset[str] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "quotas", MappingProxyType(dict(self.quotas)))
+        object.__setattr__(self, "rules", tuple(user_rule(text) for text in self.user_rules))
+        object.__setattr__(self, "_users", frozenset(self.users))
+        object.__setattr__(self, "_client_ids", frozenset(self.client_ids))
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def rule_texts(self) -> list[str]:
+        """The member rules as the file writes them (explain, /quotas)."""
+        texts = [f"user={user}" for user in self.users]
+        texts += [f"user_rule={rule}" for rule in self.user_rules]
+        texts += [f"client_id={client_id}" for client_id in self.client_ids]
+        texts += [f"client_id_prefix={prefix}" for prefix in self.client_id_prefixes]
+        return texts
+
+    def matches(self, user: str, client_id: str) -> str | None:
+        """The rule that makes (user, client_id) a member, as rule_texts writes it, or None (a user
+        or client id longer than MAX_NAME_CHARS never equals a configured one: the parser bounds them)."""
+        if user in self._users:
+            return f"user={user}"
+        for text, rule in zip(self.user_rules, self.rules, strict=True):
+            if rule.apply(user) == self.name:
+                return f"user_rule={text}"
+        if client_id in self._client_ids:
+            return f"client_id={client_id}"
+        for prefix in self.client_id_prefixes:
+            if client_id.startswith(prefix):
+                return f"client_id_prefix={prefix}"
+        return None
+
+
+def user_rule(text: str) -> MappingRule:
+    """One member rule, Kafka's `RULE:pattern/replacement/[LU]`; ValueError saying why it is not one."""
+    expected = "must be a rule RULE:pattern/replacement/ (optionally /L or /U) whose result is the tenant's name"
+    try:
+        rule = parse_rule(text.strip())
+    except ValueError as exc:
+        raise ValueError(f"{expected}: {exc}") from exc
+    if rule is None or rule.pattern is None:
+        raise ValueError(f"{expected}, got {text!r}")
+    return rule
+
+
+class Tenants:
+    """The tenants in force, in file order, and who is in which. Immutable once built, but for its
+    resolution cache."""
+
+    def __init__(self, tenants: tuple[Tenant, ...] = ()) -> None:
+        self.tenants = tenants
+        self.by_name = {tenant.name: tenant for tenant in tenants}
+        self._cache: dict[tuple[str, str], Tenant | None] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.tenants)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Tenants) and self.tenants == other.tenants
+
+    def __hash__(self) -> int:
+        return hash(self.tenants)
+
+    def __repr__(self) -> str:
+        return f"Tenants({[tenant.name for tenant in self.tenants]})"
+
+    @property
+    def keys_in_use(self) -> frozenset[QuotaKey]:
+        return frozenset(key for tenant in self.tenants for key in tenant.quotas)
+
+    def tenant_of(self, user: str, client_id: str) -> Tenant | None:
+        """The tenant (user, client_id) belongs to: the first in file order whose rules match it."""
+        if not self.tenants:
+            return None
+        full_client_id = client_id  # prefixes match the whole id, as quota prefixes do
+        if len(user) > MAX_NAME_CHARS or len(client_id) > MAX_NAME_CHARS:
+            user, client_id = bounded_name(user), bounded_name(client_id)
+        cache = self._cache
+        entry = (user, client_id)
+        if entry in cache:
+            return cache[entry]
+        if len(cache) >= MAX_CACHED_CLIENTS:  # random client ids must not grow it forever
+            cache.clear()
+        found = cache[entry] = next((t for t in self.tenants if t.matches(user, full_client_id)), None)
+        return found
+
+    def matching(self, user: str, client_id: str) -> list[tuple[Tenant, str]]:
+        """Every tenant whose rules match (user, client_id), in file order, with the rule that does:
+        what tenant_of chooses from (the first), for explaining. Reads no cache."""
+        if len(user) > MAX_NAME_CHARS:
+            user = bounded_name(user)
+        return [(tenant, rule) for tenant in self.tenants if (rule := tenant.matches(user, client_id)) is not None]
+
+    def forget_resolutions(self) -> None:
+        self._cache.clear()
+
+    def bucket_id(self, tenant: Tenant, key: QuotaKey) -> tuple[str, str, None, str]:
+        return (key.value, SCOPE_TENANT, None, tenant.name)
+
+
+NO_TENANTS = Tenants()
