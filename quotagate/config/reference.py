@@ -19,6 +19,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 from quotagate.config.reload import RELOAD_RULES, reload_rule
 from quotagate.config.settings import Config
 from quotagate.quotas import QuotaKey, QuotaTable
+from quotagate.quotas.tenants import TENANT_LISTS, Tenants
 
 TOP_LEVEL = "top-level keys"
 ARRAY_OF_TABLES = "array of tables"
@@ -245,6 +246,16 @@ def toml_data(value: Any) -> Any:
                 **({"shadow": True} if entity in value.shadow else {}),
             }
             for entity, values in value.items()
+        ]
+    if isinstance(value, Tenants):
+        return [
+            {
+                "name": tenant.name,
+                **{key: list(getattr(tenant, key)) for key in TENANT_LISTS if getattr(tenant, key)},
+                **_quota_entry(None, None, tenant.quotas),
+                **({"shadow": True} if tenant.shadow else {}),
+            }
+            for tenant in value.tenants
         ]
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         return int(value)  # 1048576, not 1048576.0; parse_config reads both

@@ -37,6 +37,10 @@ RELOAD_RULES: tuple[ReloadRule, ...] = (
         "quotas", "", True, "At once, for every connection: a changed quota keeps the bucket's balance, so a debt is "
         "paid off at the new rate, never forgiven."
     ),
+    ReloadRule(
+        "tenants", "", True, "At once, as quotas: members move to their new tenant's bucket at their next request; a "
+        "tenant's bucket keeps its balance while the tenant keeps its name and the key."
+    ),
     ReloadRule("windows", "", True, "At once: the bursts are sized again; balances are kept."),
     ReloadRule("topic_thresholds", "", True, "At once."),
     ReloadRule("admin", "alter_principals", True, "At once, for the next AlterClientQuotas."),

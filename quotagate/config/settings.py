@@ -32,12 +32,14 @@ from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
 from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.entities import (
+    MAX_NAME_CHARS,
     IpQuotaKey,
     client_id_prefix_problem,
     connection_creation_rate_problem,
     ip_entity_name,
     quota_value_problem,
 )
+from quotagate.quotas.tenants import TENANT_LISTS, Tenant, Tenants
 from quotagate.quotas.topic_thresholds import TopicThresholds
 from quotagate.security.tls_settings import ListenerTlsConfig, UpstreamTlsConfig
 
@@ -704,6 +706,30 @@ QUOTA_ENTRY_KEYS: dict[str, tuple[str, str]] = {
 }
 
 
+# The keys of one [[tenants]] entry (docs/quotas.md, "Tenants"). parse_config accepts exactly these.
+TENANT_ENTRY_KEYS: dict[str, tuple[str, str]] = {
+    "name": (
+        "string",
+        "The tenant's name (unique; at most 128 characters): its label in metrics, usage records and explain, and the "
+        "name the pipeline's apply writes its quotas by.",
+    ),
+    "users": ("array of strings", "Members by principal: these user names exactly (`ANONYMOUS` without SASL)."),
+    "user_rules": (
+        "array of strings",
+        "Members by principal rule, in the form of Kafka's principal mapping rules, `RULE:pattern/replacement/` "
+        "(optionally `/L` or `/U`): a user is a member when a rule's pattern matches the whole user name and the "
+        'result is the tenant\'s name, e.g. `"RULE:^svc-payments-.*$/payments/"` in tenant "payments".',
+    ),
+    "client_ids": ("array of strings", "Members by client.id, exactly."),
+    "client_id_prefixes": ("array of strings", "Members by client.id: every client.id that starts with one of these."),
+    **{str(key): QUOTA_ENTRY_KEYS[key] for key in QuotaKey},
+    "shadow": (
+        "boolean",
+        "Try the tenant's quotas without applying them: charged and reported, never throttling. Default false.",
+    ),
+}
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole file. Each field is a section (docs/configuration.md is generated from these)."""
@@ -734,6 +760,18 @@ class Config:
             "behind the proxy. Edit the file (or send SIGHUP) and they apply within a second.",
             "toml": "array of tables",
             "keys": QUOTA_ENTRY_KEYS,
+        },
+    )
+    tenants: Tenants = field(
+        default_factory=Tenants,
+        metadata={
+            "doc": "Tenants: named groups of entities (by user, user rule, client.id or client.id prefix) with one "
+            "quota per key shared by all their members, held together with each member's own quota: whichever binds "
+            'first holds it (docs/quotas.md, "Tenants"). An entity two tenants match is in the first of them. Each '
+            "entry needs a name and at least one member rule; quotas are optional (a tenant without any only labels "
+            "its members' usage and metrics).",
+            "toml": "array of tables",
+            "keys": TENANT_ENTRY_KEYS,
         },
     )
     windows: QuotaWindows = field(
@@ -806,8 +844,11 @@ def parse_config(text: str) -> Config:
     _reject_unknown(
         "",
         data,
-        {"proxy", "upstream", "metrics", "quotas", "topic_thresholds", "usage", "admin", "cluster", *_WINDOW_KEYS},
-    )
+        {
+            "proxy", "upstream", "metrics", "quotas", "tenants", "topic_thresholds", "usage", "admin", "cluster",
+            *_WINDOW_KEYS,
+        },
+    )  # fmt: skip
     proxy = dict(_section(data, "proxy", required=True))
     proxy_tls = proxy.pop("tls", None)
     upstream = _section(data, "upstream", required=False)
@@ -815,12 +856,14 @@ def parse_config(text: str) -> Config:
     proxy_config = _parse_proxy(proxy)
     metrics_config = _parse_metrics(_section(data, "metrics", required=False), proxy_config.workers)
     _check_ports(proxy_config, metrics_config)
+    tenants = _parse_tenants(data.get("tenants", []))
     return Config(
         proxy=proxy_config,
         metrics=metrics_config,
         proxy_tls=_parse_tls("proxy.tls", ListenerTlsConfig, proxy_tls),
         upstream_tls=_parse_tls("upstream.tls", UpstreamTlsConfig, upstream.get("tls")),
-        quotas=_parse_quotas(data.get("quotas", [])),
+        quotas=_parse_quotas(data.get("quotas", []), tenants),
+        tenants=tenants,
         windows=QuotaWindows(**_key_values("", QuotaWindows, data)),
         topic_thresholds=_parse_topic_thresholds(data.get("topic_thresholds")),
         usage=_parse_usage(_section(data, "usage", required=False)),
@@ -929,7 +972,7 @@ _QUOTA_KEYS = {key.value for key in QuotaKey}
 _IP_KEY = IpQuotaKey.CONNECTION_CREATION_RATE.value
 
 
-def _parse_quotas(entries: Any) -> QuotaTable:
+def _parse_quotas(entries: Any, tenants: Tenants | None = None) -> QuotaTable:
     if not isinstance(entries, list):
         raise ConfigError("quotas", "must be an array of tables ([[quotas]])")
     table: dict[QuotaEntity, dict[QuotaKey, float]] = {}
@@ -978,7 +1021,55 @@ def _parse_quotas(entries: Any) -> QuotaTable:
             raise ConfigError(f"{prefix}.shadow", f"must be true or false, got {shadow_flag!r}")
         if shadow_flag:
             shadow.add(entity)
-    return QuotaTable(table, frozenset(shadow))
+    return QuotaTable(table, frozenset(shadow), tenants)
+
+
+def _parse_tenants(entries: Any) -> Tenants:
+    """[[tenants]]: each a name, member rules, optional quotas (the keys of [[quotas]]) and shadow. An
+    exact user, client id or prefix named by two tenants is refused (an entity two rules match is in
+    the first tenant: docs/quotas.md)."""
+    if not isinstance(entries, list):
+        raise ConfigError("tenants", "must be an array of tables ([[tenants]])")
+    tenants: list[Tenant] = []
+    named: dict[tuple[str, str], str] = {}  # (list, member) -> the tenant naming it
+    for index, entry in enumerate(entries):
+        prefix = f"tenants[{index}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(prefix, "must be a table ([[tenants]])")
+        _reject_unknown(prefix + ".", entry, set(TENANT_ENTRY_KEYS))
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{prefix}.name", f"must be a non-empty string, got {name!r}")
+        if len(name) > MAX_NAME_CHARS:
+            raise ConfigError(f"{prefix}.name", f"must be at most {MAX_NAME_CHARS} characters, got {len(name)}")
+        if any(tenant.name == name for tenant in tenants):
+            raise ConfigError(f"{prefix}.name", f"{name!r} is already a tenant's name")
+        members: dict[str, tuple[str, ...]] = {}
+        for key in TENANT_LISTS:
+            values = entry.get(key, [])
+            if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
+                raise ConfigError(f"{prefix}.{key}", f"must be an array of non-empty strings, got {values!r}")
+            for value in values:
+                if len(value) > MAX_NAME_CHARS and key != "user_rules":
+                    raise ConfigError(f"{prefix}.{key}", f"must be at most {MAX_NAME_CHARS} characters: {value!r}")
+                other = named.setdefault((key, value), name)
+                if other != name:
+                    raise ConfigError(f"{prefix}.{key}", f"{value!r} is already a member rule of tenant {other!r}")
+            members[key] = tuple(values)
+        if not any(members.values()):
+            raise ConfigError(prefix, f"has no members (give one of: {', '.join(TENANT_LISTS)})")
+        quotas = {
+            QuotaKey(key): _quota_value(entry[key], f"{prefix}.{key}", QuotaKey(key))
+            for key in sorted(_QUOTA_KEYS & entry.keys())
+        }
+        shadow_flag = entry.get("shadow", False)
+        if not isinstance(shadow_flag, bool):
+            raise ConfigError(f"{prefix}.shadow", f"must be true or false, got {shadow_flag!r}")
+        try:
+            tenants.append(Tenant(name, **members, quotas=quotas, shadow=shadow_flag))
+        except ValueError as exc:  # a user rule that is not one
+            raise ConfigError(f"{prefix}.user_rules", str(exc)) from exc
+    return Tenants(tuple(tenants))
 
 
 def _parse_ip_quota(entry: dict[str, Any], prefix: str) -> tuple[QuotaEntity, dict[IpQuotaKey, float]]:

@@ -154,7 +154,7 @@ class Proxy:
         self.reloads = ReloadApplier(
             config,
             {
-                ("quotas", "windows"): self._quotas_reloaded,
+                ("quotas", "tenants", "windows"): self._quotas_reloaded,  # the tenants ride in the quota table
                 ("topic_thresholds",): self._thresholds_reloaded,
                 ("admin",): lambda running: self.quota_admin.set_access(
                     running.admin.alter_principals, running.admin.describe_access

@@ -52,8 +52,8 @@ from quotagate.proxy.usage_fields import (
     AGGREGATE_SCHEMA_VERSION,
     BY_NAME,
     DOUBLE,
-    QUOTA_FIELDS,
     REQUEST_SCHEMA_VERSION,
+    RESOLVED_FIELDS,
     WINDOW_FIELDS,
     names_of,
 )
@@ -83,7 +83,8 @@ Row = _collectors.Row
 # not charged to; for a charged key, quota null means unlimited and the shadow flag is false.
 # Then the windows that sized the quotas' bursts (Kafka's quota.window.* and controller.quota.window.*),
 # so that a replay from the records alone gives a quota the burst the proxy gave it (usage_fields).
-NO_QUOTA_FIELDS: Row = dict.fromkeys(QUOTA_FIELDS)
+# Then the entity's tenant and the tenant's quotas (null: in no tenant, or no tenant quota for the key).
+NO_QUOTA_FIELDS: Row = dict.fromkeys(RESOLVED_FIELDS)
 QUOTA_HISTORY_MS = 60_000  # how long a replaced quota table is kept for rows still to be made
 
 
@@ -204,7 +205,7 @@ class RowsOf:
         for state, user, client_id, api_key in groups:
             _, table, windows = history[state]
             found.append(NO_QUOTA_FIELDS if table is None else quota_fields(table, user, client_id, api_key, windows))
-        return {name: [found[group][name] for group in group_of_row] for name in QUOTA_FIELDS}
+        return {name: [found[group][name] for group in group_of_row] for name in RESOLVED_FIELDS}
 
     def columns(self) -> dict[str, list]:
         raise NotImplementedError

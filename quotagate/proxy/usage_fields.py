@@ -98,6 +98,30 @@ def _quota_fields() -> tuple[UsageField, ...]:
     return tuple(fields)
 
 
+def _tenant_fields() -> tuple[UsageField, ...]:
+    """The entity's tenant (docs/quotas.md "Tenants") and, per recorded key, the tenant's quota in force."""
+    tenant = (
+        "the tenant (`[[tenants]]`) whose members include the entity when the row was made; null when it is in "
+        "no tenant"
+    )
+    value = (
+        "the tenant's quota in force in this interval, per key (`tenant_quota_<key>`): one bucket shared by all "
+        "its members, held together with the entity's own `quota_<key>` (whichever binds first). Null when the "
+        "entity is in no tenant, the tenant has no quota for the key, or the row's API is not charged to that key"
+    )
+    fields = [
+        UsageField("tenant", STRING, tenant, "as in v2: the tenant when the record was made", IDENTITY, later=VERSIONS)
+    ]
+    for key in RECORDED_KEYS:
+        fields.append(
+            UsageField(
+                f"tenant_quota_{key.value}", DOUBLE, value,
+                "as in v2: the tenant's quota in force when the record was made", QUOTA, later=VERSIONS,
+            )
+        )  # fmt: skip
+    return tuple(fields)
+
+
 FIELDS: tuple[UsageField, ...] = (
     UsageField(
         "v", INT32,
@@ -212,6 +236,7 @@ FIELDS: tuple[UsageField, ...] = (
         summed_as="long long",
     ),
     *_quota_fields(),
+    *_tenant_fields(),
 )  # fmt: skip
 
 BY_NAME = {field.name: field for field in FIELDS}
@@ -232,6 +257,11 @@ AGGREGATE_COUNTERS = tuple(field.name for field in fields_of(AGGREGATE_SCHEMA_VE
 QUOTA_FIELDS = tuple(field.name for field in FIELDS if field.role == QUOTA)
 QUOTA_VALUE_FIELDS = frozenset(f"quota_{key.value}" for key in RECORDED_KEYS)
 WINDOW_FIELDS = tuple(name for name in QUOTA_FIELDS if "window" in name)
+TENANT_QUOTA_FIELDS = tuple(f"tenant_quota_{key.value}" for key in RECORDED_KEYS)
+# The fields resolved from the quota table in force when rows are made (the quota fields and the
+# tenant), once per entity and table: the last fields of FIELDS, the tail of a v1 JSON line.
+RESOLVED_FIELDS = tuple(field.name for field in FIELDS if field.role == QUOTA or field.name == "tenant")
+assert names_of(REQUEST_SCHEMA_VERSION)[-len(RESOLVED_FIELDS) :] == RESOLVED_FIELDS
 # v2 fields added after its first files (null in files without them).
 V2_ADDED = tuple(field.name for field in fields_of(AGGREGATE_SCHEMA_VERSION) if AGGREGATE_SCHEMA_VERSION in field.later)
 
@@ -386,12 +416,12 @@ def _v1_text(field: UsageField) -> str:
 
 
 def _v1_line_py() -> str:
-    """request_lines' append of one line: its fields in FIELDS' v1 order, the quota fields' text last
+    """request_lines' append of one line: its fields in FIELDS' v1 order, the resolved fields' text last
     (`tail`), the fields of V1_CACHED as one text (`identity`)."""
     text = ""
     identity_placed = False
     for field in fields_of(REQUEST_SCHEMA_VERSION):
-        if field.role == QUOTA:
+        if field.name in RESOLVED_FIELDS:
             break
         if field.name in V1_CACHED:
             if not identity_placed:

@@ -77,8 +77,8 @@ def effective(file: QuotaTable, api: Mapping[QuotaEntity, Mapping[QuotaKey, floa
                 target.pop(key, None)
             else:
                 target[key] = value
-    # An entity the file marks shadow stays shadow, whichever source set its values.
-    return QuotaTable({entity: values for entity, values in merged.items() if values}, file.shadow)
+    # An entity the file marks shadow stays shadow, whichever source set its values; tenants are the file's.
+    return QuotaTable({entity: values for entity, values in merged.items() if values}, file.shadow, file.tenants)
 
 
 def source_of(api: Mapping[QuotaEntity, Mapping[QuotaKey, float | None]], entity: QuotaEntity, key: QuotaKey) -> str:

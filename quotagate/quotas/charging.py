@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from quotagate.quotas.apis import BYTES_IN, BYTES_OUT, LONG_POLL, PARTITIONS_MUTATED
 from quotagate.quotas.bucket import ShadowTokenBucket
+from quotagate.quotas.engine import MemberBucket
 
 if TYPE_CHECKING:
     from quotagate.proxy.entity_metrics import EntityStats
@@ -80,9 +81,9 @@ def shadow_throttle_ms(buckets: EntityBuckets, policy: int, charged_request_time
     responses it is the time held at the quota, the figure the usage pipeline compares."""
     held = 0
     bucket = buckets.produce if policy & BYTES_IN else buckets.fetch if policy & BYTES_OUT else None
-    if isinstance(bucket, ShadowTokenBucket):
+    if isinstance(bucket, (ShadowTokenBucket, MemberBucket)):  # a member's: its shadow part's
         held = bucket.take_held_ms()
-    if charged_request_time and isinstance(buckets.request, ShadowTokenBucket):
+    if charged_request_time and isinstance(buckets.request, (ShadowTokenBucket, MemberBucket)):
         held = max(held, buckets.request.take_held_ms())
     return held
 

@@ -125,14 +125,69 @@ class EntityBuckets:
     reload or an expiry may change which bucket an entity draws on)."""
 
     generation: int
-    produce: Bucket | None
-    fetch: Bucket | None
-    request: Bucket | None
+    # A tenant member's are MemberBuckets (its own bucket and its tenant's, charged together).
+    produce: Bucket | MemberBucket | None
+    fetch: Bucket | MemberBucket | None
+    request: Bucket | MemberBucket | None
     request_cap_ms: int
     shadow: bool = False  # one of them is a shadow quota's: the session reports what it would do
     # The most a fetch may ask for (QuotaWindows.fetch_max_bytes); FETCH_MAX_BYTES_LIMIT without a
     # binding consumer_byte_rate (none, or a shadow one: a quota being tried changes no request).
     fetch_max_bytes: int = FETCH_MAX_BYTES_LIMIT
+
+
+class MemberBucket:
+    """A tenant member's charges for one key: its own entity's bucket and its tenant's, both charged
+    every time, the throttle the larger of the two (a member is held by whichever binds first).
+    Answers what the session's charging reads of a bucket (charge, throttle_ms, tokens, ...)."""
+
+    __slots__ = ("own", "tenant")
+
+    def __init__(self, own: Bucket, tenant: Bucket) -> None:
+        self.own = own
+        self.tenant = tenant
+
+    @property
+    def tokens(self) -> float:
+        """The lower balance as last refilled: below zero when either is in debt (the tenant's may
+        have gone there through another member's charge since; charging reads it, not a copy)."""
+        own, tenant = self.own.tokens, self.tenant.tokens
+        return own if own < tenant else tenant
+
+    def charge(self, amount: float, now: float) -> int:
+        own = self.own.charge(amount, now)
+        tenant = self.tenant.charge(amount, now)
+        return own if own > tenant else tenant
+
+    def record(self, amount: float, now: float) -> None:
+        self.own.record(amount, now)
+        self.tenant.record(amount, now)
+
+    def refill(self, now: float) -> None:
+        self.own.refill(now)
+        self.tenant.refill(now)
+
+    def throttle_ms(self, now: float) -> int:
+        return max(self.own.throttle_ms(now), self.tenant.throttle_ms(now))
+
+    def give_back(self, amount: float, now: float) -> None:
+        self.own.give_back(amount, now)
+        self.tenant.give_back(amount, now)
+
+    def tokens_at(self, now: float) -> float:
+        return min(self.own.tokens_at(now), self.tenant.tokens_at(now))
+
+    def take_held_ms(self) -> int:
+        """What the shadow one of the two would have held the member (charging.shadow_throttle_ms)."""
+        held = 0
+        for bucket in (self.own, self.tenant):
+            if isinstance(bucket, ShadowTokenBucket):
+                held = max(held, bucket.take_held_ms())
+        return held
+
+    @property
+    def shadow(self) -> bool:
+        return isinstance(self.own, ShadowTokenBucket) or isinstance(self.tenant, ShadowTokenBucket)
 
 
 def tokens_per_second(key: QuotaKey, value: float) -> float:
@@ -158,16 +213,29 @@ class QuotaEngine:
     def resolve(self, user: str, client_id: str, key: QuotaKey) -> Resolution | None:
         return self.table.resolve(user, client_id, key)
 
+    def resolutions(self, user: str, client_id: str, key: QuotaKey) -> list[Resolution]:
+        """The quotas (user, client_id) is held to for `key`: its own entity's (Kafka's precedence),
+        then its tenant's; each charge goes to all of them, the larger throttle applies."""
+        found = []
+        own = self.table.resolve(user, client_id, key)
+        if own is not None:
+            found.append(own)
+        if self.table.tenants:
+            tenant = self.table.resolve_tenant(user, client_id, key)
+            if tenant is not None:
+                found.append(tenant)
+        return found
+
     def enforces(self, key: QuotaKey) -> bool:
         """Whether any quota sets `key` (lets the proxy skip work for keys nobody limits)."""
         return key in self.table.keys_in_use
 
     def charge(self, user: str, client_id: str, key: QuotaKey, amount: float, now: float) -> int:
-        """Records `amount` against the client's quota for `key`; returns the throttle time in ms."""
-        resolution = self.table.resolve(user, client_id, key)
-        if resolution is None:
-            return 0
-        throttle = self._bucket(resolution, now).charge(amount, now)
+        """Records `amount` against the client's quotas for `key` (its own and its tenant's); returns
+        the throttle time in ms (the larger)."""
+        throttle = 0
+        for resolution in self.resolutions(user, client_id, key):
+            throttle = max(throttle, self._bucket(resolution, now).charge(amount, now))
         if key is QuotaKey.REQUEST_PERCENTAGE:
             return min(throttle, self.windows.request_throttle_cap_ms)
         return throttle
@@ -175,19 +243,23 @@ class QuotaEngine:
     def entity_buckets(self, user: str, client_id: str, now: float) -> EntityBuckets:
         """The buckets (user, client_id) draws on for the client quotas, valid for this generation."""
 
-        def bucket(resolution: Resolution | None) -> Bucket | None:
-            return None if resolution is None else self._bucket(resolution, now)
+        def bucket(key: QuotaKey) -> Bucket | MemberBucket | None:
+            buckets = [self._bucket(resolution, now) for resolution in self.resolutions(user, client_id, key)]
+            return None if not buckets else buckets[0] if len(buckets) == 1 else MemberBucket(*buckets)
 
-        consumer = self.table.resolve(user, client_id, QuotaKey.CONSUMER_BYTE_RATE)
         produce, fetch, request = (
-            bucket(self.table.resolve(user, client_id, QuotaKey.PRODUCER_BYTE_RATE)),
-            bucket(consumer),
-            bucket(self.table.resolve(user, client_id, QuotaKey.REQUEST_PERCENTAGE)),
+            bucket(QuotaKey.PRODUCER_BYTE_RATE),
+            bucket(QuotaKey.CONSUMER_BYTE_RATE),
+            bucket(QuotaKey.REQUEST_PERCENTAGE),
         )
-        shadow = any(isinstance(b, ShadowTokenBucket) for b in (produce, fetch, request))
+        shadow = any(
+            isinstance(b, ShadowTokenBucket) or (isinstance(b, MemberBucket) and b.shadow)
+            for b in (produce, fetch, request)
+        )
         fetch_max_bytes = FETCH_MAX_BYTES_LIMIT
-        if consumer is not None and not consumer.shadow:
-            fetch_max_bytes = self.windows.fetch_max_bytes(consumer.value)
+        for consumer in self.resolutions(user, client_id, QuotaKey.CONSUMER_BYTE_RATE):
+            if not consumer.shadow:  # the smaller cap of the member's own quota and its tenant's
+                fetch_max_bytes = min(fetch_max_bytes, self.windows.fetch_max_bytes(consumer.value))
         cap_ms = self.windows.request_throttle_cap_ms
         return EntityBuckets(self.generation, produce, fetch, request, cap_ms, shadow, fetch_max_bytes)
 
@@ -196,18 +268,23 @@ class QuotaEngine:
 
         Strict (KIP-599): an item is admitted iff the bucket is not in debt before it; an admitted
         item is charged in full, so the bucket may go deep into debt. Permissive: every item is
-        admitted and charged. Unlimited clients get everything admitted and nothing charged."""
-        resolution = self.table.resolve(user, client_id, key)
-        if resolution is None:
+        admitted and charged. Unlimited clients get everything admitted and nothing charged. A tenant
+        member is admitted while neither its own bucket nor its tenant's is in debt; both are charged."""
+        resolutions = self.resolutions(user, client_id, key)
+        if not resolutions:
             return [True] * len(costs)
-        bucket = self._bucket(resolution, now)
+        buckets = [(self._bucket(resolution, now), resolution.shadow) for resolution in resolutions]
         admitted = []
         for cost in costs:
-            bucket.refill(now)
-            if strict and bucket.tokens < 0 and not resolution.shadow:
+            refused = False
+            for bucket, shadow in buckets:
+                bucket.refill(now)
+                refused = refused or (strict and bucket.tokens < 0 and not shadow)
+            if refused:
                 admitted.append(False)
                 continue
-            bucket.record(cost, now)
+            for bucket, _ in buckets:
+                bucket.record(cost, now)
             admitted.append(True)
         return admitted
 
@@ -217,22 +294,25 @@ class QuotaEngine:
 
         An ID the entity used within the window is free; a new one is admitted while the bucket is
         not in debt (strict, as `admit`), charged one and remembered; a refused one is not
-        remembered, so its retry is new again. -1 (not idempotent) is never counted."""
+        remembered, so its retry is new again. -1 (not idempotent) is never counted. A tenant member's
+        ID is checked against its own quota and its tenant's alike (new to either: charged there)."""
         if producer_id < 0:
             return 0
-        resolution = self.table.resolve(user, client_id, QuotaKey.PRODUCER_IDS_RATE)
-        if resolution is None:
-            return 0
-        burst = self.burst(resolution)
-        seen = self.producer_ids.entity(resolution.bucket_id, resolution.value, burst, now)
-        if seen.seen(producer_id, now):
-            return 0
-        bucket = self._bucket(resolution, now)
-        bucket.refill(now)
-        if bucket.tokens < 0 and not resolution.shadow:
-            return max(bucket.throttle_ms(now), 1)
-        bucket.record(1.0, now)
-        seen.add(producer_id, now)
+        new = []
+        for resolution in self.resolutions(user, client_id, QuotaKey.PRODUCER_IDS_RATE):
+            seen = self.producer_ids.entity(resolution.bucket_id, resolution.value, self.burst(resolution), now)
+            if not seen.seen(producer_id, now):
+                new.append((resolution, seen, self._bucket(resolution, now)))
+        throttle = 0
+        for resolution, _, bucket in new:
+            bucket.refill(now)
+            if bucket.tokens < 0 and not resolution.shadow:
+                throttle = max(throttle, bucket.throttle_ms(now), 1)
+        if throttle:
+            return throttle
+        for _, seen, bucket in new:
+            bucket.record(1.0, now)
+            seen.add(producer_id, now)
         return 0
 
     def admit_connection(self, address: str, now: float) -> float:
@@ -255,27 +335,31 @@ class QuotaEngine:
 
     def refund(self, user: str, client_id: str, key: QuotaKey, amount: float, now: float) -> None:
         """Gives back tokens charged for work that did not happen (a topic the broker rejected)."""
-        resolution = self.table.resolve(user, client_id, key)
-        bucket = None if resolution is None else self.buckets.get(resolution.bucket_id)
-        if bucket is not None:
-            bucket.give_back(amount, now)
+        for resolution in self.resolutions(user, client_id, key):
+            bucket = self.buckets.get(resolution.bucket_id)
+            if bucket is not None:
+                bucket.give_back(amount, now)
 
     def throttle_ms(self, user: str, client_id: str, key: QuotaKey, now: float) -> int:
-        """The client's current throttle for `key`, without charging anything."""
-        resolution = self.table.resolve(user, client_id, key)
-        if resolution is None:
-            return 0
-        bucket = self.buckets.get(resolution.bucket_id)
-        return 0 if bucket is None else bucket.throttle_ms(now)
+        """The client's current throttle for `key` (the larger of its own and its tenant's), without
+        charging anything."""
+        throttle = 0
+        for resolution in self.resolutions(user, client_id, key):
+            bucket = self.buckets.get(resolution.bucket_id)
+            if bucket is not None:
+                throttle = max(throttle, bucket.throttle_ms(now))
+        return throttle
 
     def would_throttle_ms(self, user: str, client_id: str, key: QuotaKey, now: float) -> int:
         """The throttle the client's quota for `key` calls for now, applied or not (a shadow quota's
-        never is). Reads only: /quotas calls it from a worker thread."""
-        resolution = self.table.resolve(user, client_id, key)
-        bucket = None if resolution is None else self.buckets.get(resolution.bucket_id)
-        if bucket is None:
-            return 0
-        throttle = bucket.would_throttle_ms(now) if isinstance(bucket, ShadowTokenBucket) else bucket.throttle_ms(now)
+        never is; the larger of its own quota's and its tenant's). Reads only: /quotas calls it from a
+        worker thread."""
+        throttle = 0
+        for resolution in self.resolutions(user, client_id, key):
+            bucket = self.buckets.get(resolution.bucket_id)
+            if bucket is not None:
+                shadow = isinstance(bucket, ShadowTokenBucket)
+                throttle = max(throttle, bucket.would_throttle_ms(now) if shadow else bucket.throttle_ms(now))
         return min(throttle, self.windows.request_throttle_cap_ms) if key is QuotaKey.REQUEST_PERCENTAGE else throttle
 
     def tokens(self, resolution: Resolution, now: float) -> float:

@@ -27,6 +27,10 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from quotagate.quotas.tenants import Tenant, Tenants
 
 DEFAULT = "<default>"
 ANONYMOUS = "ANONYMOUS"  # Kafka's principal for unauthenticated connections (User:ANONYMOUS)
@@ -168,6 +172,7 @@ SCOPE_CLIENT = "client-id"
 SCOPE_USER_PREFIX = "user+client-id-prefix"
 SCOPE_PREFIX = "client-id-prefix"
 SCOPE_IP = "ip"  # one bucket per client address, for connection_creation_rate
+SCOPE_TENANT = "tenant"  # one bucket per tenant, shared by all its members (quotas/tenants.py)
 _SCOPE_BY_LEVEL = {
     1: SCOPE_USER_CLIENT,
     2: SCOPE_USER_CLIENT,
@@ -193,10 +198,13 @@ class Resolution:
     bucket_id: tuple[str, str, str | None, str | None]  # (key, scope, user, client-id or prefix)
     shadow: bool = False  # charged and reported, never applied (`shadow = true` in the file)
     by_prefix: bool = False  # a client-id-prefix entry matched, just below `level`'s exact one
+    tenant: str | None = None  # a tenant's quota (level 0, entity empty): its bucket is the tenant's
 
     @property
     def level_name(self) -> str:
-        """The level as the docs write it: "1".."8", or "1p", "4p", "7p" for a prefix entry."""
+        """The level as the docs write it: "1".."8", "1p", "4p", "7p" for a prefix entry, or "tenant"."""
+        if self.tenant is not None:
+            return "tenant"
         return f"{self.level}p" if self.by_prefix else str(self.level)
 
 
@@ -213,13 +221,18 @@ def candidate_entities(user: str, client_id: str) -> Iterator[tuple[int, QuotaEn
 
 
 class QuotaTable:
-    """Configured quotas: entity -> {key: value}. Immutable once built; resolutions are cached."""
+    """Configured quotas: entity -> {key: value}, and the tenants above them (quotas/tenants.py).
+    Immutable once built; resolutions are cached."""
 
     def __init__(
         self,
         quotas: Mapping[QuotaEntity, Mapping[QuotaKey, float]] | None = None,
         shadow: frozenset[QuotaEntity] = frozenset(),
+        tenants: Tenants | None = None,
     ) -> None:
+        if tenants is None:
+            from quotagate.quotas.tenants import NO_TENANTS as tenants  # tenants.py imports this module
+        self.tenants: Tenants = tenants
         self._quotas: dict[QuotaEntity, dict[QuotaKey, float]] = {
             entity: dict(values) for entity, values in (quotas or {}).items() if values
         }
@@ -233,8 +246,11 @@ class QuotaTable:
             if entity.ip is not None and IpQuotaKey.CONNECTION_CREATION_RATE in values
         }
         client_quotas = {entity: values for entity, values in self._quotas.items() if entity.ip is None}
-        self.limits_clients = bool(client_quotas)  # any user or client-id quota (what requests pay for)
-        self.keys_in_use: frozenset[QuotaKey] = frozenset(k for values in client_quotas.values() for k in values)
+        # Any user, client-id or tenant quota (what requests pay for).
+        self.limits_clients = bool(client_quotas) or bool(self.tenants.keys_in_use)
+        self.keys_in_use: frozenset[QuotaKey] = (
+            frozenset(k for values in client_quotas.values() for k in values) | self.tenants.keys_in_use
+        )
         # Looked up by bounded names (a client's names are bounded before any look-up): bounded entity
         # -> (the configured entity, its values).
         self._lookup: dict[QuotaEntity, tuple[QuotaEntity, dict[QuotaKey, float]]] = {
@@ -256,10 +272,15 @@ class QuotaTable:
         self._cache: dict[tuple[str, str], dict[QuotaKey, Resolution | None]] = {}
 
     def __bool__(self) -> bool:
-        return bool(self._quotas)
+        return bool(self._quotas) or bool(self.tenants)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, QuotaTable) and self._quotas == other._quotas and self.shadow == other.shadow
+        return (
+            isinstance(other, QuotaTable)
+            and self._quotas == other._quotas
+            and self.shadow == other.shadow
+            and self.tenants == other.tenants
+        )
 
     def __hash__(self) -> int:
         return id(self)
@@ -271,6 +292,20 @@ class QuotaTable:
         """Drops the cached resolutions (the engine calls it when idle entities expire): a client's
         next look-up resolves again, at the cost of a few dict look-ups."""
         self._cache.clear()
+        self.tenants.forget_resolutions()
+
+    def resolve_tenant(self, user: str, client_id: str, key: QuotaKey) -> Resolution | None:
+        """The quota for `key` of the tenant (user, client_id) belongs to, or None: in no tenant, or
+        the tenant sets no `key`. Its bucket is shared by every member (quotas/tenants.py)."""
+        tenant = self.tenants.tenant_of(user, client_id)
+        if tenant is None or key not in tenant.quotas:
+            return None
+        return self.tenant_resolution(tenant, key)
+
+    def tenant_resolution(self, tenant: Tenant, key: QuotaKey) -> Resolution:
+        """The resolution of `tenant`'s quota for `key` (it sets it)."""
+        bucket_id = self.tenants.bucket_id(tenant, key)
+        return Resolution(key, 0, QuotaEntity(), tenant.quotas[key], bucket_id, tenant.shadow, tenant=tenant.name)
 
     def resolve(self, user: str, client_id: str, key: QuotaKey) -> Resolution | None:
         """The quota for `key` that applies to (user, client_id), or None: unlimited. Bucket ids
@@ -335,6 +370,9 @@ class QuotaTable:
         if scope == SCOPE_IP:
             return self.resolve_ip(user or "")
         key = QuotaKey(key_name)
+        if scope == SCOPE_TENANT:  # lives while its tenant sets the key
+            tenant = self.tenants.by_name.get(name or "")
+            return None if tenant is None or key not in tenant.quotas else self.tenant_resolution(tenant, key)
         if scope == SCOPE_PREFIX or scope == SCOPE_USER_PREFIX:
             # A prefix's bucket lives while its entry sets the key, whichever client id uses it.
             shapes = [(7, None)] if scope == SCOPE_PREFIX else [(1, user), (4, DEFAULT)]

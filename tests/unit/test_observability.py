@@ -12,7 +12,6 @@ from quotagate.protocol.apis import ApiKey
 from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.usage import (
-    QUOTA_FIELDS,
     AggregateCollector,
     JsonlSink,
     ParquetSink,
@@ -22,6 +21,7 @@ from quotagate.proxy.usage import (
     UsageRecord,
     UsageRecorder,
 )
+from quotagate.proxy.usage_fields import QUOTA_FIELDS, RESOLVED_FIELDS
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.apis import policy
 from quotagate.quotas.charging import count_exchange
@@ -115,7 +115,7 @@ async def test_usage_records_land_in_hourly_partitions_as_versioned_json(tmp_pat
         "decision": "ok",
         "shadow_throttle_ms": 0,
         "throttled_bytes": 0,
-        **dict.fromkeys(QUOTA_FIELDS),  # no quotas known to this flush
+        **dict.fromkeys(RESOLVED_FIELDS),  # no quotas (nor tenants) known to this flush
     }
 
 
@@ -199,6 +199,11 @@ def test_aggregates_name_the_quota_in_force_in_their_interval_per_charged_key_an
         "quota_window_size_seconds": 1.0,
         "controller_quota_window_num": 11,
         "controller_quota_window_size_seconds": 1.0,
+        # alice is in no tenant
+        "tenant_quota_producer_byte_rate": None,
+        "tenant_quota_consumer_byte_rate": None,
+        "tenant_quota_request_percentage": None,
+        "tenant_quota_controller_mutation_rate": None,
     }
     second_6 = rows[(6000, 0)]
     assert second_6["quota_window_num"] == 2
