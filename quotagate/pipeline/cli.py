@@ -279,6 +279,11 @@ def _candidates(args: argparse.Namespace):
     return candidates, config
 
 
+def _tenants(config) -> dict | None:  # type: ignore[no-untyped-def]
+    """The --config's tenants' quotas by name (None without --config)."""
+    return None if config is None else {tenant.name: tenant.quotas for tenant in config.tenants.tenants}
+
+
 def _whatif(spark, args: argparse.Namespace, table_path: str, out: str) -> None:
     from quotagate.pipeline.table import read_table
     from quotagate.pipeline.whatif import whatif
@@ -286,7 +291,9 @@ def _whatif(spark, args: argparse.Namespace, table_path: str, out: str) -> None:
     candidates, config = _candidates(args)
     windows = config.windows if config else None
     stand_in = config.quotas if config else None
-    whatif(read_table(spark, table_path), candidates, windows, stand_in=stand_in).write.mode("overwrite").parquet(out)
+    table = read_table(spark, table_path)
+    results = whatif(table, candidates, windows, stand_in=stand_in, tenant_stand_in=_tenants(config))
+    results.write.mode("overwrite").parquet(out)
     print(f"what-if: {out}")
 
 
@@ -297,7 +304,7 @@ def _recommend(spark, args: argparse.Namespace, whatif_path: str, out: str) -> o
 
     config = load_config(args.config) if args.config else None
     found = recommend(spark.read.parquet(whatif_path), args.objective, args.headroom).toPandas()
-    found = with_current(found, config.quotas if config else None)
+    found = with_current(found, config.quotas if config else None, _tenants(config))
     storage = Storage(spark)
     parquet = io.BytesIO()
     found.to_parquet(parquet)
@@ -419,14 +426,14 @@ def _run_generate(spark, args) -> int:
 
 
 def _run_apply(_spark, args) -> int:
-    from quotagate.pipeline.apply import apply_shadow, shadow_recommendations, write_config
-    from quotagate.pipeline.recommend import by_entity
+    import pandas as pd
+
+    from quotagate.pipeline.apply import apply_shadow, shadow_recommendations, tenant_skips, write_config
+    from quotagate.pipeline.recommend import by_entity, tenant_rows
     from quotagate.pipeline.storage import LOCAL_SCHEMES, scheme_of, shown_path
     from quotagate.quotas import QuotaKey
 
     if scheme_of(args.recommendations) in LOCAL_SCHEMES:  # no JVM for a local file
-        import pandas as pd
-
         recommendations = pd.read_parquet(Path(shown_path(args.recommendations)) / RECOMMENDATIONS)
     else:  # on an object store or HDFS: read through Hadoop's filesystems, with the job's --conf
         spark = session_for(args)
@@ -439,12 +446,17 @@ def _run_apply(_spark, args) -> int:
         recommendations = recommendations[recommendations["quota_key"].isin(keys)]
     text = Path(args.config).read_text(encoding="utf-8")
     tried, skipped = shadow_recommendations(recommendations, text)
-    for reason in skipped:
+    tenants_skipped = tenant_skips(text, recommendations)
+    for reason in [*skipped, *tenants_skipped]:
         print(f"not applied: {reason}", file=sys.stderr)
-    write_config(args.config, apply_shadow(text, tried))
-    entities = len(by_entity(tried))
+    for_tenants = tenant_rows(recommendations)  # apply_shadow writes those tenant_skips does not name
+    write_config(args.config, apply_shadow(text, pd.concat([tried, for_tenants])))
+    written = set(zip(for_tenants.get("tenant", []), for_tenants["quota_key"], strict=True))
+    written -= {(skip.client_id, skip.quota_key) for skip in tenants_skipped}
+    entities, quotas, tenants = len(by_entity(tried)), len(tried) + len(written), {tenant for tenant, _ in written}
     print(
-        f"applied as shadow quotas: {len(tried)} quotas of {entities} entities in {args.config} (the proxy reloads it)"
+        f"applied as shadow quotas: {quotas} quotas of {entities} entities and {len(tenants)} tenants in {args.config} "
+        "(the proxy reloads it)"
     )
     return 0
 

@@ -12,6 +12,7 @@ throttled, time held at the quota) or, for a shadow quota, what it observed it w
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shlex
@@ -31,56 +32,49 @@ INTEGER_KEYS = {QuotaKey.PRODUCER_BYTE_RATE.value, QuotaKey.CONSUMER_BYTE_RATE.v
 def recommend(whatif: DataFrame, objective: float = 0.01, headroom: float = 0.2) -> DataFrame:
     """whatif rows → one row per (user, client_id, quota_key) and per (tenant, quota_key): the candidate
     that meets the objective (`meets_at`), its throttled share, whether one met it, and the recommended
-    quota. An entity's rows have a null tenant, a tenant's a null user and client id (as whatif's)."""
+    quota; beside it the current quota and, at it, the replay's figures and the records'. An entity's
+    rows have a null tenant, a tenant's a null user and client id (as whatif's).
+
+    One pass of window functions over the what-if rows (no join): a what-if not yet written runs its
+    replay once."""
     if "tenant" not in whatif.columns:  # a what-if written before tenants
         whatif = whatif.withColumn("tenant", F.lit(None).cast("string")).withColumn("members", F.lit(None).cast("long"))
-    tenant = F.col("tenant").isNotNull()
-    entities = _recommend(whatif.where(~tenant), ENTITY_KEY, objective, headroom)
-    tenants = _recommend(whatif.where(tenant), TENANT_KEY, objective, headroom)
-    return entities.unionByName(tenants, allowMissingColumns=True)
-
-
-ENTITY_KEY = ["user", "client_id"]
-TENANT_KEY = ["tenant"]
-
-
-def _recommend(whatif: DataFrame, owner: list[str], objective: float, headroom: float) -> DataFrame:
-    """recommend for one kind of owner (`owner`: its key columns), joined on that key only (the other
-    kind's key columns are null, and null never joins)."""
-    key = [*owner, "quota_key"]
-    identity = [name for name in (*ENTITY_KEY, *TENANT_KEY, "members") if name not in owner]
-    ranked = whatif.withColumn("meets", F.col("throttled_share") <= objective).withColumn(
-        "rank",
-        F.row_number().over(
-            Window.partitionBy(*key).orderBy(
-                F.col("meets").desc(), F.when(F.col("meets"), F.col("quota")).otherwise(-F.col("quota"))
-            )
-        ),
+    owner = Window.partitionBy("tenant", "user", "client_id", "quota_key")  # nulls are one group
+    first = functools.partial(F.first, ignorenulls=True)
+    ranked = whatif.withColumn("meets", F.col("throttled_share") <= objective).select(
+        "*",
+        F.row_number()
+        .over(owner.orderBy(F.col("meets").desc(), F.when(F.col("meets"), F.col("quota")).otherwise(-F.col("quota"))))
+        .alias("rank"),
+        *(first(name).over(owner).alias(f"_{name}") for name in CURRENT_COLUMNS),
+        *(first(F.when(F.col("is_current"), F.col(name))).over(owner).alias(alias) for name, alias in AT_CURRENT),
     )
-    chosen = ranked.where(F.col("rank") == 1).select(
-        *key,
-        *identity,
+    return ranked.where(F.col("rank") == 1).select(
+        "user",
+        "client_id",
+        "quota_key",
+        "tenant",
+        "members",
         F.col("quota").alias("meets_at"),
         F.col("throttled_share").alias("throttled_share_at"),
         F.col("meets").alias("met"),
         "peak_second",
         "mean_rate",
+        (F.col("quota") * (1 + headroom)).alias("recommended"),
+        *(F.col(f"_{name}").alias(name) for name in CURRENT_COLUMNS),
+        *(alias for _, alias in AT_CURRENT),
     )
-    at_current = whatif.where(F.col("is_current")).select(
-        *key,
-        F.col("seconds_throttled").alias("current_seconds_throttled"),
-        F.col("throttled_time_ms").alias("current_throttled_time_ms"),
-        F.col("recorded_seconds_throttled").alias("current_recorded_seconds_throttled"),
-        F.col("recorded_amount_delayed").alias("current_recorded_amount_delayed"),
-        F.col("recorded_shadow_seconds_throttled").alias("current_shadow_seconds_throttled"),
-        F.col("recorded_shadow_amount_delayed").alias("current_shadow_amount_delayed"),
-    )
-    known = whatif.groupBy(*key).agg(*(F.first(name, ignorenulls=True).alias(name) for name in CURRENT_COLUMNS))
-    return (
-        chosen.withColumn("recommended", F.col("meets_at") * (1 + headroom))
-        .join(known, key, "left")
-        .join(at_current, key, "left")
-    )
+
+
+# At the current quota (whatif's row with is_current): the replay's figures and the records'.
+AT_CURRENT = (
+    ("seconds_throttled", "current_seconds_throttled"),
+    ("throttled_time_ms", "current_throttled_time_ms"),
+    ("recorded_seconds_throttled", "current_recorded_seconds_throttled"),
+    ("recorded_amount_delayed", "current_recorded_amount_delayed"),
+    ("recorded_shadow_seconds_throttled", "current_shadow_seconds_throttled"),
+    ("recorded_shadow_amount_delayed", "current_shadow_amount_delayed"),
+)
 
 
 def entity_rows(recommendations: pd.DataFrame) -> pd.DataFrame:

@@ -57,7 +57,7 @@ from pyspark.sql import functions as F
 
 from quotagate.pipeline.rollup import tenant_of
 from quotagate.pipeline.schema import WINDOW_COLUMNS
-from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
+from quotagate.quotas import ANONYMOUS, QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.apis import (
     BYTES_IN,
     BYTES_OUT,
@@ -69,6 +69,7 @@ from quotagate.quotas.apis import (
 )
 from quotagate.quotas.engine import MS_PER_SECOND_PER_PERCENT, tokens_per_second
 from quotagate.quotas.sampled_rate import SampledRate
+from quotagate.quotas.tenants import Tenant, Tenants
 
 SLICES = 16  # charges per v2 aggregate at most
 KEYS = [k.value for k in RECORDED_KEYS]
@@ -404,8 +405,6 @@ def _replay_owner(
     keys: list[str],
 ) -> pa.Table:
     """The rows of one entity or tenant (`owner`: its identity columns), its records as one series."""
-    bucket_owner = owner["tenant"] if owner["tenant"] is not None else owner["user"]
-    bucket_client = owner["client_id"] if owner["tenant"] is None else owner["tenant"]
     out = []
     for key_name in keys:
         key = QuotaKey(key_name)
@@ -452,7 +451,7 @@ def _replay_owner(
                     **owner,
                     "quota_key": key_name,
                     "quota": float(quota),
-                    **replay(charges, key, float(quota), windows, bucket_owner, bucket_client),
+                    **replay(charges, key, float(quota), windows, owner["user"], owner["client_id"], owner["tenant"]),
                     "recorded_throttle_ms": float(recorded.sum()),
                     "recorded_seconds_throttled": len(np.unique(seconds[recorded > 0])),
                     "recorded_amount_delayed": recorded_delayed,
@@ -513,12 +512,34 @@ def charges_of(
     }
 
 
+def candidate_engine(
+    key: QuotaKey, quota: float, windows: QuotaWindows, user: str | None, client_id: str | None, tenant: str | None
+) -> tuple[QuotaEngine, str, str]:
+    """A QuotaEngine holding only the candidate, and the (user, client_id) whose bucket is the
+    candidate's: the entity's own quota, or the tenant's (one member standing for all of them, the
+    engine's tenant bucket: quotas/tenants.py)."""
+    if tenant is None:
+        return QuotaEngine(QuotaTable({QuotaEntity(user, client_id): {key: quota}}), windows), user, client_id
+    tenants = Tenants((Tenant(tenant, client_ids=(REPLAYED_MEMBER,), quotas={key: quota}),))
+    return QuotaEngine(QuotaTable({}, tenants=tenants), windows), ANONYMOUS, REPLAYED_MEMBER
+
+
+REPLAYED_MEMBER = "replayed-members"  # the client id the members' summed charges go through
+
+
 def replay(
-    charges: dict[str, np.ndarray], key: QuotaKey, quota: float, windows: QuotaWindows, user: str, client_id: str
+    charges: dict[str, np.ndarray],
+    key: QuotaKey,
+    quota: float,
+    windows: QuotaWindows,
+    user: str | None,
+    client_id: str | None,
+    tenant: str | None = None,
 ) -> dict[str, float]:
-    """Charges one candidate's bucket (from a QuotaEngine holding only that quota) in time order."""
+    """Charges one candidate's bucket (from a QuotaEngine holding only that quota) in time order:
+    the entity's (user, client_id), or the tenant's."""
     charge_at, respond_at, amounts, weights = (charges[k] for k in ("charge_at", "respond_at", "amount", "weight"))
-    engine = QuotaEngine(QuotaTable({QuotaEntity(user, client_id): {key: quota}}), windows)
+    engine, user, client_id = candidate_engine(key, quota, windows, user, client_id, tenant)
     kafka = SampledRate(
         tokens_per_second(key, quota),
         windows.controller_quota_window_num if key is QuotaKey.CONTROLLER_MUTATION_RATE else windows.quota_window_num,
