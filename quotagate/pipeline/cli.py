@@ -408,10 +408,11 @@ def _run_all(spark, args) -> int:
 def _run_generate(spark, args) -> int:
     from quotagate.pipeline.synthetic import SyntheticEntity, synthetic_aggregates, synthetic_requests
 
+    team = {"tenant": "ingest-team", "tenant_quota": 300_000}  # the two producers' tenant and its quota
     entities = [
-        SyntheticEntity("ANONYMOUS", "steady-producer", 200_000, 20),
+        SyntheticEntity("ANONYMOUS", "steady-producer", 200_000, 20, **team),
         SyntheticEntity(
-            "ANONYMOUS", "bursty-producer", 50_000, 10, burst_every_seconds=60, burst_seconds=5, burst_factor=8
+            "ANONYMOUS", "bursty-producer", 50_000, 10, burst_every_seconds=60, burst_seconds=5, burst_factor=8, **team
         ),
         SyntheticEntity("alice", "consumer", 400_000, 10, api_key=1),
     ]
