@@ -37,7 +37,7 @@ from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.quotas import ANONYMOUS, QuotaEngine, QuotaKey
 from quotagate.quotas.entities import bounded_name
-from quotagate.quotas.explain import explain
+from quotagate.quotas.explain import explain, tenant_states
 
 log = logging.getLogger("quotagate.http")
 
@@ -195,6 +195,7 @@ class AdminHttpServer:
             for entity, values in engine.table.items()
         ]
         muted = self.muted_by_entity()
+        muted_by_tenant: Counter[str] = Counter()
         entities = []
         for (user, client_id), _stats in sorted(list(proxy.entity_metrics.stats.items())):
             quotas = {}
@@ -211,15 +212,29 @@ class AdminHttpServer:
                     "throttle_ms": engine.would_throttle_ms(user, client_id, key, now),
                     "shadow": resolution.shadow,
                 }
+            tenant = engine.table.tenants.tenant_of(user, client_id)
             entities.append(
                 {
                     "user": user,
                     "client_id": client_id,
+                    "tenant": None if tenant is None else tenant.name,
                     "quotas": quotas,
                     "muted_connections": muted.get((user, client_id), 0),
                 }
             )
-        return {"configured": configured, "entities": entities, "delay_queue_size": len(proxy.delay_queue)}
+            if tenant is not None:
+                muted_by_tenant[tenant.name] += muted.get((user, client_id), 0)
+        return {
+            "configured": configured,
+            "entities": entities,
+            "tenants": tenant_states(
+                engine,
+                now,
+                {name: members for name, (_, members) in proxy.entity_metrics.tenant_sums().items()},
+                muted_by_tenant,
+            ),
+            "delay_queue_size": len(proxy.delay_queue),
+        }
 
     def muted_by_entity(self) -> Counter[tuple[str, str]]:
         """(user, client id) -> its client connections muted for a quota now, keyed as the entity

@@ -11,6 +11,12 @@ counted straight into "other"). Cost: about 15 series per exported entity (8 cou
 groups, and 2 gauges per quota key in use). When an entity enters or leaves the top N, the "other"
 counters step down or up: Prometheus treats a step down as a counter reset.
 
+Tenants (docs/quotas.md): the same counters summed over each tenant's members, labelled `tenant`
+(quotagate_tenant_*), and the tenant buckets' tokens and quotas: one series per configured tenant
+and key, whatever entities exist. A member's counts move with it when a reload moves it to another
+tenant, so a tenant's counters can step (Prometheus reads a step down as a reset). Entities beyond
+max_tracked, counted into "other" without their names, are in no tenant's sums.
+
 Recording is a dict lookup and a few float additions per response, on the event loop. The
 collector runs in a worker thread (a scrape of many entities must not stall every client): it only
 reads, from a copy of the entity table, so the hot path still takes no lock. User and client id
@@ -102,6 +108,8 @@ class EntityMetrics(Collector):
         self.max_tracked = max(10 * max_entities, 10_000)
         self.stats: dict[tuple[str, str], EntityStats] = {}
         self.untracked = EntityStats()  # entities beyond max_tracked, always in "other"
+        # What idle entities, forgotten, had counted in their tenant: keeps the tenant sums monotonic.
+        self.retired_by_tenant: dict[str, EntityStats] = {}
         self.exempt_request_seconds = 0.0
         self.exported = 0
         self.folded = 0
@@ -147,8 +155,15 @@ class EntityMetrics(Collector):
         """Folds entities unseen for idle_seconds into "other" (kept monotonic) and forgets them;
         returns how many. The proxy calls it periodically, so idle entities free their memory."""
         idle = [key for key, stats in list(self.stats.items()) if now - stats.last_seen >= idle_seconds]
+        tenants = self._engine().table.tenants
         for key in idle:
-            self.untracked.add(self.stats.pop(key))
+            stats = self.stats.pop(key)
+            self.untracked.add(stats)
+            tenant = tenants.tenant_of(*key) if tenants else None
+            if tenant is not None:
+                self.retired_by_tenant.setdefault(tenant.name, EntityStats()).add(stats)
+        for name in [name for name in self.retired_by_tenant if name not in tenants.by_name]:
+            del self.retired_by_tenant[name]  # a tenant a reload removed: no series to keep monotonic
         return len(idle)
 
     def ranked(self) -> tuple[list[tuple[tuple[str, str], EntityStats]], EntityStats]:
@@ -188,8 +203,55 @@ class EntityMetrics(Collector):
         exempt.add_metric([], self.exempt_request_seconds)
         yield exempt
         yield from self._quota_gauges(exported)
+        yield from self._tenant_series()
         yield GaugeMetricFamily("quotagate_entities_exported", "Entities with series of their own", value=self.exported)
         yield GaugeMetricFamily("quotagate_entities_folded", "Entities summed into user=other", value=self.folded)
+
+    def tenant_sums(self) -> dict[str, tuple[EntityStats, int]]:
+        """Per configured tenant: its members' counters summed (those forgotten since included), and
+        how many members are tracked now. Read from a worker thread, as ranked()."""
+        tenants = self._engine().table.tenants
+        sums = {tenant.name: (EntityStats(), [0]) for tenant in tenants.tenants}
+        for name, stats in list(self.retired_by_tenant.items()):
+            if name in sums:
+                sums[name][0].add(stats)
+        for (user, client_id), stats in list(self.stats.items()):
+            tenant = tenants.tenant_of(user, client_id)
+            if tenant is not None:
+                total, members = sums[tenant.name]
+                total.add(stats)
+                members[0] += 1
+        return {name: (total, members[0]) for name, (total, members) in sums.items()}
+
+    def _tenant_series(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        sums = self.tenant_sums()
+        for name, documentation, attribute in _COUNTERS:
+            family = CounterMetricFamily(
+                name.replace("quotagate_", "quotagate_tenant_", 1),
+                f"{documentation}, summed over the tenant's members",
+                labels=["tenant"],
+            )
+            for tenant, (stats, _) in sums.items():
+                family.add_metric([tenant], getattr(stats, attribute))
+            yield family
+        members = GaugeMetricFamily("quotagate_tenant_members", "Entities of the tenant tracked now", labels=["tenant"])
+        for tenant, (_, count) in sums.items():
+            members.add_metric([tenant], count)
+        yield members
+        engine = self._engine()
+        now = self._clock()
+        labels = ["tenant", "quota"]
+        tokens = GaugeMetricFamily(
+            "quotagate_tenant_quota_tokens", "Tokens left in the tenant's bucket (shared by its members)", labels=labels
+        )
+        limits = GaugeMetricFamily("quotagate_tenant_quota_limit", "The tenant's quota", labels=labels)
+        for tenant in engine.table.tenants.tenants:
+            for key in tenant.quotas:
+                resolution = engine.table.tenant_resolution(tenant, key)
+                tokens.add_metric([tenant.name, key.value], engine.tokens(resolution, now))
+                limits.add_metric([tenant.name, key.value], resolution.value)
+        yield tokens
+        yield limits
 
     def _quota_gauges(self, exported: list[tuple[tuple[str, str], EntityStats]]) -> Iterator[GaugeMetricFamily]:
         engine = self._engine()

@@ -18,6 +18,7 @@ from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, Quo
 from quotagate.quotas.apis import policy
 from quotagate.quotas.charging import count_exchange
 from quotagate.quotas.engine import local_bucket
+from quotagate.quotas.tenants import Tenant, Tenants
 
 # Every label any series carries, and what its values are.
 LABEL_MEANINGS: dict[str, str] = {
@@ -35,6 +36,7 @@ LABEL_MEANINGS: dict[str, str] = {
     "client_id": "The client.id (or `other`)",
     "group": "The quota group: `produce`, `fetch`, `request`, `controller_mutation`",
     "quota": "The quota key: " + ", ".join(f"`{key.value}`" for key in QuotaKey),
+    "tenant": "The tenant (`[[tenants]]` name, docs/quotas.md): one series per configured tenant",
     "session": "The fetch's session (KIP-227): `full` (a full or sessionless fetch, answered by the proxy) or "
     "`incremental` (sent to the broker, whose session takes it, and its answer emptied)",
 }
@@ -54,8 +56,11 @@ def metric_docs() -> list[MetricDoc]:
     family with no sample would not show its labels)."""
     metrics = ProxyMetrics(CollectorRegistry())
     entity = QuotaEntity("u", "c")
+    tenants = Tenants((Tenant("t", users=("u",), quotas={key: 1000.0 for key in QuotaKey}),))
     engine = QuotaEngine(
-        QuotaTable({entity: {key: 1000.0 for key in QuotaKey}}, frozenset({entity})), QuotaWindows(), local_bucket
+        QuotaTable({entity: {key: 1000.0 for key in QuotaKey}}, frozenset({entity}), tenants),
+        QuotaWindows(),
+        local_bucket,
     )
     entities = EntityMetrics(lambda: engine, lambda: 0.0, 10)
     metrics.registry.register(entities)
@@ -89,7 +94,9 @@ def metrics_markdown() -> str:
         "`metrics.worker_ports`). Counters end in `_total`; those of rare events also have a `_created`",
         "series (when the counter started, written by prometheus_client). The per-entity series (labels `user` and",
         "`client_id`) exist for the busiest `metrics.max_entities` entities; the rest are summed into",
-        '`user="other", client_id="other"`. The alerts in [ops/prometheus/alerts.yml](../ops/prometheus/alerts.yml)',
+        '`user="other", client_id="other"`. The per-tenant series (label `tenant`, `quotagate_tenant_*`) exist for',
+        "every configured tenant (`[[tenants]]`): its members' counters summed, and its shared bucket.",
+        "The alerts in [ops/prometheus/alerts.yml](../ops/prometheus/alerts.yml)",
         "and the dashboard in [ops/grafana](../ops/grafana) use these names.",
         "",
         f"{len(docs)} metric families, {sum(len(doc.series) for doc in docs)} series names.",

@@ -22,7 +22,8 @@ they lose is counted exactly.
 Every row also says which quota was in force for each key its API is charged to, and whether that
 entry was shadow (`quota_<key>`, `quota_<key>_shadow`): resolved when the rows are made, off the
 hot path, from the quota table in force at the row's interval (the file's and the Admin API's
-quotas alike: the server tells the recorder when the table changes), once per entity and interval.
+quotas alike: the server tells the recorder when the table changes), once per entity and interval;
+so are the entity's tenant and the tenant's quotas (`tenant`, `tenant_quota_<key>`).
 
 Files are partitioned as DIRECTORY/date=YYYY-MM-DD/hour=HH/usage-<writer>-<n>.{parquet,jsonl} (UTC),
 the layout Spark reads as partition columns. Every row carries its writer (proxy, pid, start time)
@@ -126,7 +127,7 @@ def quota_fields(
     table: QuotaTable, user: str, client_id: str, api_key: int, windows: QuotaWindows | None = None
 ) -> Row:
     """The `quota_*` fields of a row: what `table` gives (user, client_id) for the keys `api_key` is
-    charged to, and the windows sizing their bursts."""
+    charged to, and the windows sizing their bursts; then its tenant and the tenant's quotas."""
     fields = dict(NO_QUOTA_FIELDS)
     windows = windows or QuotaWindows()
     for name in WINDOW_FIELDS:
@@ -136,6 +137,11 @@ def quota_fields(
         resolution = table.resolve(user, client_id, key)
         fields[f"quota_{key.value}"] = None if resolution is None else resolution.value
         fields[f"quota_{key.value}_shadow"] = resolution is not None and resolution.shadow
+    tenant = table.tenants.tenant_of(user, client_id)
+    if tenant is not None:
+        fields["tenant"] = tenant.name
+        for key in keys_charged(api_key):
+            fields[f"tenant_quota_{key.value}"] = tenant.quotas.get(key)
     return fields
 
 

@@ -275,12 +275,9 @@ class QuotaTable:
         return bool(self._quotas) or bool(self.tenants)
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, QuotaTable)
-            and self._quotas == other._quotas
-            and self.shadow == other.shadow
-            and self.tenants == other.tenants
-        )
+        # The entities' quotas: the tenants are a section of their own (Config.tenants), compared there,
+        # so that a reload that changes only [[tenants]] reports that key alone.
+        return isinstance(other, QuotaTable) and self._quotas == other._quotas and self.shadow == other.shadow
 
     def __hash__(self) -> int:
         return id(self)

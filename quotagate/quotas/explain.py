@@ -2,8 +2,10 @@
 
 For (user, client id) and each quota key: the entry that applies, its level in the precedence (1-8,
 or 1p/4p/7p for a client-id prefix), where it came from, who shares its bucket, the bucket's state
-now, and every other entry that matches the client with why it lost. Pure: it reads the engine (its
-quotas and buckets) and never changes it, never resolves through the engine's cache (so an
+now, and every other entry that matches the client with why it lost; then the tenant the client is
+in (and the later tenants that match it too), the tenant's quota for the key with its bucket, and
+how the two hold it (`held_by`: both charged, the larger throttle applies). Pure: it reads the
+engine (its quotas and buckets) and never changes it, never resolves through the engine's cache (so an
 explain from the HTTP thread adds no entry there), and takes the time and the source of each
 entry from the caller.
 
@@ -13,7 +15,7 @@ for a terminal.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from quotagate.quotas.bucket import ShadowTokenBucket
@@ -30,6 +32,7 @@ from quotagate.quotas.entities import (
     Resolution,
 )
 from quotagate.quotas.lease import LeasedBucket
+from quotagate.quotas.tenants import Tenant
 
 # What each level is, as the docs name it (docs/quotas.md, "Which quota applies").
 LEVEL_NAMES = {
@@ -68,6 +71,8 @@ def explain(
     table = engine.table
     candidates = table.candidates(user, client_id)
     keys: dict[str, Any] = {}
+    tenants = table.tenants.matching(user, client_id)  # in file order: the first is the entity's
+    tenant = tenants[0][0] if tenants else None
     for key in QuotaKey:
         winner: Resolution | None = None
         applied: dict[str, Any] = {}
@@ -85,20 +90,105 @@ def explain(
                 continue
             described["why"] = _why_lost(winner, level, by_prefix, entity)
             lost.append(described)
+        tenant_quota = None
+        if tenant is not None and key in tenant.quotas:
+            tenant_quota = _tenant_quota(engine, table.tenant_resolution(tenant, key), now)
         if winner is None:
             keys[key.value] = {
                 "applies": None,
                 "why": "no entry that matches this client sets it",
                 "lost": lost,
+                "tenant": tenant_quota,
+                "held_by": _held_by(None, tenant_quota),
             }
             continue
         applied["shared_by"] = _shared_by(winner)
         applied["bucket"] = _bucket_state(engine, winner, now)
-        keys[key.value] = {"applies": applied, "lost": lost}
-    answer: dict[str, Any] = {"user": user, "client_id": client_id, "quotas": keys}
+        keys[key.value] = {
+            "applies": applied,
+            "lost": lost,
+            "tenant": tenant_quota,
+            "held_by": _held_by(applied, tenant_quota),
+        }
+    answer: dict[str, Any] = {
+        "user": user,
+        "client_id": client_id,
+        "tenant": _tenant_membership(tenants),
+        "quotas": keys,
+    }
     if ip is not None:
         answer["ip"] = _explain_ip(engine, ip, now, source)
     return answer
+
+
+def tenant_states(
+    engine: QuotaEngine, now: float, members: Mapping[str, int], muted: Mapping[str, int]
+) -> list[dict[str, Any]]:
+    """/quotas' `tenants`: each configured tenant, its member rules, how many of its members are
+    tracked and muted (by tenant name), and per key its quota and shared bucket now."""
+    states = []
+    for tenant in engine.table.tenants.tenants:
+        quotas = {}
+        for key in tenant.quotas:
+            resolution = engine.table.tenant_resolution(tenant, key)
+            bucket = _bucket_state(engine, resolution, now)
+            quotas[key.value] = {
+                "level": 0,
+                "matched": f"tenant={tenant.name}",
+                "quota": resolution.value,
+                "tokens": bucket["tokens"],
+                "throttle_ms": bucket["throttle_ms"],  # a shadow tenant's is the throttle it would give
+                "shadow": resolution.shadow,
+            }
+        states.append(
+            {
+                "tenant": tenant.name,
+                "rules": tenant.rule_texts(),
+                "members": members.get(tenant.name, 0),
+                "quotas": quotas,
+                "muted_connections": muted.get(tenant.name, 0),
+            }
+        )
+    return states
+
+
+def _tenant_membership(tenants: list[tuple[Tenant, str]]) -> dict[str, Any] | None:
+    """The tenant the client is in, by which rule, and the tenants that match it too but come later."""
+    if not tenants:
+        return None
+    (tenant, rule), later = tenants[0], tenants[1:]
+    return {
+        "name": tenant.name,
+        "rule": rule,
+        "lost": [
+            {"name": other.name, "rule": why, "why": f"tenant {tenant.name!r} comes first in the file"}
+            for other, why in later
+        ],
+    }
+
+
+def _tenant_quota(engine: QuotaEngine, resolution: Resolution, now: float | None) -> dict[str, Any]:
+    return {
+        "tenant": resolution.tenant,
+        "value": resolution.value,
+        "shadow": resolution.shadow,
+        "shared_by": f"every member of tenant {resolution.tenant!r}, on every listener and process",
+        "bucket": _bucket_state(engine, resolution, now),
+    }
+
+
+def _held_by(own: dict[str, Any] | None, tenant: dict[str, Any] | None) -> str:
+    """How the client's own quota and its tenant's compose for one key (docs/quotas.md, "Tenants")."""
+    if tenant is None:
+        return "its own quota" if own is not None else "nothing: unlimited"
+    if own is None:
+        return f"the quota of tenant {tenant['tenant']!r} alone (no entry of its own sets the key)"
+    throttles = (own["bucket"].get("throttle_ms"), tenant["bucket"].get("throttle_ms"))
+    rule = "both are charged; the larger throttle holds it (whichever binds first)"
+    if None in throttles or throttles == (0, 0):
+        return rule
+    binding = "its own quota" if throttles[0] >= throttles[1] else f"the quota of tenant {tenant['tenant']!r}"
+    return f"{rule}: now {binding}"
 
 
 def _explain_ip(engine: QuotaEngine, address: str, now: float | None, source: Source) -> dict[str, Any]:
@@ -196,10 +286,20 @@ def _bucket_state(engine: QuotaEngine, resolution: Resolution, now: float | None
 def explain_text(answer: dict[str, Any]) -> str:
     """The explanation written for a terminal, one block per quota key."""
     lines = [f"user {answer['user']!r}, client id {answer['client_id']!r}"]
+    membership = answer.get("tenant")
+    if membership is None:
+        lines.append("tenant: none (no [[tenants]] entry's rules match this client)")
+    else:
+        lines.append(f"tenant: {membership['name']!r} (by {membership['rule']})")
+        for loser in membership["lost"]:
+            lines.append(f"  not tenant {loser['name']!r} (by {loser['rule']}): {loser['why']}")
     for key, explained in answer["quotas"].items():
         applied = explained["applies"]
-        if applied is None:
+        tenant = explained.get("tenant")
+        if applied is None and tenant is None:
             lines.append(f"{key}: unlimited ({explained['why']})")
+        elif applied is None:
+            lines.append(f"{key}: no quota of its own ({explained['why']})")
         else:
             shadow = ", shadow: never applied" if applied["shadow"] else ""
             lines.append(
@@ -218,6 +318,18 @@ def explain_text(answer: dict[str, Any]) -> str:
         for loser in explained["lost"]:
             value = f" = {loser['value']:g} ({loser['source']})" if "value" in loser else ""
             lines.append(f"  not {loser['matched']}{value} (level {loser['level']}): {loser['why']}")
+        if tenant is not None:
+            shadow = ", shadow: never applied" if tenant["shadow"] else ""
+            bucket = tenant["bucket"]
+            lines.append(
+                f"  and tenant {tenant['tenant']!r}: {tenant['value']:g}{shadow}, shared by {tenant['shared_by']}"
+            )
+            if "tokens" in bucket:
+                lines.append(
+                    f"  tenant bucket now: {bucket['state']}, tokens {bucket['tokens']:g} of {bucket['burst']:g}, "
+                    f"throttle {bucket['throttle_ms']} ms"
+                )
+            lines.append(f"  held by: {explained['held_by']}")
     ip = answer.get("ip")
     if ip is not None and ip["applies"] is None:
         lines.append(f"connection_creation_rate for {ip['address']}: unlimited ({ip['why']})")

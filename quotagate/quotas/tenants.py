@@ -17,8 +17,8 @@ larger of the two). quotas/engine.py composes them; this module only says who is
 
 Pure, no I/O. Resolution is cached per bounded (user, client id), MAX_CACHED_CLIENTS entries at
 most (emptied when full): whatever names a client invents, the memory stays bounded, and a miss
-costs one dict look-up per exact list and one full match per rule, on names of at most
-MAX_NAME_CHARS characters.
+costs, per tenant in file order until one matches, a set look-up per exact list, one full match per
+user rule (on a user of at most MAX_NAME_CHARS characters) and a startswith per prefix.
 """
 
 from __future__ import annotations
@@ -46,10 +46,14 @@ class Tenant:
     quotas: Mapping[QuotaKey, float] = field(default_factory=dict)
     shadow: bool = False
     rules: tuple[MappingRule, ...] = field(init=False, compare=False, repr=False)
+    _users: frozenset[str] = field(init=False, compare=False, repr=False)  # one look-up each, not a scan
+    _client_ids: frozenset[str] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "quotas", MappingProxyType(dict(self.quotas)))
         object.__setattr__(self, "rules", tuple(user_rule(text) for text in self.user_rules))
+        object.__setattr__(self, "_users", frozenset(self.users))
+        object.__setattr__(self, "_client_ids", frozenset(self.client_ids))
 
     def __hash__(self) -> int:
         return hash(self.name)
@@ -63,13 +67,14 @@ class Tenant:
         return texts
 
     def matches(self, user: str, client_id: str) -> str | None:
-        """The rule that makes (user, client_id) a member, as rule_texts writes it, or None."""
-        if user in self.users:
+        """The rule that makes (user, client_id) a member, as rule_texts writes it, or None (a user
+        or client id longer than MAX_NAME_CHARS never equals a configured one: the parser bounds them)."""
+        if user in self._users:
             return f"user={user}"
         for text, rule in zip(self.user_rules, self.rules, strict=True):
             if rule.apply(user) == self.name:
                 return f"user_rule={text}"
-        if client_id in self.client_ids:
+        if client_id in self._client_ids:
             return f"client_id={client_id}"
         for prefix in self.client_id_prefixes:
             if client_id.startswith(prefix):
@@ -96,10 +101,6 @@ class Tenants:
     def __init__(self, tenants: tuple[Tenant, ...] = ()) -> None:
         self.tenants = tenants
         self.by_name = {tenant.name: tenant for tenant in tenants}
-        # Exact names, looked up before any rule: user or client id -> the first tenant listing it.
-        self._by_user = {bounded_name(user): t for t in reversed(tenants) for user in t.users}
-        self._by_client = {bounded_name(client): t for t in reversed(tenants) for client in t.client_ids}
-        self._ruled = tuple(t for t in tenants if t.user_rules or t.client_id_prefixes)
         self._cache: dict[tuple[str, str], Tenant | None] = {}
 
     def __bool__(self) -> bool:
@@ -131,34 +132,15 @@ class Tenants:
             return cache[entry]
         if len(cache) >= MAX_CACHED_CLIENTS:  # random client ids must not grow it forever
             cache.clear()
-        found = cache[entry] = self._match(user, client_id, full_client_id)
+        found = cache[entry] = next((t for t in self.tenants if t.matches(user, full_client_id)), None)
         return found
-
-    def _match(self, user: str, client_id: str, full_client_id: str) -> Tenant | None:
-        candidates = [t for t in (self._by_user.get(user), self._by_client.get(client_id)) if t is not None]
-        for tenant in self._ruled:
-            if tenant.matches(user, full_client_id) is not None:
-                candidates.append(tenant)
-                break  # the first ruled tenant that matches; exact lists may name an earlier one
-        if not candidates:
-            return None
-        order = {id(tenant): index for index, tenant in enumerate(self.tenants)}
-        return min(candidates, key=lambda tenant: order[id(tenant)])
 
     def matching(self, user: str, client_id: str) -> list[tuple[Tenant, str]]:
         """Every tenant whose rules match (user, client_id), in file order, with the rule that does:
         what tenant_of chooses from (the first), for explaining. Reads no cache."""
-        full_client_id = client_id
-        if len(user) > MAX_NAME_CHARS or len(client_id) > MAX_NAME_CHARS:
-            user, client_id = bounded_name(user), bounded_name(client_id)
-        found = []
-        for tenant in self.tenants:
-            rule = tenant.matches(user, full_client_id)
-            if rule is None and client_id != full_client_id and client_id in tenant.client_ids:
-                rule = f"client_id={client_id}"
-            if rule is not None:
-                found.append((tenant, rule))
-        return found
+        if len(user) > MAX_NAME_CHARS:
+            user = bounded_name(user)
+        return [(tenant, rule) for tenant in self.tenants if (rule := tenant.matches(user, client_id)) is not None]
 
     def forget_resolutions(self) -> None:
         self._cache.clear()

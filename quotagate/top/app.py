@@ -17,7 +17,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Input, Static
 
-from quotagate.top.rows import MEASURES, Row, TopTable, Usage, format_amount, throttle_text, usage_bar
+from quotagate.top.rows import MEASURES, TENANT, Row, TopTable, Usage, format_amount, throttle_text, usage_bar
 from quotagate.top.scrape import ProxyUnreachable, Scrape
 
 Poll = Callable[[], Mapping[str, Scrape | ProxyUnreachable]]
@@ -47,7 +47,7 @@ def row_cells(row: Row) -> list[Text | str]:
     throttle = throttle_text(row)
     return [
         row.user,
-        row.client_id,
+        Text("(tenant)", "italic") if row.kind == TENANT else row.client_id,
         *(usage_cell(row.usage[measure.name], measure.unit) for measure in MEASURES),
         Text(throttle, "bold red") if throttle else Text("–", "dim"),
         Text(str(row.muted), "bold red") if row.muted else Text("–", "dim"),

@@ -9,8 +9,9 @@ compared with its one quota, never with the quota times the proxies. Proxies tha
 their quotas (each alone: quotagate_cluster_processes 0) each grant the whole quota; `sharing_note`
 says so rather than hide it.
 
-Rows have a kind: "entity" for (user, client id) now. A tenant row (issue 38 item 1) is another
-kind whose `user` is the tenant's name; sorting, filtering and drawing already go by row, not by kind.
+Rows have a kind: "entity" for (user, client id), "tenant" for a tenant ([[tenants]]: its members'
+counters summed by the proxy, its one shared quota), whose `user` is the tenant's name and client id
+empty; sorting, filtering and drawing go by row, not by kind.
 """
 
 from __future__ import annotations
@@ -28,10 +29,13 @@ from quotagate.top.scrape import (
     Entity,
     ProxyUnreachable,
     QuotaState,
+    RowKey,
     Scrape,
+    TenantKey,
 )
 
 ENTITY = "entity"
+TENANT = "tenant"
 OTHER: Entity = ("other", "other")  # the proxy's sum of the entities beyond metrics.max_entities
 
 
@@ -98,12 +102,12 @@ class Row:
         return text in self.user.casefold() or text in self.client_id.casefold()
 
 
-def rates(before: Scrape, after: Scrape) -> dict[Entity, dict[str, float | None]]:
+def rates(before: Scrape, after: Scrape) -> dict[RowKey, dict[str, float | None]]:
     """Each entity's counters per second between two scrapes of one proxy. None where it cannot be
     told: an entity (or counter) the first scrape lacked, or a counter that went down (the proxy
     restarted, or the entity moved in or out of the exported top: docs/metrics.md)."""
     elapsed = after.at - before.at
-    result: dict[Entity, dict[str, float | None]] = {}
+    result: dict[RowKey, dict[str, float | None]] = {}
     for entity, counters in after.counters.items():
         earlier = before.counters.get(entity, {})
         per_entity: dict[str, float | None] = {}
@@ -130,7 +134,7 @@ class TopTable:
         self.sort_by = sort_by
         self.filter_text = ""
         self.latest: dict[str, Scrape] = {}  # url -> its last scrape (absent while unreachable)
-        self.rates: dict[str, dict[Entity, dict[str, float | None]]] = {}
+        self.rates: dict[str, dict[RowKey, dict[str, float | None]]] = {}
         self.problems: dict[str, str] = {}  # url -> why it could not be read
 
     def update(self, results: Mapping[str, Scrape | ProxyUnreachable]) -> None:
@@ -153,9 +157,9 @@ class TopTable:
         self.sort_by = measure
 
     def all_rows(self) -> list[Row]:
-        """Every entity any reachable proxy reports, unsorted and unfiltered."""
+        """Every entity and tenant any reachable proxy reports, unsorted and unfiltered."""
         scrapes = [(url, self.latest[url]) for url in self.urls if url in self.latest]
-        entities: set[Entity] = set()
+        entities: set[RowKey] = set()
         for _, reading in scrapes:
             entities.update(reading.counters)
             entities.update(reading.quotas)
@@ -178,7 +182,7 @@ class TopTable:
             )
         return None
 
-    def _row(self, entity: Entity, scrapes: list[tuple[str, Scrape]]) -> Row | None:
+    def _row(self, entity: RowKey, scrapes: list[tuple[str, Scrape]]) -> Row | None:
         """The entity's row, from the proxies that report it (in the order the user named them)."""
         seen_at = [(url, r) for url, r in scrapes if entity in r.counters or entity in r.quotas]
         seen = [reading for _, reading in seen_at]
@@ -195,6 +199,8 @@ class TopTable:
             return None  # nobody folded into "other": no row for it
         throttle_ms, throttled_by = _throttle([r.quotas.get(entity, {}) for r in seen])
         muted = sum(reading.muted.get(entity, 0) for reading in seen)
+        if isinstance(entity, TenantKey):
+            return Row(TENANT, entity.name, "", usage, throttle_ms, throttled_by, muted, len(seen))
         return Row(ENTITY, entity[0], entity[1], usage, throttle_ms, throttled_by, muted, len(seen))
 
 

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -23,11 +23,22 @@ from quotagate.quotas import QuotaKey
 
 Entity = tuple[str, str]  # (user, client id), as the proxy's metrics label them
 
+
+class TenantKey(NamedTuple):
+    """A tenant's row, beside the entities' (never equal to an entity's (user, client id))."""
+
+    name: str
+
+
+RowKey = Entity | TenantKey
+
 # The per-entity counters the view reads (Prometheus sample names, docs/metrics.md).
 PRODUCE_BYTES = "quotagate_produce_bytes_total"
 FETCH_BYTES = "quotagate_fetch_bytes_total"
 REQUEST_SECONDS = "quotagate_request_time_seconds_total"
 COUNTERS = frozenset({PRODUCE_BYTES, FETCH_BYTES, REQUEST_SECONDS})
+# The same counters summed per tenant (label `tenant`), read as the entity counter they sum.
+TENANT_COUNTERS = {name.replace("quotagate_", "quotagate_tenant_", 1): name for name in COUNTERS}
 CLUSTER_PROCESSES = "quotagate_cluster_processes"
 KNOWN_KEYS = frozenset(key.value for key in QuotaKey)
 
@@ -59,9 +70,9 @@ class Scrape:
 
     url: str
     at: float
-    counters: dict[Entity, dict[str, float]] = field(default_factory=dict)
-    quotas: dict[Entity, dict[QuotaKey, QuotaState]] = field(default_factory=dict)
-    muted: dict[Entity, int] = field(default_factory=dict)
+    counters: dict[RowKey, dict[str, float]] = field(default_factory=dict)
+    quotas: dict[RowKey, dict[QuotaKey, QuotaState]] = field(default_factory=dict)
+    muted: dict[RowKey, int] = field(default_factory=dict)
     # Processes sharing the quotas (quotagate_cluster_processes): 0 for a proxy alone.
     cluster_processes: int = 0
 
@@ -82,10 +93,14 @@ def parse_scrape(url: str, at: float, metrics_text: str, quotas: dict[str, Any])
             if sample.name in COUNTERS:
                 entity = (sample.labels.get("user", ""), sample.labels.get("client_id", ""))
                 reading.counters.setdefault(entity, {})[sample.name] = sample.value
+            elif sample.name in TENANT_COUNTERS:
+                tenant = TenantKey(sample.labels.get("tenant", ""))
+                reading.counters.setdefault(tenant, {})[TENANT_COUNTERS[sample.name]] = sample.value
             elif sample.name == CLUSTER_PROCESSES:
                 reading.cluster_processes = int(sample.value)
-    for item in quotas.get("entities", []):
-        entity = (item["user"], item["client_id"])
+    items = [((item["user"], item["client_id"]), item) for item in quotas.get("entities", [])]
+    items += [(TenantKey(item["tenant"]), item) for item in quotas.get("tenants", [])]  # proxies before tenants: none
+    for entity, item in items:
         reading.quotas[entity] = {
             QuotaKey(key): QuotaState(
                 float(state["quota"]),

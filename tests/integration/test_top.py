@@ -112,7 +112,10 @@ def test_top_shows_a_throttled_producer_sorts_filters_and_quits_on_q_and_ctrl_c(
     proxy_factory, kafka, terminals, tmp_path: Path
 ) -> None:
     proxy = proxy_factory(
-        kafka.bootstrap, WINDOWS + quota_config(f'client_id = "top-loader"\nproducer_byte_rate = {QUOTA}')
+        kafka.bootstrap,
+        WINDOWS
+        + quota_config(f'client_id = "top-loader"\nproducer_byte_rate = {QUOTA}')
+        + '\n[[tenants]]\nname = "loaders"\nclient_id_prefixes = ["top-"]\n',  # a row of its own, no quota
     )
     url = f"http://127.0.0.1:{proxy.metrics_port}"
     topic = unique_topic("top")
@@ -133,6 +136,8 @@ def test_top_shows_a_throttled_producer_sorts_filters_and_quits_on_q_and_ctrl_c(
     assert "PRODUCE ▼" in screen and "sort: produce" in screen, screen
     screen = first.wait_for(lambda s: "produce 0." in line_of(s, "top-loader"), "top-loader's produce throttle")
     print(screen)
+    screen = first.wait_for(lambda s: produce_rate(line_of(s, "(tenant)")) > 0, "the tenant's row and its rate")
+    assert line_of(screen, "(tenant)").split()[0] == "loaders" and "no quota" in line_of(screen, "(tenant)"), screen
 
     first.keys("f")
     first.wait_for(lambda s: "FETCH ▼" in s and "sort: fetch" in s, "the sort by fetch")

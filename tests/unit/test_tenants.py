@@ -1,15 +1,30 @@
 """Tenants: [[tenants]] parsing, who is in which tenant, and how a tenant's bucket composes with a
 member's own quota (quotas/tenants.py, quotas/engine.py)."""
 
+import json
 import math
+from pathlib import Path
+from struct import unpack_from
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from quotagate.config import ConfigError, parse_config
+from quotagate.config.quota_state import load_levels, save_levels
 from quotagate.config.reference import effective_toml
+from quotagate.config.reload import applied_config, reload_report
+from quotagate.config.settings import ClusterConfig
+from quotagate.proxy.cluster import SharedQuotas
+from quotagate.proxy.entity_metrics import EntityMetrics
+from quotagate.proxy.metrics import ProxyMetrics
+from quotagate.proxy.usage import AggregateCollector, QuotasInForce, RequestCollector, UsageRecord
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.entities import MAX_CACHED_CLIENTS
+from quotagate.quotas.explain import explain, explain_text
 from quotagate.quotas.tenants import Tenant, Tenants
+from tests.support.builds import Build
+from tests.support.session_double import frames, produce, produce_answer, services_for, taken
+from tests.support.usage import flushed, record
 
 PRODUCE = QuotaKey.PRODUCER_BYTE_RATE
 FETCH = QuotaKey.CONSUMER_BYTE_RATE
@@ -120,7 +135,7 @@ def test_an_entity_is_in_the_first_tenant_whose_rules_match_it(user: str, client
 def test_resolution_memory_is_bounded_whatever_client_ids_a_client_invents() -> None:
     tenants = Tenants((Tenant("t", client_id_prefixes=("p-",)),))
     for n in range(3 * MAX_CACHED_CLIENTS):
-        assert tenants.tenant_of("mallory", f"p-{n}" + "x" * 40_000) is not None
+        assert tenants.tenant_of("mallory", f"p-{n}" + "x" * 300) is not None
     assert len(tenants._cache) <= MAX_CACHED_CLIENTS
     assert max(len(client_id) for _, client_id in tenants._cache) <= 128
 
@@ -198,13 +213,136 @@ def test_a_reload_keeps_a_tenants_debt_and_moves_a_member_that_changes_tenant() 
     assert engine.buckets == {}  # no tenant quota: its bucket goes
 
 
-def test_a_tenants_bucket_level_is_saved_and_restored_as_any_other() -> None:
+def test_a_tenants_bucket_level_is_saved_and_restored_as_any_other(tmp_path: Path) -> None:
     team = Tenant("team", users=("a",), quotas={PRODUCE: 1000})
     engine = _engine(None, team)
     engine.charge("a", "c", PRODUCE, 3000, now=0.0)
-    levels = engine.levels(now=0.0)
+    save_levels(tmp_path / "q.buckets.json", engine.levels(now=0.0), saved_at=0.0)  # the state file's
+    levels, _ = load_levels(tmp_path / "q.buckets.json")
     assert levels == {("producer_byte_rate", "tenant", None, "team"): -2000.0}
     restarted = _engine(None, team)
     assert restarted.restore(levels, elapsed=0.5, now=100.0) == 1
     assert restarted.throttle_ms("a", "c", PRODUCE, now=100.0) == 1500
     assert math.isclose(restarted.buckets[("producer_byte_rate", "tenant", None, "team")].tokens, -1500)
+
+
+def test_usage_rows_carry_the_tenant_and_its_quotas_in_both_versions() -> None:
+    team = Tenant("team", users=("alice",), quotas={PRODUCE: 3000, REQUEST: 20})
+    quotas = QuotasInForce(QuotaTable({QuotaEntity("alice", None): {PRODUCE: 1000}}, tenants=Tenants((team,))))
+    aggregates = AggregateCollector(limit=100, interval_ms=1000)
+    requests = RequestCollector(100)
+    for collector in (aggregates, requests):
+        collector.add(record(5_010))  # alice, a produce
+        collector.add(UsageRecord(5_020, "bob", "c", 0, 9, ("orders",), 10, 60, 0, 1.0, 0, "ok"))
+    for batch in (flushed(aggregates, quotas)[1], flushed(requests, quotas)[1]):
+        alice, bob = sorted(batch.rows(), key=lambda row: row["user"])
+        assert {k: alice[k] for k in alice if k.startswith("tenant")} == {
+            "tenant": "team",
+            "tenant_quota_producer_byte_rate": 3000,
+            "tenant_quota_consumer_byte_rate": None,  # not charged by a produce
+            "tenant_quota_request_percentage": 20,
+            "tenant_quota_controller_mutation_rate": None,
+        }
+        assert alice["quota_producer_byte_rate"] == 1000  # its own, beside the tenant's
+        assert {k: bob[k] for k in bob if k.startswith("tenant")} == dict.fromkeys(
+            ("tenant", *(f"tenant_quota_{key}" for key in (PRODUCE, FETCH, REQUEST, MUTATION)))
+        )
+        lines = [json.loads(line) for line in batch.json_lines()]
+        assert sorted(lines, key=lambda row: row["user"]) == [alice, bob]
+
+
+def test_explain_says_which_tenant_a_client_is_in_and_how_its_quota_composes_with_the_clients_own() -> None:
+    config = parse_config(BASE + '[[quotas]]\nuser = "svc-payments-7"\nproducer_byte_rate = 1000\n' + TENANTS)
+    engine = QuotaEngine(config.quotas, WINDOWS)
+    engine.charge("alice", "x", PRODUCE, 4500, now=0.0)  # the tenant: 3000 - 4500 = -1500, 500 ms
+    answer = explain(engine, "svc-payments-7", "indexer", now=0.0)
+    assert answer["tenant"] == {
+        "name": "payments",
+        "rule": "user_rule=RULE:^svc-payments-.*$/payments/",
+        "lost": [
+            {
+                "name": "search",
+                "rule": "user_rule=RULE:^svc-.*$/search/",  # its first rule that matches
+                "why": "tenant 'payments' comes first in the file",
+            }
+        ],
+    }
+    produce = answer["quotas"]["producer_byte_rate"]
+    assert (produce["applies"]["value"], produce["applies"]["level"]) == (1000, "3")
+    assert produce["tenant"]["value"] == 3000 and produce["tenant"]["bucket"]["throttle_ms"] == 500
+    assert produce["held_by"].endswith("now the quota of tenant 'payments'")
+    fetch = answer["quotas"]["consumer_byte_rate"]
+    assert fetch["applies"] is None and fetch["held_by"].startswith("the quota of tenant 'payments' alone")
+    assert answer["quotas"]["request_percentage"]["tenant"] is None  # search's, but the client is in payments
+    text = explain_text(answer)
+    assert "tenant: 'payments' (by user_rule=RULE:^svc-payments-.*$/payments/)" in text
+    assert "  and tenant 'payments': 3000, shared by every member of tenant 'payments'" in text
+    assert "consumer_byte_rate: no quota of its own" in text
+    assert explain(engine, "dave", "x", now=0.0)["tenant"] is None
+
+
+def test_tenant_metrics_sum_the_members_and_stay_monotonic_when_idle_members_are_forgotten() -> None:
+    engine = _engine(None, Tenant("team", users=("a", "b"), quotas={PRODUCE: 1000}), Tenant("idle", users=("z",)))
+    metrics = EntityMetrics(lambda: engine, lambda: 10.0, max_entities=10)
+    metrics.entity("a", "c1", 0.0).produce_bytes += 100
+    metrics.entity("b", "c2", 5.0).produce_bytes += 50
+    metrics.entity("d", "c1", 5.0).produce_bytes += 999  # in no tenant
+    engine.charge("a", "c1", PRODUCE, 1500, now=10.0)
+    assert {name: (stats.produce_bytes, members) for name, (stats, members) in metrics.tenant_sums().items()} == {
+        "team": (150, 2),
+        "idle": (0, 0),
+    }
+    assert metrics.expire_idle(now=4000.0, idle_seconds=3998.0) == 1  # a, unseen since 0
+    assert metrics.tenant_sums()["team"][0].produce_bytes == 150  # its bytes stay in the tenant's sum
+    samples = {
+        (sample.name, tuple(sample.labels.values())): sample.value
+        for family in metrics.collect()
+        for sample in family.samples
+        if "tenant" in sample.labels
+    }
+    assert samples[("quotagate_tenant_produce_bytes_total", ("team",))] == 150
+    assert samples[("quotagate_tenant_members", ("team",))] == 1
+    assert samples[("quotagate_tenant_quota_limit", ("team", "producer_byte_rate"))] == 1000
+    assert samples[("quotagate_tenant_quota_tokens", ("team", "producer_byte_rate"))] == -500  # at now=10
+
+
+def test_a_reload_that_changes_only_the_tenants_reports_that_key_and_applies_it_with_the_quotas() -> None:
+    before = parse_config(BASE + TENANTS)
+    after = parse_config(BASE + TENANTS.replace("producer_byte_rate = 3000", "producer_byte_rate = 6000"))
+    assert reload_report(before, before, after).applied == ("tenants",)
+    running = applied_config(before, after)
+    assert dict(running.quotas.tenants.by_name["payments"].quotas)[PRODUCE] == 6000
+
+
+def test_without_redis_each_of_n_processes_holds_a_share_of_the_tenants_quota() -> None:
+    engines = [
+        QuotaEngine(
+            QuotaTable(tenants=Tenants((Tenant("team", users=("a", "b"), quotas={PRODUCE: 3000}),))),
+            WINDOWS,
+            SharedQuotas(ClusterConfig(processes=3), 3, ProxyMetrics(CollectorRegistry()), lambda: 0.0).bucket,
+        )
+        for _ in range(3)
+    ]
+    # Each process: a third of the rate and of the burst (1000), whichever member charges it.
+    assert [engine.charge(user, "c", PRODUCE, 1500, now=0.0) for engine, user in zip(engines, "aba", strict=True)] == [
+        500
+    ] * 3
+
+
+def test_a_members_session_is_muted_for_its_tenants_debt_that_another_member_ran_up(build: Build) -> None:
+    # The tenant: 1000 B/s, burst 11 kB. alice's 20 kB produce leaves ~9 kB of debt, ~9 s, for bob too.
+    services = services_for('[[tenants]]\nname = "team"\nusers = ["alice", "bob"]\nproducer_byte_rate = 1000\n')
+    sessions = {}
+    for user in ("alice", "bob", "dave"):
+        sessions[user] = build.session(services)
+        sessions[user].user = user  # as the SASL exchange would have set it
+        sessions[user].broker_connected(0.0)
+    sessions["alice"].client_data(produce(1, {"t": b"r" * 20_000}), now=10.0)
+    assert 18.5 < sessions["alice"].muted_until < 19.5, sessions["alice"].muted_until
+    sessions["bob"].client_data(produce(1, {"t": b"r" * 10}), now=10.0)
+    assert 18.5 < sessions["bob"].muted_until < 19.5, "bob shares the tenant's bucket"
+    sessions["dave"].client_data(produce(1, {"t": b"r" * 20_000}), now=10.0)
+    assert sessions["dave"].muted_until <= 10.0, "dave is in no tenant and has no quota"
+    sessions["bob"].broker_data(produce_answer(1, ["t"]), now=12.0)
+    (answer,) = frames(taken(sessions["bob"].to_client))
+    assert 6500 < unpack_from(">i", answer, len(answer) - 4)[0] < 7500  # the tenant's throttle as it stands

@@ -190,3 +190,28 @@ def test_amounts_and_bars_read_at_a_glance() -> None:
     assert usage_bar(3.0) == "████████", "over the quota: full"
     assert usage_bar(0.5 + 1 / 16) == "████▌···"
     assert Usage(rate=5.0, quota=None).used is None
+
+
+def test_a_tenant_is_a_row_of_its_own_summing_its_members_against_its_one_shared_quota() -> None:
+    proxy = state(QUOTAS + '[[tenants]]\nname = "team"\nusers = ["alice", "carol"]\nproducer_byte_rate = 30000\n')
+    produce(proxy, "alice", "app", 1_000)
+    produce(proxy, "carol", "app", 1_000)
+    table = TopTable(["a"])
+    table.update({"a": read(proxy)})
+    advance(proxy, 2.0)
+    produce(proxy, "alice", "app", 20_000)
+    produce(proxy, "carol", "other", 20_000)  # a new client id of a member: in the tenant too
+    produce(proxy, "dave", "app", 50_000)  # outside it
+    proxy.engine.charge("carol", "other", QuotaKey.PRODUCER_BYTE_RATE, 400_000, proxy.loop.time())
+    proxy.clients = [Client(Session("carol", "other"), muted=True)]
+    table.update({"a": read(proxy)})
+    (row,) = [row for row in table.rows() if row.kind == "tenant"]
+    assert (row.user, row.client_id) == ("team", "")
+    assert row.usage["produce"].rate == pytest.approx(20_000), "alice's 20 000 over 2 s (carol/other is new)"
+    assert row.usage["produce"].quota == 30_000 and row.usage["fetch"].quota is None
+    # the tenant's bucket: 11 s of burst (330 000) less 400 000 -> 70 000 in debt at 30 000/s
+    assert (row.throttled_by, row.throttle_ms) == (QuotaKey.PRODUCER_BYTE_RATE, 2_333), row
+    assert row.muted == 1
+    assert row_of(table, "dave", "app").kind == "entity"
+    table.filter_text = "tea"
+    assert [r.kind for r in table.rows()] == ["tenant"]
