@@ -74,7 +74,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         parser.add_argument(
             "--quota", action="append", default=[], metavar="KEY=VALUE", help="a candidate quota (repeatable)"
         )
-        parser.add_argument("--candidates", help="CSV of candidates: quota_key,quota[,user,client_id] (a local file)")
+        parser.add_argument(
+            "--candidates", help="CSV of candidates: quota_key,quota[,user,client_id][,tenant] (a local file)"
+        )
 
     def objective(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--objective", type=float, default=0.01, help="largest share of active seconds throttled")

@@ -152,14 +152,12 @@ def counted(key: QuotaKey, api_key: np.ndarray) -> np.ndarray:
 
 def tenant_quota_code(table: DataFrame, key: str) -> Column:
     """quota_code for the tenant's quota (`tenant_quota_<key>`): null where the records name no tenant
-    (or predate the field), 0 when the tenant has no quota for the key, the quota otherwise (minus it
-    when the records say it was shadow)."""
+    (or predate the field), 0 when the tenant has no quota for the key, the quota otherwise (the
+    records do not say whether a tenant's quota was shadow: taken as binding)."""
     value = F.col(f"tenant_quota_{key}") if f"tenant_quota_{key}" in table.columns else F.lit(None)
-    shadow = F.col(f"tenant_quota_{key}_shadow") if f"tenant_quota_{key}_shadow" in table.columns else F.lit(False)
     return (
-        F.when(F.col("tenant").isNull(), F.lit(None))
+        F.when(tenant_of(table).isNull(), F.lit(None))
         .when(value.isNull(), F.lit(0.0))
-        .when(shadow, -value)
         .otherwise(value)
         .cast("double")
         .alias(f"quota_{key}")
@@ -345,11 +343,6 @@ def recorded_owners(table: DataFrame) -> Owners:
     )
 
 
-def recorded_windows(table: DataFrame) -> dict[tuple[str, str], QuotaWindows]:
-    """Per entity, the windows the proxy sized its bursts with, as its latest record carrying them says."""
-    return recorded_owners(table).entity_windows
-
-
 def replay_entity(
     user: str,
     client_id: str,
@@ -362,7 +355,7 @@ def replay_entity(
     """One entity's records (rows of `replay_input`) → one row per (quota key, candidate).
 
     `stand_in`: the quotas for entities whose records do not say which quota was in force. `windows`:
-    the proxy's, from the records (recorded_windows), else the --config's."""
+    the proxy's, from the records (recorded_owners), else the --config's."""
     return _replay_owner(
         {"user": user, "client_id": client_id, "tenant": None, "members": None},
         records,
