@@ -11,6 +11,9 @@ through the usage topic), and on per-request records (v1):
 - from v1 only, the throttle_time_ms its responses carried, summed (2-8 % apart in quiet runs,
   bounded at 25 %: see THROTTLE_MS_TOLERANCE). From aggregates it is printed, not asserted: it
   depends on when each request came back from its mute (docs/pipeline.md).
+
+And per tenant (long_only): the same two producers as the members of one tenant, held together by
+its quota, their summed records replayed against the tenant's quota (docs/pipeline.md, "Tenants").
 """
 
 from __future__ import annotations
