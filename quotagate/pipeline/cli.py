@@ -281,11 +281,6 @@ def _candidates(args: argparse.Namespace):
     return candidates, config
 
 
-def _tenants(config) -> dict | None:  # type: ignore[no-untyped-def]
-    """The --config's tenants' quotas by name (None without --config)."""
-    return None if config is None else {tenant.name: tenant.quotas for tenant in config.tenants.tenants}
-
-
 def _whatif(spark, args: argparse.Namespace, table_path: str, out: str) -> None:
     from quotagate.pipeline.table import read_table
     from quotagate.pipeline.whatif import whatif
@@ -294,7 +289,7 @@ def _whatif(spark, args: argparse.Namespace, table_path: str, out: str) -> None:
     windows = config.windows if config else None
     stand_in = config.quotas if config else None
     table = read_table(spark, table_path)
-    results = whatif(table, candidates, windows, stand_in=stand_in, tenant_stand_in=_tenants(config))
+    results = whatif(table, candidates, windows, stand_in=stand_in)
     results.write.mode("overwrite").parquet(out)
     print(f"what-if: {out}")
 
@@ -306,7 +301,7 @@ def _recommend(spark, args: argparse.Namespace, whatif_path: str, out: str) -> o
 
     config = load_config(args.config) if args.config else None
     found = recommend(spark.read.parquet(whatif_path), args.objective, args.headroom).toPandas()
-    found = with_current(found, config.quotas if config else None, _tenants(config))
+    found = with_current(found, config.quotas if config else None)
     storage = Storage(spark)
     parquet = io.BytesIO()
     found.to_parquet(parquet)

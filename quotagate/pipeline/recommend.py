@@ -16,7 +16,6 @@ import functools
 import json
 import math
 import shlex
-from collections.abc import Mapping
 
 import pandas as pd
 from pyspark.sql import DataFrame, Window
@@ -99,33 +98,24 @@ def nice_quota(key: str, value: float) -> float:
     return float(math.ceil(rounded)) if key in INTEGER_KEYS else float(f"{rounded:.6g}")
 
 
-def with_current(
-    recommendations: pd.DataFrame,
-    table: QuotaTable | None,
-    tenants: Mapping[str, Mapping[QuotaKey, float]] | None = None,
-) -> pd.DataFrame:
+def with_current(recommendations: pd.DataFrame, table: QuotaTable | None) -> pd.DataFrame:
     """Adds `current`, the quota each entity (or tenant) had for each key (NaN when unlimited): as its
-    records say (`current_source` "records"), else as `table` (the proxy's --config) gives it (for a
-    tenant: `tenants`, its entry's quotas there); and, at that quota, the recorded and shadow-observed
-    time held at it (`current_recorded_held_ms`, `current_shadow_held_ms`: the amount over quota ÷
-    the quota, as `current_throttled_time_ms`)."""
+    records say (`current_source` "records"; always, for a tenant), else as `table` (the proxy's
+    --config) gives it; and, at that quota, the recorded and shadow-observed time held at it
+    (`current_recorded_held_ms`, `current_shadow_held_ms`: the amount over quota ÷ the quota, as
+    `current_throttled_time_ms`)."""
     out = recommendations.copy()
     out["recommended"] = [nice_quota(k, v) for k, v in zip(out["quota_key"], out["recommended"], strict=True)]
     for name in (*CURRENT_COLUMNS, "tenant"):
         if name not in out:
             out[name] = None
-    configured = table is not None or tenants is not None
     current, sources = [], []
     for row in out.itertuples():
-        key = QuotaKey(row.quota_key)
-        if row.current_source == "records":
-            value, source = row.current_quota, "records"
-        elif not pd.isna(row.tenant):
-            value = (tenants or {}).get(row.tenant, {}).get(key)
-            source = "config" if configured else None
+        if row.current_source == "records" or not pd.isna(row.tenant):
+            value, source = row.current_quota, row.current_source
         else:
-            resolution = table.resolve(row.user, row.client_id, key) if table else None
-            value, source = (resolution.value if resolution else None), ("config" if configured else None)
+            resolution = table.resolve(row.user, row.client_id, QuotaKey(row.quota_key)) if table else None
+            value, source = (resolution.value if resolution else None), ("config" if table is not None else None)
         current.append(float("nan") if value is None or pd.isna(value) else float(value))
         sources.append(source)
     out["current"], out["current_source"] = current, sources

@@ -46,7 +46,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -287,14 +287,6 @@ def entity_stand_in(table: QuotaTable | None, user: str, client_id: str) -> Call
     return resolved
 
 
-def tenant_stand_in(quotas: Mapping[str, Mapping[QuotaKey, float]] | None, tenant: str) -> Callable | None:
-    """current_quota's stand-in for a tenant: its entry's quotas in the --config (taken as binding)."""
-    if quotas is None:
-        return None
-    values = quotas.get(tenant, {})
-    return lambda key: None if values.get(key) is None else (float(values[key]), False)
-
-
 def _windows(row: dict) -> QuotaWindows:
     return QuotaWindows(
         int(row["quota_window_num"]),
@@ -373,17 +365,15 @@ def replay_tenant(
     candidates: pd.DataFrame | None,
     windows: QuotaWindows,
     keys: list[str],
-    stand_in: Mapping[str, Mapping[QuotaKey, float]] | None = None,
 ) -> pa.Table:
     """One tenant's records (rows of `replay_input(by_tenant=True)`: its members' together) → one row
-    per (quota key, candidate), the members' series summed into one bucket.
-
-    `stand_in`: per tenant, its quotas where the records do not say (the proxy's --config)."""
+    per (quota key, candidate), the members' series summed into one bucket. Its current quota is
+    always the records' (a record naming a tenant names its quota: null when it has none)."""
     return _replay_owner(
         {"user": None, "client_id": None, "tenant": tenant, "members": members},
         records,
         lambda key, peak: _tenant_candidates_for(candidates, tenant, key, peak),
-        lambda tenant_series, key: current_quota(tenant_series, key, tenant_stand_in(stand_in, tenant)),
+        lambda tenant_series, key: current_quota(tenant_series, key, None),
         windows,
         keys,
     )
@@ -651,13 +641,11 @@ def whatif(
     windows: QuotaWindows | None = None,
     keys: list[str] | None = None,
     stand_in: QuotaTable | None = None,
-    tenant_stand_in: Mapping[str, Mapping[QuotaKey, float]] | None = None,
 ) -> DataFrame:
     """Replays every entity of the usage table, and every tenant its records name; see the module
     docstring for the columns.
 
-    `stand_in`, `tenant_stand_in`: the current quotas of entities and tenants whose records do not
-    say (the proxy's --config)."""
+    `stand_in`: the current quotas of entities whose records do not say (the proxy's --config)."""
     windows = windows or QuotaWindows()
     keys = keys or KEYS
     if candidates is not None:
@@ -674,7 +662,7 @@ def whatif(
         tenant = group[0].as_py()
         tenant_windows = owners.tenant_windows.get(tenant, windows)
         members = owners.members.get(tenant)
-        return replay_tenant(tenant, members, records, candidates, tenant_windows, keys, tenant_stand_in)
+        return replay_tenant(tenant, members, records, candidates, tenant_windows, keys)
 
     # Arrow, not pandas: the records reach the replay as numbers with no per-row Python objects
     entities = replay_input(table, keys).groupBy("user", "client_id").applyInArrow(replay_group, RESULT_SCHEMA)

@@ -183,3 +183,23 @@ def test_a_tenants_quota_goes_into_its_own_entry_an_undeclared_one_is_refused_an
     assert shadow_tenants(promoted) == [] and promote(promoted)[0] == promoted
     # promoted, the tenant's quotas bind: another apply leaves them alone
     assert [s.client_id for s in tenant_skips(promoted, found.iloc[[1]])] == ["payments"]
+
+
+def test_pipeline_apply_and_promote_say_what_they_did_with_each_tenant(tmp_path: Path, capsys) -> None:
+    from quotagate.cli import main
+
+    folder = tmp_path / "recommendations"
+    folder.mkdir()
+    rows = [{**recommendation("free", 190_000), "tenant": None}, tenant_recommendation("payments", 360_000)]
+    rows.append(tenant_recommendation("billing", 80_000))
+    pd.DataFrame(rows).to_parquet(folder / "recommendations.parquet")
+    config = tmp_path / "quotagate.toml"
+    config.write_text(CONFIG + TENANTS)
+    assert main(["pipeline", "apply", "--recommendations", str(folder), "--config", str(config)]) == 0
+    out, err = capsys.readouterr()
+    assert "applied as shadow quotas: 2 quotas of 1 entities and 1 tenants" in out, out
+    assert 'not applied: tenant "billing", producer_byte_rate: not declared in this file' in err, err
+    assert parse_config(config.read_text()).tenants.by_name["payments"].shadow
+    assert main(["pipeline", "promote", "--config", str(config)]) == 0
+    assert "promoted: 2 shadow entries" in capsys.readouterr().out
+    assert not parse_config(config.read_text()).tenants.by_name["payments"].shadow
