@@ -161,6 +161,7 @@ def to_table(raw: DataFrame) -> DataFrame:
         F.lit(None).cast("double").alias("charge_offset_ms"),
         F.when(first, F.col("shadow_throttle_ms")).otherwise(0).cast("long").alias("shadow_throttle_ms"),
         *(F.col(field.name).cast(field.dataType).alias(field.name) for field in QUOTA_COLUMNS),
+        F.col("tenant").cast("string").alias("tenant"),  # an identity field the records resolve with the quotas
     )
     v2_rows = raw.where(F.col("v") == 2).select(
         F.lit(2).cast("int").alias("v"),

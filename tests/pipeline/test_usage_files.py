@@ -9,7 +9,7 @@ from pathlib import Path
 from quotagate.pipeline.ingest import ingest, read_usage_files
 from quotagate.pipeline.schema import TABLE_COLUMNS
 from quotagate.proxy.usage import AggregateCollector, JsonlSink, ParquetSink, RequestCollector
-from quotagate.proxy.usage_fields import QUOTA_FIELDS
+from quotagate.proxy.usage_fields import RESOLVED_FIELDS
 from tests.support.usage import FIRST_SEQ, PROXY, flushed, quotas, records
 
 
@@ -57,4 +57,5 @@ async def test_ingest_reads_every_field_of_the_proxys_own_files(spark, tmp_path:
             row["shadow_throttle_ms"], row["throttle_ms"], row["bytes_out"],
         )  # fmt: skip
         assert sum(g["throttled_bytes"] for g in got) == row["throttled_bytes"]
-        assert {name: first[name] for name in QUOTA_FIELDS} == {name: row[name] for name in QUOTA_FIELDS}
+        assert {name: first[name] for name in RESOLVED_FIELDS} == {name: row[name] for name in RESOLVED_FIELDS}
+    assert {row["tenant"] for row in table.values()} == {None, "team"}  # bob's rows after the change

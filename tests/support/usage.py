@@ -11,6 +11,7 @@ from quotagate.proxy.usage import (
     UsageRecord,
 )
 from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
+from quotagate.quotas.tenants import Tenant, Tenants
 
 START_MS = 1_700_000_000_000  # 22:13:20 UTC
 PROXY, WRITER, FIRST_SEQ = "proxy-1", "proxy-1-7-1", 5
@@ -60,6 +61,7 @@ def quotas() -> QuotasInForce:
     table = QuotaTable(
         {alice: {QuotaKey.PRODUCER_BYTE_RATE: 250_000.5}, everyone: {QuotaKey.REQUEST_PERCENTAGE: 50}},
         frozenset({everyone}),
+        Tenants((Tenant("team", users=("bob",), quotas={QuotaKey.REQUEST_PERCENTAGE: 80}),)),  # bob's rows
     )
     in_force.changed(table, START_MS + 1500, QuotaWindows(quota_window_num=5))
     return in_force
