@@ -24,7 +24,6 @@ from quotagate.proxy.usage_fields import (
     INT64,
     QUOTA,
     QUOTA_FIELDS,
-    REQUEST_SCHEMA_VERSION,
     STRING,
     STRINGS,
     V2_ADDED,
@@ -56,13 +55,6 @@ def column(field: UsageField) -> T.StructField:
 QUOTA_COLUMNS = [column(field) for field in FIELDS if field.role == QUOTA]
 WINDOW_COLUMNS = [field for field in QUOTA_COLUMNS if "window" in field.name]
 QUOTA_COLUMN_NAMES = QUOTA_FIELDS
-# The table's identity columns a v1 row takes as its record has them (to_table makes the others).
-V1_BUILT = {"v", "ts", "interval_ms", "proxy", "writer", "seq", "user", "client_id", "api_key", "topic"}
-V1_IDENTITIES = tuple(
-    field.name
-    for field in fields_of(AGGREGATE_SCHEMA_VERSION)
-    if field.role == IDENTITY and field.in_version(REQUEST_SCHEMA_VERSION) and field.name not in V1_BUILT
-)
 
 # Every field of either version, as read from JSON or Parquet (absent fields read as null; any
 # integer as a long, as JSON gives it).
@@ -140,7 +132,6 @@ def to_table(raw: DataFrame) -> DataFrame:
         F.col("client_id"),
         F.col("api_key").cast("int").alias("api_key"),
         F.col("topic_name").alias("topic"),
-        *(F.col(name) for name in V1_IDENTITIES),
         F.when(first, 1).otherwise(0).cast("long").alias("requests"),
         F.round(F.col("bytes_in") / share).cast("long").alias("bytes_in"),
         F.when(first, F.col("bytes_out")).otherwise(0).cast("long").alias("bytes_out"),

@@ -16,7 +16,6 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from quotagate.pipeline.schema import TABLE_COLUMNS, TABLE_SCHEMA, WINDOW_COLUMNS, date_of
-from quotagate.proxy.usage_fields import TENANT_QUOTA_FIELDS
 from quotagate.quotas.apis import RECORDED_KEYS
 from quotagate.quotas.entities import QuotaKey
 
@@ -102,9 +101,6 @@ def _rows(frame: DataFrame, second: Column, ts: Column, requests: Column, v: int
         "shadow_throttle_ms": F.lit(0),
         "date": date_of(ts),
     }
-    values["tenant"] = F.lit(None)  # synthetic entities are in no tenant
-    for name in TENANT_QUOTA_FIELDS:
-        values[name] = F.lit(None)
     known = F.col("quota").isNotNull()
     for window in WINDOW_COLUMNS:  # the replay then takes its windows as given
         values[window.name] = F.lit(None)
