@@ -103,22 +103,29 @@ def with_current(recommendations: pd.DataFrame, table: QuotaTable | None) -> pd.
     records say (`current_source` "records"; always, for a tenant), else as `table` (the proxy's
     --config) gives it; and, at that quota, the recorded and shadow-observed time held at it
     (`current_recorded_held_ms`, `current_shadow_held_ms`: the amount over quota ÷ the quota, as
-    `current_throttled_time_ms`)."""
+    `current_throttled_time_ms`). The records do not say whether a tenant's quota was shadow: its
+    entry in `table` does (`current_shadow`), when given."""
     out = recommendations.copy()
     out["recommended"] = [nice_quota(k, v) for k, v in zip(out["quota_key"], out["recommended"], strict=True)]
     for name in (*CURRENT_COLUMNS, "tenant"):
         if name not in out:
             out[name] = None
-    current, sources = [], []
+    current, sources, shadows = [], [], []
     for row in out.itertuples():
-        if row.current_source == "records" or not pd.isna(row.tenant):
+        shadow = row.current_shadow
+        if not pd.isna(row.tenant):
+            value, source = row.current_quota, row.current_source
+            declared = table.tenants.by_name.get(row.tenant) if table is not None else None
+            shadow = shadow if declared is None else declared.shadow
+        elif row.current_source == "records":
             value, source = row.current_quota, row.current_source
         else:
             resolution = table.resolve(row.user, row.client_id, QuotaKey(row.quota_key)) if table else None
             value, source = (resolution.value if resolution else None), ("config" if table is not None else None)
         current.append(float("nan") if value is None or pd.isna(value) else float(value))
         sources.append(source)
-    out["current"], out["current_source"] = current, sources
+        shadows.append(shadow)
+    out["current"], out["current_source"], out["current_shadow"] = current, sources, shadows
     for measure in ("recorded", "shadow"):
         amount = out.get(f"current_{measure}_amount_delayed")
         held = []
