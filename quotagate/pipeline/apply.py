@@ -42,14 +42,21 @@ import tomlkit
 
 from quotagate.config.quota_state import write_atomically
 from quotagate.config.settings import parse_config
-from quotagate.pipeline.recommend import entity_rows, quota_entries, quota_table, shown, tenant_rows, unnamable
+from quotagate.pipeline.recommend import (
+    INTEGER_KEYS,
+    entity_rows,
+    quota_entries,
+    quota_table,
+    shown,
+    tenant_rows,
+    unnamable,
+)
 from quotagate.quotas import ANONYMOUS, QuotaEntity, QuotaKey, QuotaTable
 
 BEGIN = "# BEGIN quotagate pipeline apply"
 END = "# END quotagate pipeline apply"
 # The block's line naming the tenants whose [[tenants]] entries apply made shadow (a JSON list).
 TENANTS_LINE = "# shadow tenants: "
-INTEGER_KEYS = {QuotaKey.PRODUCER_BYTE_RATE.value, QuotaKey.CONSUMER_BYTE_RATE.value}
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,9 @@ from quotagate.pipeline.rollup import ENTITY, TOPIC, per_entity_topic_second, pe
 TOP_ENTITIES = 6
 TOP_TOPICS = 5  # per entity; the rest of its named topics in one row
 TOP_TENANTS = 20  # tenants with charts and rows in the page, by bytes moved
+# A tenant's usage in the report: the amount each quota key charges (whatif.AMOUNT_COLUMN), summed
+# over its members, in total and at its peak second.
+TENANT_USAGE = MEASURES
 TOP_CHARGEBACK = 50  # rows of the chargeback table; the whole of it is `quotagate pipeline chargeback`'s
 NO_TENANT = "(none declared)"
 OTHER_TOPICS_LABEL = "topics the proxy did not name (beyond its usage.topics_per_entity), summed"
@@ -115,11 +118,6 @@ def report_data(
         "tenants": tenants,
         "tenant_curves": tenant_curves,
     }
-
-
-# A tenant's usage in the report: the amount each quota key charges (whatif.AMOUNT_COLUMN), summed
-# over its members, in total and at its peak second.
-TENANT_USAGE = MEASURES
 
 
 def topic_rows(topics: pd.DataFrame, top: int = TOP_TOPICS) -> list[tuple[str, int]]:
@@ -277,7 +275,7 @@ def _topic_table(topics: pd.DataFrame, order: list[tuple[str, str]]) -> str:
         total = sum(bytes_in for _, bytes_in in mine)
         for what, bytes_in in mine:
             cells = (user, client_id, what, f"{bytes_in:,}", f"{bytes_in / total:.1%}" if total else "–")
-            rows.append("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>")
+            rows.append(_row(cells))
     return "".join(rows)
 
 
@@ -297,7 +295,7 @@ def _chargeback_section(frame: pd.DataFrame, top: int = TOP_CHARGEBACK) -> str:
         cells += [f"{row[name]:,.0f} ({_share(row[f'{name}_share'])})" for name in MEASURES]
         if priced:
             cells.append(f"{row['cost_total']:,.2f}")
-        rows.append("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>")
+        rows.append(_row(tuple(cells)))
     more = len(frame) - top
     period = f"{first['period_start']} to {first['period_end']} (UTC, both days included)"
     note = f" {more} more rows in the chargeback files." if more > 0 else ""
