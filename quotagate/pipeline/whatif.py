@@ -171,7 +171,9 @@ def replay_input(table: DataFrame, keys: list[str], by_tenant: bool = False) -> 
     A v1 record is one request, its topics' rows together: `request` names it (a hash of writer and
     seq; 0 for a v2 row) so that the replay merges those rows and no others, even two requests in
     the same ms. Merging happens per entity in the replay, not in a Spark aggregation: that would
-    shuffle every request once more."""
+    shuffle every request once more. A tenant's members' rows are merged in Spark first, one row per
+    interval (and request, and API): what one replay group holds is then bounded by the tenant's
+    span of time, as an entity's is, not by how many members it has."""
     selected = []
     for key in keys:
         apis, all_but = COUNTED_APIS[QuotaKey(key)]
@@ -180,11 +182,26 @@ def replay_input(table: DataFrame, keys: list[str], by_tenant: bool = False) -> 
     codes = {f"quota_{key}": key for key in keys}
     code = functools.partial(tenant_quota_code, table) if by_tenant else quota_code
     columns = [code(codes[c]) if c in codes else F.col(c) for c in record_columns(keys)]
-    if by_tenant:
-        narrowed = table.where(tenant_of(table).isNotNull()).select("tenant", *columns, request)
-    else:
-        narrowed = table.select("user", "client_id", *columns, request)
-    return narrowed.where(functools.reduce(lambda a, b: a | b, selected)) if selected else narrowed
+    owner = ["tenant"] if by_tenant else ["user", "client_id"]
+    rows = table.where(tenant_of(table).isNotNull()) if by_tenant else table
+    narrowed = rows.select(*owner, *columns, request)
+    narrowed = narrowed.where(functools.reduce(lambda a, b: a | b, selected)) if selected else narrowed
+    return members_merged(narrowed) if by_tenant else narrowed
+
+
+def members_merged(rows: DataFrame) -> DataFrame:
+    """A tenant's rows of replay_input, its members' rows of one (interval, request, API) merged as
+    series() merges them: sums (null where all are), the first charge the earliest, the last the
+    latest, the quota in force one value (the tenant's)."""
+    group = [name for name in ("tenant", "ts", "interval_ms", "request", "api_key") if name in rows.columns]
+    merged = {"first_ms": F.min, "last_ms": F.max}
+    return rows.groupBy(*group).agg(
+        *(
+            (merged.get(name) or (F.max if name.startswith("quota_") else F.sum))(name).alias(name)
+            for name in rows.columns
+            if name not in group
+        )
+    )
 
 
 def series(records: pa.Table, key: QuotaKey) -> dict[str, np.ndarray] | None:
