@@ -19,6 +19,8 @@ from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.usage import AggregateCollector, QuotasInForce, RequestCollector, UsageRecord
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
+from quotagate.quotas.apis import policy
+from quotagate.quotas.charging import charge_request, shadow_throttle_ms
 from quotagate.quotas.entities import MAX_CACHED_CLIENTS
 from quotagate.quotas.explain import explain, explain_text
 from quotagate.quotas.tenants import Tenant, Tenants
@@ -346,3 +348,14 @@ def test_a_members_session_is_muted_for_its_tenants_debt_that_another_member_ran
     sessions["bob"].broker_data(produce_answer(1, ["t"]), now=12.0)
     (answer,) = frames(taken(sessions["bob"].to_client))
     assert 6500 < unpack_from(">i", answer, len(answer) - 4)[0] < 7500  # the tenant's throttle as it stands
+
+
+def test_what_a_shadow_tenant_would_have_held_a_member_is_reported_beside_its_own_binding_quota() -> None:
+    engine = _engine(
+        {QuotaEntity("a", None): {PRODUCE: 10_000}}, Tenant("team", users=("a",), quotas={PRODUCE: 1000}, shadow=True)
+    )
+    buckets = engine.entity_buckets("a", "c", now=0.0)
+    assert buckets.shadow
+    assert charge_request(buckets, policy(0), 3000, now=0.0) == 0  # its own 10 000 holds; the tenant's never
+    assert shadow_throttle_ms(buckets, policy(0), False, now=0.0) == 2000  # 2000 bytes over 1000/s
+    assert shadow_throttle_ms(buckets, policy(0), False, now=0.0) == 0  # reported once
