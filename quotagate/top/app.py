@@ -43,11 +43,13 @@ def usage_cell(usage: Usage, unit: str) -> Text:
     )
 
 
-def row_cells(row: Row) -> list[Text | str]:
+def row_cells(row: Row) -> list[Text]:
+    """One row's cells. Names are Text, never strings: DataTable reads a string as markup, and a client
+    picks its own client id ("[/]" raised MarkupError and stopped the view; "[link=...]" made a link)."""
     throttle = throttle_text(row)
     return [
-        row.user,
-        Text("(tenant)", "italic") if row.kind == TENANT else row.client_id,
+        Text(row.user),
+        Text("(tenant)", "italic") if row.kind == TENANT else Text(row.client_id),
         *(usage_cell(row.usage[measure.name], measure.unit) for measure in MEASURES),
         Text(throttle, "bold red") if throttle else Text("–", "dim"),
         Text(str(row.muted), "bold red") if row.muted else Text("–", "dim"),
@@ -139,12 +141,12 @@ class TopApp(App[int]):
         )
         if self.polls == 0:
             status += " · rates after the next read"
-        self.query_one("#status", Static).update(status)
+        self.query_one("#status", Static).update(Text(status))  # the filter as typed, not markup
         notes = [f"✖ {problem}" for problem in table.problems.values()]
         if note := table.sharing_note():
             notes.append(f"! {note}")
         problems = self.query_one("#problems", Static)
-        problems.update("\n".join(notes))
+        problems.update(Text("\n".join(notes)))  # errors may quote what a proxy sent
         problems.display = bool(notes)
 
     def action_sort(self, measure: str) -> None:
