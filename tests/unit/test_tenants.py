@@ -123,6 +123,7 @@ def test_tenants_must_be_an_array_of_tables() -> None:
         ("carol", "indexer", "search"),  # exact client id
         ("svc-search-1", "x", "search"),  # the payments rule does not apply; search's does
         ("svc-payments-7", "indexer", "payments"),  # two tenants match: the first in the file
+        ("svc-search-1", "pay-web", "payments"),  # the first by its prefix, before search's user rule
         ("carol", "pa", None),
         ("PAYMENTSx", "x", None),  # the pattern must match the whole user
     ],
@@ -140,6 +141,28 @@ def test_resolution_memory_is_bounded_whatever_client_ids_a_client_invents() -> 
         assert tenants.tenant_of("mallory", f"p-{n}" + "x" * 300) is not None
     assert len(tenants._cache) <= MAX_CACHED_CLIENTS
     assert max(len(client_id) for _, client_id in tenants._cache) <= 128
+
+
+def test_a_client_inventing_client_ids_under_one_user_runs_the_user_rules_once() -> None:
+    """The user rules' answer is kept per user: a new client id costs set look-ups and prefixes, not a
+    regular expression per tenant (80 µs -> 16 µs a new client id with 50 tenants)."""
+    calls = []
+
+    class Counted:
+        def __init__(self, rule: object) -> None:
+            self.rule = rule
+
+        def apply(self, user: str) -> str | None:
+            calls.append(user)
+            return self.rule.apply(user)
+
+    tenants = parse_config(BASE + TENANTS).tenants
+    for tenant in tenants.tenants:
+        object.__setattr__(tenant, "rules", tuple(Counted(rule) for rule in tenant.rules))
+    found = {tenants.tenant_of("svc-x", f"invented-{n}") for n in range(1000)}
+    assert [t.name for t in found if t] == ["search"]  # by search's user rule, after payments' two
+    assert len(calls) == 3, f"{len(calls)} rule applications for 1000 client ids of one user"
+    assert tenants.tenant_of("svc-x", "pay-1").name == "payments"  # an earlier tenant's prefix still wins
 
 
 def _engine(quotas: dict | None = None, *tenants: Tenant) -> QuotaEngine:
