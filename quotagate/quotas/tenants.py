@@ -134,21 +134,27 @@ class Tenants:
         """The tenant (user, client_id) belongs to: the first in file order whose rules match it."""
         if not self.tenants:
             return None
-        full_client_id = client_id  # prefixes match the whole id, as quota prefixes do
-        if len(user) > MAX_NAME_CHARS or len(client_id) > MAX_NAME_CHARS:
-            user, client_id = bounded_name(user), bounded_name(client_id)
-        cache = self._cache
         entry = (user, client_id)
+        if len(user) > MAX_NAME_CHARS or len(client_id) > MAX_NAME_CHARS:
+            entry = (bounded_name(user), bounded_name(client_id))
+        cache = self._cache
         found = cache.get(entry, _UNRESOLVED)
         if found is not _UNRESOLVED:
             return found
         if len(cache) >= MAX_CACHED_CLIENTS:  # random client ids must not grow it forever
             cache.clear()
-        first = self._first_by_user(user)
-        found = next((t for t in self.tenants[:first] if t.matches_client_id(full_client_id)), None)
+        found = cache[entry] = self.resolve(user, client_id)
+        return found
+
+    def resolve(self, user: str, client_id: str) -> Tenant | None:
+        """tenant_of without its cache (for what keeps the answer itself: the entity metrics)."""
+        if not self.tenants:
+            return None
+        first = self._first_by_user(bounded_name(user))
+        # Prefixes match the whole client id, as quota prefixes do.
+        found = next((t for t in self.tenants[:first] if t.matches_client_id(client_id)), None)
         if found is None and first < len(self.tenants):
             found = self.tenants[first]
-        cache[entry] = found
         return found
 
     def _first_by_user(self, user: str) -> int:

@@ -331,6 +331,29 @@ def test_tenant_metrics_sum_the_members_and_stay_monotonic_when_idle_members_are
     assert samples[("quotagate_tenant_quota_tokens", ("team", "producer_byte_rate"))] == -500  # at now=10
 
 
+def test_a_scrape_resolves_each_tracked_entitys_tenant_once_and_leaves_the_loops_cache_alone() -> None:
+    """Scrapes and /quotas sum every tracked entity (10 000 by default, more than the 4 096 resolutions
+    cached): through the loop's cache they emptied it twice a scrape and ran the rules again each time."""
+    engine = _engine(None, Tenant("team", client_id_prefixes=("t-",)))
+    metrics = EntityMetrics(lambda: engine, lambda: 1.0, max_entities=10)
+    count = MAX_CACHED_CLIENTS + 1000
+    for n in range(count):
+        metrics.entity("u", f"t-{n}" if n % 2 else f"x-{n}", 1.0).produce_bytes += 1
+    tenants = engine.table.tenants
+    resolve, calls = tenants.resolve, []
+    tenants.resolve = lambda *key: calls.append(key) or resolve(*key)
+    for _ in range(4):
+        assert metrics.tenant_sums()["team"][1] == count // 2
+    assert len(calls) == count, f"{len(calls)} resolutions for {count} entities over 4 scrapes"
+    assert tenants._cache == {}  # the loop's cache: untouched
+    moved = Tenants((Tenant("team", client_id_prefixes=("t-",)), Tenant("x", client_id_prefixes=("x-",))))
+    engine.update(QuotaTable(tenants=moved), WINDOWS, now=1.0)
+    assert {name: members for name, (_, members) in metrics.tenant_sums().items()} == {
+        "team": count // 2,
+        "x": count // 2,
+    }
+
+
 def test_a_reload_that_changes_only_the_tenants_reports_that_key_and_applies_it_with_the_quotas() -> None:
     before = parse_config(BASE + TENANTS)
     after = parse_config(BASE + TENANTS.replace("producer_byte_rate = 3000", "producer_byte_rate = 6000"))
