@@ -183,7 +183,8 @@ def _held_by(own: dict[str, Any] | None, tenant: dict[str, Any] | None) -> str:
         return "its own quota" if own is not None else "nothing: unlimited"
     if own is None:
         return f"the quota of tenant {tenant['tenant']!r} alone (no entry of its own sets the key)"
-    throttles = (own["bucket"].get("throttle_ms"), tenant["bucket"].get("throttle_ms"))
+    # A shadow quota's throttle is what it would give: it holds nobody (the engine's throttle is 0).
+    throttles = tuple(0 if part["shadow"] else part["bucket"].get("throttle_ms") for part in (own, tenant))
     rule = "both are charged; the larger throttle holds it (whichever binds first)"
     if None in throttles or throttles == (0, 0):
         return rule
