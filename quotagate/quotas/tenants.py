@@ -29,7 +29,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from quotagate.quotas.entities import MAX_CACHED_CLIENTS, MAX_NAME_CHARS, SCOPE_TENANT, QuotaKey, bounded_name
+from quotagate.quotas.entities import (
+    ANONYMOUS,
+    MAX_CACHED_CLIENTS,
+    MAX_NAME_CHARS,
+    SCOPE_TENANT,
+    QuotaKey,
+    bounded_name,
+)
 from quotagate.security.principal_mapping import MappingRule, parse_rule
 
 # A tenant's member rules, as [[tenants]] names them.
@@ -53,7 +60,7 @@ class Tenant:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "quotas", MappingProxyType(dict(self.quotas)))
-        object.__setattr__(self, "rules", tuple(user_rule(text) for text in self.user_rules))
+        object.__setattr__(self, "rules", tuple(user_rule(text, self.name) for text in self.user_rules))
         object.__setattr__(self, "_users", frozenset(self.users))
         object.__setattr__(self, "_client_ids", frozenset(self.client_ids))
 
@@ -92,8 +99,9 @@ class Tenant:
         return None
 
 
-def user_rule(text: str) -> MappingRule:
-    """One member rule, Kafka's `RULE:pattern/replacement/[LU]`; ValueError saying why it is not one."""
+def user_rule(text: str, tenant: str) -> MappingRule:
+    """One member rule of `tenant`, Kafka's `RULE:pattern/replacement/[LU]`; ValueError saying why it
+    is not one, or why no user could be a member by it."""
     expected = "must be a rule RULE:pattern/replacement/ (optionally /L or /U) whose result is the tenant's name"
     try:
         rule = parse_rule(text.strip())
@@ -101,6 +109,17 @@ def user_rule(text: str) -> MappingRule:
         raise ValueError(f"{expected}: {exc}") from exc
     if rule is None or rule.pattern is None:
         raise ValueError(f"{expected}, got {text!r}")
+    fixed = rule.fixed_result()
+    if fixed is not None and fixed != tenant:  # a typo: no user could ever be a member by it
+        raise ValueError(f"{expected}: {text!r} gives {fixed!r} for every user it matches, never {tenant!r}")
+    for probe in (tenant, "x", ANONYMOUS):
+        got = rule.apply(probe)
+        if fixed is not None and got is not None and got != fixed:
+            raise ValueError(
+                f"{expected}: {text!r} gives {got!r} for the user {probe!r}: as in Kafka, every match of the "
+                f"pattern is replaced, and it also matches the empty string at the end; anchor it "
+                f"(RULE:^...$/{fixed}/)"
+            )
     return rule
 
 

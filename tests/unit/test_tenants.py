@@ -83,6 +83,11 @@ def test_tenants_are_parsed_with_their_members_quotas_and_shadow_and_written_bac
         ('name = "t"\nuser_rules = ["DEFAULT"]', "tenants[0].user_rules", "RULE:pattern/replacement/"),
         ('name = "t"\nuser_rules = ["^a.*$"]', "tenants[0].user_rules", "RULE:pattern/replacement/"),
         ('name = "t"\nuser_rules = ["RULE:(/t/"]', "tenants[0].user_rules", "invalid rule"),
+        # A rule no user could be a member by: a typo in the result, and a pattern whose empty match at
+        # the end Kafka's replaceAll replaces too (".*" maps every user to "tt").
+        ('name = "t"\nuser_rules = ["RULE:^svc-.*$/tt/"]', "tenants[0].user_rules", "gives 'tt' for every user"),
+        ('name = "t"\nuser_rules = ["RULE:.*/t/"]', "tenants[0].user_rules", "gives 'tt' for the user 't'"),
+        ('name = "T"\nuser_rules = ["RULE:^svc-.*$/T/L"]', "tenants[0].user_rules", "gives 't' for every user"),
         ('name = "t"\nusers = ["a"]\nshadow = 1', "tenants[0].shadow", "true or false"),
     ],
 )
