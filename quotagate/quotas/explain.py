@@ -172,7 +172,9 @@ def _tenant_quota(engine: QuotaEngine, resolution: Resolution, now: float | None
         "tenant": resolution.tenant,
         "value": resolution.value,
         "shadow": resolution.shadow,
-        "shared_by": f"every member of tenant {resolution.tenant!r}, on every listener and process",
+        # A shadow bucket is this process's, as every shadow quota's (engine._bucket): not shared.
+        "shared_by": f"every member of tenant {resolution.tenant!r}, on every listener "
+        + ("of this process (shadow: not shared)" if resolution.shadow else "and process"),
         "bucket": _bucket_state(engine, resolution, now),
     }
 

@@ -314,16 +314,17 @@ def test_explain_says_which_tenant_a_client_is_in_and_how_its_quota_composes_wit
 @pytest.mark.parametrize("shadow", [False, True])
 def test_explain_names_the_quota_holding_a_member_as_the_engine_applies_it(shadow: bool) -> None:
     """A shadow tenant in debt holds nobody: explain said "now the quota of tenant 'team'" while the
-    engine throttled 0."""
+    engine throttled 0; and its bucket is this process's, not shared."""
     table = QuotaTable(
         {QuotaEntity("a", None): {PRODUCE: 10_000}},
         tenants=Tenants((Tenant("team", users=("a", "b"), quotas={PRODUCE: 1000}, shadow=shadow),)),
     )
     engine = QuotaEngine(table, WINDOWS)
     engine.charge("b", "c", PRODUCE, 4000, now=0.0)  # the tenant: 1000 - 4000 = -3000, 3 s
-    held = explain(engine, "a", "c", now=0.0)["quotas"]["producer_byte_rate"]["held_by"]
+    explained = explain(engine, "a", "c", now=0.0)["quotas"]["producer_byte_rate"]
     assert engine.throttle_ms("a", "c", PRODUCE, now=0.0) == (0 if shadow else 3000)
-    assert held.endswith("now the quota of tenant 'team'") != shadow, held
+    assert explained["held_by"].endswith("now the quota of tenant 'team'") != shadow, explained["held_by"]
+    assert explained["tenant"]["shared_by"].endswith("(shadow: not shared)" if shadow else "and process")
 
 
 def test_tenant_metrics_sum_the_members_and_stay_monotonic_when_idle_members_are_forgotten() -> None:
