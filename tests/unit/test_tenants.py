@@ -89,6 +89,8 @@ def test_tenants_are_parsed_with_their_members_quotas_and_shadow_and_written_bac
         ('name = "t"\nuser_rules = ["RULE:.*/t/"]', "tenants[0].user_rules", "gives 'tt' for the user 't'"),
         ('name = "T"\nuser_rules = ["RULE:^svc-.*$/T/L"]', "tenants[0].user_rules", "gives 't' for every user"),
         ('name = "t"\nusers = ["a"]\nshadow = 1', "tenants[0].shadow", "true or false"),
+        ('name = "t"\nusers = ["<default>"]', "tenants[0].users", "no one's name here"),
+        ('name = "t"\nclient_id_prefixes = ["<default>"]', "tenants[0].client_id_prefixes", 'RULE:^.*$/t/"'),
     ],
 )
 def test_a_bad_tenant_entry_is_refused_naming_the_key(entry: str, key: str, problem: str) -> None:
