@@ -43,13 +43,20 @@ def usage_cell(usage: Usage, unit: str) -> Text:
     )
 
 
+def shown(name: str) -> Text:
+    """A name a client chose, drawn as written: as Text, never a string DataTable reads as markup ("[/]"
+    raised MarkupError and stopped the view, "[link=...]" made a link), and each character that is not
+    printable as its escape (no ESC from a client id is handed to the operator's terminal)."""
+    if not name.isprintable():
+        name = "".join(char if char.isprintable() else repr(char)[1:-1] for char in name)
+    return Text(name)
+
+
 def row_cells(row: Row) -> list[Text]:
-    """One row's cells. Names are Text, never strings: DataTable reads a string as markup, and a client
-    picks its own client id ("[/]" raised MarkupError and stopped the view; "[link=...]" made a link)."""
     throttle = throttle_text(row)
     return [
-        Text(row.user),
-        Text("(tenant)", "italic") if row.kind == TENANT else Text(row.client_id),
+        shown(row.user),
+        Text("(tenant)", "italic") if row.kind == TENANT else shown(row.client_id),
         *(usage_cell(row.usage[measure.name], measure.unit) for measure in MEASURES),
         Text(throttle, "bold red") if throttle else Text("–", "dim"),
         Text(str(row.muted), "bold red") if row.muted else Text("–", "dim"),
@@ -142,7 +149,7 @@ class TopApp(App[int]):
         if self.polls == 0:
             status += " · rates after the next read"
         self.query_one("#status", Static).update(Text(status))  # the filter as typed, not markup
-        notes = [f"✖ {problem}" for problem in table.problems.values()]
+        notes = [f"✖ {shown(problem)}" for problem in table.problems.values()]
         if note := table.sharing_note():
             notes.append(f"! {note}")
         problems = self.query_one("#problems", Static)
