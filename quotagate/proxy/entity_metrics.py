@@ -214,8 +214,8 @@ class EntityMetrics(Collector):
     @staticmethod
     def tenant_of(key: tuple[str, str], stats: EntityStats, tenants: Tenants) -> Tenant | None:
         """The tenant of a tracked entity, resolved once per tenants in force and kept on its stats: a
-        scrape of 10 000 entities through the resolution cache (4 096) emptied the loop's cache twice
-        and took 130 ms with 50 tenants."""
+        scrape sums every tracked entity, more than the loop's resolution cache holds, and must neither
+        empty that cache nor run the member rules again."""
         if stats.tenants is not tenants:
             stats.tenant, stats.tenants = tenants.resolve(*key), tenants
         return stats.tenant

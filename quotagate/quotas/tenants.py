@@ -112,9 +112,9 @@ def user_rule(text: str, tenant: str) -> MappingRule:
     fixed = rule.fixed_result()
     if fixed is not None and fixed != tenant:  # a typo: no user could ever be a member by it
         raise ValueError(f"{expected}: {text!r} gives {fixed!r} for every user it matches, never {tenant!r}")
-    for probe in (tenant, "x", ANONYMOUS):
+    for probe in (tenant, "x", ANONYMOUS) if fixed is not None else ():
         got = rule.apply(probe)
-        if fixed is not None and got is not None and got != fixed:
+        if got is not None and got != fixed:
             raise ValueError(
                 f"{expected}: {text!r} gives {got!r} for the user {probe!r}: as in Kafka, every match of the "
                 f"pattern is replaced, and it also matches the empty string at the end; anchor it "
