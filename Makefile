@@ -13,7 +13,7 @@ all: venv kafka-jars
 
 # The virtualenv is rebuilt whenever pyproject.toml changes; the install compiles the proxy's
 # Cython modules (setup.py) in place, so it is redone when their sources change too.
-$(VENV)/.installed: pyproject.toml setup.py $(wildcard quotagate/*/*_c.pxd quotagate/*/*_c.py)
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard quotagate/*/*.pxd quotagate/*/*_c.py)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'

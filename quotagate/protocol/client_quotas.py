@@ -25,7 +25,7 @@ from kafka.protocol.admin import (
 
 from quotagate import compiled
 from quotagate.protocol.apis import ApiKey, is_flexible
-from quotagate.protocol.framing import FrameError
+from quotagate.protocol.framing import FrameError, decoded
 from quotagate.protocol.headers import RequestHeader, encode_count, encode_string, encode_uvarint, response_body_offset
 from quotagate.protocol.limits import DECODED_ELEMENTS_KEY, MAX_ARRAY_ELEMENTS, NO_LIMIT
 
@@ -106,7 +106,7 @@ def decode_describe(
         flexible = program.flexible
         head = bytes(frame[:body_offset]) + encode_count(keep, flexible)
         frame = b"".join((head, frame[first:kept_end], frame[array_end:]))
-    request = _decode(DescribeClientQuotasRequest, frame, body_offset, version)
+    request = decoded(DescribeClientQuotasRequest, frame, body_offset, version)
     components = tuple(FilterComponent(c.entity_type, c.match_type, c.match) for c in request.components)
     return DescribeQuery(components, bool(request.strict))
 
@@ -115,7 +115,7 @@ def decode_alter(frame: memoryview | bytes, body_offset: int, version: int, max_
     """An AlterClientQuotas request, checked whole first; one of more than `max_elements` array
     elements is refused (ElementsOverLimit, naming max_decoded_elements) before it is decoded."""
     _wire.check(AlterClientQuotasRequest, version, frame, body_offset, max_elements, f"proxy.{DECODED_ELEMENTS_KEY}")
-    request = _decode(AlterClientQuotasRequest, frame, body_offset, version)
+    request = decoded(AlterClientQuotasRequest, frame, body_offset, version)
     alterations = tuple(
         Alteration(
             tuple((part.entity_type, part.entity_name) for part in entry.entity),
@@ -234,13 +234,6 @@ def alter_response(correlation_id: int, version: int, results: list[AlterResult]
         ],
     )
     return _frame(ApiKey.ALTER_CLIENT_QUOTAS, correlation_id, version, response)
-
-
-def _decode(cls: type, frame: memoryview | bytes, body_offset: int, version: int):  # type: ignore[no-untyped-def]
-    try:
-        return cls.decode(frame[body_offset:], version=version)  # type: ignore[attr-defined]
-    except Exception as exc:  # kafka-python raises assorted errors on bad bytes
-        raise FrameError(f"cannot decode {cls.__name__} v{version}: {exc}") from exc
 
 
 def _frame(api_key: int, correlation_id: int, version: int, response: object) -> bytes:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest, MetadataResponse
 
 from quotagate.protocol.apis import ApiKey
-from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
+from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, decoded, frame_errors
 from quotagate.protocol.headers import response_body_offset
 
 # v12: a version every Kafka from 2.8 to 4.x speaks (4.0 dropped v0-3), with topic ids; a null
@@ -35,10 +35,7 @@ def decode_discovery(
     if len(view) < FRAME_SIZE_BYTES + 4 or int.from_bytes(view[4:8], "big", signed=True) != correlation_id:
         raise FrameError("discovery metadata response does not match its request")
     body_offset = response_body_offset(view, ApiKey.METADATA, DISCOVERY_METADATA_VERSION)
-    try:
-        response = MetadataResponse.decode(view[body_offset:], version=DISCOVERY_METADATA_VERSION)
-    except Exception as exc:
-        raise FrameError(f"cannot decode discovery metadata response: {exc}") from exc
+    response = decoded(MetadataResponse, view, body_offset, DISCOVERY_METADATA_VERSION)
     brokers = [(b.node_id, b.host, b.port) for b in response.brokers]
     topics = [(t.name, t.topic_id, len(t.partitions)) for t in response.topics if t.error_code == 0 and t.name]
     return brokers, topics

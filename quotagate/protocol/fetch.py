@@ -40,13 +40,6 @@ def max_wait_offset(body_offset: int, version: int) -> int:
     return body_offset + (4 if version <= REPLICA_ID_IN_BODY_UNTIL else 0)
 
 
-def fetch_max_wait_ms(frame: memoryview, body_offset: int, version: int) -> int:
-    offset = max_wait_offset(body_offset, version)
-    if offset + 4 > len(frame):
-        raise FrameError("fetch request too short to hold max_wait_ms")
-    return max(unpack_from(">i", frame, offset)[0], 0)
-
-
 def throttled_fetch_response(correlation_id: int, version: int, error_code: int = 0, session_id: int = 0) -> bytes:
     """A fetch response with no topics (a frame, size prefix included), throttle_time_ms 0."""
     flexible = version >= FLEXIBLE_FROM

@@ -1,7 +1,8 @@
 """Kafka framing: a stream of frames, each a 4-byte big-endian size followed by that many bytes.
 
-What bad bytes from a peer raise (`FrameError`, and `frame_errors` to make a decoder raise it and
-nothing else), and a frame's announced size. The frames of a stream are found by protocol/frames.py.
+What bad bytes from a peer raise (`FrameError`; `frame_errors` makes a decoder raise it and nothing
+else, and `decoded` is kafka-python's decode raising it), and a frame's announced size. The frames of
+a stream are found by protocol/frames.py.
 """
 
 from __future__ import annotations
@@ -53,6 +54,15 @@ def frame_errors(what: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
         return decode
 
     return wrap
+
+
+def decoded(cls: type, frame: bytes | memoryview, body_offset: int, version: int) -> object:
+    """kafka-python's decode of the message of class `cls` at frame[body_offset:]: FrameError, naming
+    the message, on bytes it cannot decode, whatever it raises for them."""
+    try:
+        return cls.decode(frame[body_offset:], version=version)  # type: ignore[attr-defined]
+    except Exception as exc:  # kafka-python raises assorted errors on bad bytes
+        raise FrameError(f"cannot decode {cls.__name__} v{version}: {exc}") from exc
 
 
 def frame_body_size(frame: bytes | bytearray | memoryview) -> int:

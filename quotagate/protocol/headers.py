@@ -1,8 +1,12 @@
-"""Cheap peeks at request and response headers, on frames that still carry their size prefix.
+"""The protocol's readers on the Python side, over frames that still carry their size prefix: a
+request's header as the session core hands it to the hooks (`RequestHeader`; the core peeks at it
+itself), where a response's body starts, and the varints, strings, counts and tagged fields the
+decoders outside the compiled walks read, raising FrameError where the walks return a past-the-end
+position. Varints and tagged fields are read by produce_walk's one reader of each.
 
 Request header v1/v2: api_key int16, api_version int16, correlation_id int32, client_id nullable
 int16-length string, then (v2, flexible versions) tagged fields. Response header v0/v1:
-correlation_id int32, then (v1) tagged fields. Only these fields are read; bodies are left alone.
+correlation_id int32, then (v1) tagged fields.
 """
 
 from __future__ import annotations
@@ -10,11 +14,13 @@ from __future__ import annotations
 from struct import Struct, pack, unpack_from
 from typing import NamedTuple
 
-from quotagate.protocol.apis import is_flexible, response_header_is_flexible
+from quotagate.protocol.apis import response_header_is_flexible
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
 from quotagate.protocol.limits import tagged_fields_problem
 
-_REQUEST_FIXED = Struct(">hhih")
+# The interpreted source, which reads a memoryview as it is: these readers are not on the compiled path.
+from quotagate.protocol.produce_walk import _skip_tags, _uvarint
+
 _CORRELATION_ID = Struct(">i")
 
 
@@ -27,39 +33,23 @@ class RequestHeader(NamedTuple):
 
 
 def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """Decodes an unsigned varint at pos; returns (value, position after it)."""
-    if pos < len(buf) and buf[pos] < 0x80:  # nearly every count and length in practice: one byte
-        return buf[pos], pos + 1
-    value = 0
-    shift = 0
-    while True:
-        if pos >= len(buf):
-            raise FrameError("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:
-            raise FrameError("varint longer than 5 bytes")
+    """The unsigned varint at pos, read by produce_walk's one varint reader: (value, position after
+    it). Raises FrameError when it runs past the end of `buf` or is longer than Kafka's 5 bytes."""
+    value, after = _uvarint(buf, pos, len(buf))
+    if value < 0:
+        raise FrameError("truncated or over-long varint")
+    return value, after
 
 
 def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
-    """Skips tagged fields by their lengths; more than MAX_TAGGED_FIELDS are refused, not walked."""
-    if pos < len(buf) and buf[pos] == 0:  # no tagged fields: the usual case
-        return pos + 1
-    count, pos = read_uvarint(buf, pos)
-    problem = tagged_fields_problem("a tagged-field section", count)
-    if problem is not None:
-        raise FrameError(problem)
-    for _ in range(count):
-        _tag, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        pos += size
-    if pos > len(buf):
-        raise FrameError("truncated tagged fields")
-    return pos
+    """The position after the tagged fields at pos, skipped by produce_walk's reader (by their lengths;
+    more than MAX_TAGGED_FIELDS are refused, not walked). Raises FrameError when they run past the end."""
+    end = len(buf)
+    after = _skip_tags(buf, pos, end)
+    if after > end:
+        count, _ = _uvarint(buf, pos, end)
+        raise FrameError(tagged_fields_problem("a tagged-field section", count) or "truncated tagged fields")
+    return after
 
 
 def skip_string(buf: bytes | memoryview, pos: int, flexible: bool) -> int:
@@ -114,29 +104,6 @@ def encode_uvarint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
-
-
-def peek_request_header(frame: memoryview) -> RequestHeader:
-    """Reads a request's header. Raises FrameError when the frame is too short to hold one."""
-    if len(frame) < FRAME_SIZE_BYTES + _REQUEST_FIXED.size:
-        raise FrameError(f"request of {len(frame) - FRAME_SIZE_BYTES} bytes is shorter than a header")
-    api_key, api_version, correlation_id, client_id_len = _REQUEST_FIXED.unpack_from(frame, FRAME_SIZE_BYTES)
-    pos = FRAME_SIZE_BYTES + _REQUEST_FIXED.size
-    client_id: str | None = None
-    if client_id_len >= 0:
-        if pos + client_id_len > len(frame):
-            raise FrameError("client_id runs past the end of the request")
-        client_id = str(frame[pos : pos + client_id_len], "utf-8", "replace")  # decoded in place, no copy
-        pos += client_id_len
-    if is_flexible(api_key, api_version):
-        pos = skip_tagged_fields(frame, pos)
-    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
-
-
-def peek_correlation_id(frame: memoryview) -> int:
-    if len(frame) < FRAME_SIZE_BYTES + _CORRELATION_ID.size:
-        raise FrameError("response shorter than a correlation id")
-    return unpack_from(">i", frame, FRAME_SIZE_BYTES)[0]
 
 
 def response_body_offset(frame: memoryview, api_key: int, api_version: int) -> int:

@@ -18,7 +18,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from quotagate import compiled
 from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
-from quotagate.protocol.headers import encode_count, encode_string, read_count, read_uvarint, skip_string
+from quotagate.protocol.headers import encode_count, encode_string, read_count, read_uvarint
 from quotagate.protocol.limits import DECODED_ELEMENTS_KEY, NO_LIMIT, tagged_fields_problem
 
 _walk = compiled.load("quotagate.protocol.produce_walk")
@@ -45,14 +45,6 @@ def _node_endpoints_schema() -> dict:
 
 
 _NODE_ENDPOINTS_SCHEMA = _node_endpoints_schema()
-
-
-def produce_request_acks(frame: memoryview, body_offset: int, version: int) -> int:
-    """The acks of a produce request (0 means the broker sends no response): produce_walk's walk."""
-    acks = _walk.produce_acks(bytes(frame), body_offset, len(frame), version)
-    if acks < -0x8000:
-        raise FrameError("produce request too short to hold acks")
-    return acks
 
 
 def produce_response_throttle_offset(frame: memoryview, body_offset: int, version: int) -> int:
@@ -156,12 +148,6 @@ class ProduceRequestLayout(NamedTuple):
     topics: tuple[ProduceTopic, ...]
 
 
-def _topics_offset(frame: memoryview, body_offset: int, version: int) -> int:
-    """Where a produce request's topic array starts: after transactional_id (v3+), acks and timeout_ms."""
-    pos = skip_string(frame, body_offset, version >= FLEXIBLE_FROM) if version >= TRANSACTIONAL_ID_FROM else body_offset
-    return pos + 2 + 4
-
-
 def produce_request_layout(
     frame: memoryview, body_offset: int, version: int, max_topics: int = NO_LIMIT
 ) -> ProduceRequestLayout:
@@ -176,7 +162,7 @@ def produce_request_layout(
         raise ElementsOverLimit(
             f"a produce request of {len(topics)} topics: more than {max_topics} (proxy.{DECODED_ELEMENTS_KEY})"
         )
-    pos = _topics_offset(frame, body_offset, version)
+    pos = _walk.topics_start_of(frame, body_offset, version)
     return ProduceRequestLayout(
         pos,
         topics[-1][2] if topics else read_count(frame, pos, version >= FLEXIBLE_FROM)[1],

@@ -15,6 +15,7 @@ try:
 except ImportError:  # interpreted without Cython installed: quotagate/_cython_shadow.py
     from quotagate import _cython_shadow as cython
 
+from quotagate.protocol import buffers
 from quotagate.protocol.limits import MAX_ARRAY_ELEMENTS, MAX_STRING_BYTES, MAX_TAGGED_FIELDS
 
 # index, error_code, base_offset, log_append_time_ms, log_start_offset
@@ -31,7 +32,11 @@ MAX_STRING = MAX_STRING_BYTES
 
 
 def _uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    """(value, position after it), or (-1, end + 1) when it runs past `end` or is too long."""
+    """The unsigned varint at buf[pos] (Kafka's, at most 5 bytes): (value, position after it), or
+    (-1, end + 1) when it runs past `end` or is longer. The one varint reader: the walks, the session
+    core and protocol/headers.py's readers all call it."""
+    if pos < end and buf[pos] < 0x80:  # nearly every count and length: one byte
+        return buf[pos], pos + 1
     value = 0
     shift = 0
     while pos < end:
@@ -67,12 +72,7 @@ def produce_acks(buf: bytes, body: int, end: int, version: int) -> int:
 
 def produce_topics_of(frame: bytes | memoryview, pos: int, end: int, version: int, names_only: bool) -> list | None:
     """produce_topics of a frame that may be a memoryview."""
-    if cython.compiled and type(frame) is not bytes:
-        view = frame
-        if len(frame) == 0:
-            return None
-        return produce_topics(cython.address(view[0]), pos, end, version, names_only)
-    return produce_topics(frame, pos, end, version, names_only)
+    return produce_topics(buffers.chars(frame), pos, end, version, names_only)
 
 
 def produce_topics(buf: bytes, pos: int, end: int, version: int, names_only: bool) -> list | None:
@@ -91,8 +91,7 @@ def produce_topics(buf: bytes, pos: int, end: int, version: int, names_only: boo
         length, pos = _string_length(buf, pos, end, flexible)
         if length < 0 or length > MAX_STRING or pos + length > end:
             return None
-        # Compiled, a slice of the char* is a new bytes already; bytes() of it made the name twice.
-        name = buf[pos : pos + length] if cython.compiled else bytes(buf[pos : pos + length])
+        name = cython.cast(bytes, buf[pos : pos + length])  # compiled, the char*'s slice is bytes already
         pos += length
         partitions_at = pos
         partition_count, pos = _count(buf, pos, end, flexible)
@@ -129,14 +128,15 @@ def produce_topics(buf: bytes, pos: int, end: int, version: int, names_only: boo
     return topics
 
 
+def topics_start_of(frame: bytes | memoryview, pos: int, version: int) -> int:
+    """Where the topic array of a produce request (a frame that may be a memoryview) whose body starts
+    at `pos` starts: _topics_start's answer, past the frame's end when what leads to it runs past it."""
+    return _topics_start(buffers.chars(frame), pos, len(frame), version)
+
+
 def first_batch_of(frame: bytes | memoryview, pos: int, end: int, version: int, least: int) -> int:
     """first_batch of a frame that may be a memoryview."""
-    if cython.compiled and type(frame) is not bytes:
-        view = frame
-        if len(frame) == 0:
-            return -2
-        return first_batch(cython.address(view[0]), pos, end, version, least)
-    return first_batch(frame, pos, end, version, least)
+    return first_batch(buffers.chars(frame), pos, end, version, least)
 
 
 def first_batch(buf: bytes, pos: int, end: int, version: int, least: int) -> int:

@@ -3,6 +3,8 @@
 
 cimport cython
 
+from quotagate.protocol cimport buffers
+
 cdef Py_ssize_t PARTITION_BYTES
 cdef int TRANSACTIONAL_ID_FROM, TOPIC_ID_FROM
 cdef long MAX_TAGS, MAX_ARRAY, MAX_STRING
@@ -19,7 +21,6 @@ cpdef (long, Py_ssize_t) _uvarint(const unsigned char* buf, Py_ssize_t pos, Py_s
 cpdef long i32(const unsigned char* buf, Py_ssize_t pos) noexcept
 @cython.locals(at=Py_ssize_t, value=int)
 cpdef int produce_acks(const unsigned char* buf, Py_ssize_t body, Py_ssize_t end, int version) noexcept
-@cython.locals(view="const unsigned char[:]")
 cpdef list produce_topics_of(object frame, Py_ssize_t pos, Py_ssize_t end, int version, bint names_only)
 @cython.locals(
     flexible=bint, length=long, count=long, _t=long, start=Py_ssize_t, partitions_at=Py_ssize_t,
@@ -28,14 +29,14 @@ cpdef list produce_topics_of(object frame, Py_ssize_t pos, Py_ssize_t end, int v
 cpdef list produce_topics(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, int version, bint names_only)
 @cython.locals(count=long, _i=long, _tag=long, size=long)
 cpdef Py_ssize_t _skip_tags(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end) noexcept
-@cython.locals(view="const unsigned char[:]")
+cpdef Py_ssize_t topics_start_of(object frame, Py_ssize_t pos, int version) except? -1
 cpdef Py_ssize_t first_batch_of(object frame, Py_ssize_t pos, Py_ssize_t end, int version, Py_ssize_t least) except -3
 @cython.locals(flexible=bint, length=long, count=long, _t=long, partitions=long, _p=long, size=long)
 cdef Py_ssize_t first_batch(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, int version, Py_ssize_t least) noexcept
 @cython.locals(value=long, length=long)
-cdef (long, Py_ssize_t) _string_length(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, bint flexible) noexcept
+cpdef (long, Py_ssize_t) _string_length(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, bint flexible) noexcept
 cdef Py_ssize_t _topics_start(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, int version) noexcept
 @cython.locals(length=long)
 cdef Py_ssize_t _after_transactional_id(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, bint flexible) noexcept
 @cython.locals(count=long)
-cdef (long, Py_ssize_t) _count(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, bint flexible) noexcept
+cpdef (long, Py_ssize_t) _count(const unsigned char* buf, Py_ssize_t pos, Py_ssize_t end, bint flexible) noexcept

@@ -26,11 +26,12 @@ except ImportError:  # interpreted without Cython installed: quotagate/_cython_s
 
 from array import array
 
+from quotagate.protocol import buffers, wire_walk
 from quotagate.protocol.framing import FrameError
 
-if not cython.compiled:  # compiled, these are cimported (response_walk_c.pxd)
-    from quotagate.protocol.produce_walk import _count, _string_length, i32
-    from quotagate.protocol.wire_walk import OP_ARRAY_STRING, STRIDE, Walk, _put
+# Compiled, these are cimported (response_walk_c.pxd): C calls, not the Python names imported here.
+from quotagate.protocol.produce_walk import _count, _string_length, i32
+from quotagate.protocol.wire_walk import OP_ARRAY_STRING, STRIDE, _put
 
 # What a host:port looks like in a config value: a run of host characters (letters, digits, '.',
 # '-', ':', and '[' ']' around an IPv6 address) holding at least one letter, digit or ']' before a
@@ -107,7 +108,7 @@ def address_edits(prog, frame, pos, array_at, node_at, error_at, rest):
     the array (its count) starts and where it ends; where the walk ended. No Python object is made
     per entry: an address is compared with the first MAX_COMPARED distinct ones byte for byte, and
     looked up by its bytes past them."""
-    walk = Walk(prog, frame)
+    walk = wire_walk.Walk(prog, frame)
     ops = walk._op
     buf = walk._buf
     host_at = node_at + STRIDE
@@ -160,7 +161,7 @@ def address_edits(prog, frame, pos, array_at, node_at, error_at, rest):
                 break
         key = None
         if index < 0 and distinct >= MAX_COMPARED:
-            key = buf[node_start:port_end] if cython.compiled else bytes(buf[node_start:port_end])
+            key = cython.cast(bytes, buf[node_start:port_end])
             index = known.get(key, -1)
         if index < 0:
             index = distinct
@@ -170,7 +171,7 @@ def address_edits(prog, frame, pos, array_at, node_at, error_at, rest):
             else:
                 known[key] = index
             length, host_pos = walk._length(host_start, host_at)
-            host = buf[host_pos : host_pos + length] if cython.compiled else bytes(buf[host_pos : host_pos + length])
+            host = cython.cast(bytes, buf[host_pos : host_pos + length])
             addresses.append((node_id, host, i32(buf, port_end - 4)))
         edits[3 * made] = host_start
         edits[3 * made + 1] = port_end
@@ -189,9 +190,7 @@ def _same(buf, start, end, other, other_end):
     """Whether buf[start:end] and buf[other:other_end] hold the same bytes."""
     if end - start != other_end - other:
         return False
-    if cython.compiled:
-        return memcmp(buf + start, buf + other, end - start) == 0  # noqa: F821  (cimported: response_walk_c.pxd)
-    return buf[start:end] == buf[other:other_end]
+    return buffers.equal(buf, start, buf, other, end - start)
 
 
 def config_edits(prog, frame, pos, address_names):
@@ -201,7 +200,7 @@ def config_edits(prog, frame, pos, address_names):
     names an address when its name or a synonym's is in `address_names` (a set of bytes), or when
     its value or a synonym's holds a host:port. Every result and config is walked; a name is looked
     up only when its length is one of the names'."""
-    walk = Walk(prog, frame)
+    walk = wire_walk.Walk(prog, frame)
     ops = walk._op
     buf = walk._buf
     ops_at = prog.ops_at
@@ -299,7 +298,7 @@ def _names_address(walk, start, at, is_name, address_names, lengths, longest):
     if is_name:
         if length > longest or not lengths[length]:
             return False
-        name = buf[pos : pos + length] if cython.compiled else bytes(buf[pos : pos + length])
+        name = cython.cast(bytes, buf[pos : pos + length])
         return name in address_names
     return _holds_host_port(buf, pos, pos + length)
 
@@ -308,7 +307,7 @@ def fields_end(prog, frame, pos, start_at, stop_at):
     """Where the message's own fields of ops [start_at, stop_at) end, walked from `pos`: with 0 and
     a field's op, where that field starts; with 0 and `prog.top`, where the top-level tagged fields
     start."""
-    walk = Walk(prog, frame)
+    walk = wire_walk.Walk(prog, frame)
     return walk.fields(pos, start_at, stop_at)
 
 
@@ -318,7 +317,7 @@ def entry_spans(prog, frame, pos, array_at, field_ats):
     the array (its count) starts, where it ends): `spans` an array("q") of 2 + len(field_ats)
     numbers per element: where it starts, where it ends, and where each field of the ops
     `field_ats` starts in it (-1: not in it). An element of an array of strings is its own field."""
-    walk = Walk(prog, frame)
+    walk = wire_walk.Walk(prog, frame)
     ops = walk._op
     wanted = len(field_ats)
     wanted_ops = array("i", field_ats)
@@ -361,8 +360,7 @@ def field_values(frame, spans, stride, k, kind, flexible):
     values = []
     if len(spans) == 0:
         return values
-    view = frame
-    buf = cython.address(view[0]) if cython.compiled else frame
+    buf = buffers.chars(frame)
     end = len(frame)
     strings = kind == VALUE_STRING  # the kinds are module names, seen from Python: compared once
     shorts = kind == VALUE_INT16
@@ -377,7 +375,7 @@ def field_values(frame, spans, stride, k, kind, flexible):
             if length < 0 or at + length > end:
                 values.append(None)
             else:
-                values.append(buf[at : at + length] if cython.compiled else bytes(buf[at : at + length]))
+                values.append(cython.cast(bytes, buf[at : at + length]))
         elif shorts:
             value = (buf[at] << 8) | buf[at + 1]
             values.append(value - 0x10000 if value >= 0x8000 else value)
@@ -387,7 +385,7 @@ def field_values(frame, spans, stride, k, kind, flexible):
             count, at = _count(buf, at, end, flexible)
             values.append(count if count > 0 else 0)
         else:
-            values.append(buf[at : at + 16] if cython.compiled else bytes(buf[at : at + 16]))
+            values.append(cython.cast(bytes, buf[at : at + 16]))
     return values
 
 
@@ -410,11 +408,7 @@ def splice(data, edits, replacements, framed):
     out_buf = out
     if end == 0:
         return bytes(out)
-    if cython.compiled:
-        view = data
-        buf = cython.address(view[0])
-    else:
-        buf = data
+    buf = buffers.chars(data)
     written = 0
     at = 0
     for i in range(count):

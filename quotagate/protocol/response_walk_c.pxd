@@ -1,8 +1,9 @@
 # C types for response_walk.py, compiled as response_walk_c (quotagate/compiled.py).
 
 cimport cython
-from libc.string cimport memcmp
 
+from quotagate.protocol cimport buffers
+cimport quotagate.protocol.wire_walk_c as wire_walk
 from quotagate.protocol.produce_walk_c cimport _count, _string_length, i32
 from quotagate.protocol.wire_walk_c cimport OP_ARRAY_STRING, STRIDE, Walk, _put
 
@@ -50,14 +51,13 @@ cpdef Py_ssize_t fields_end(object prog, object frame, Py_ssize_t pos, int start
 cpdef tuple entry_spans(object prog, object frame, Py_ssize_t pos, int array_at, tuple field_ats)
 
 @cython.locals(
-    view="const unsigned char[:]", buf="const unsigned char*", end=Py_ssize_t, values=list, base=Py_ssize_t,
+    buf="const unsigned char*", end=Py_ssize_t, values=list, base=Py_ssize_t,
     at=Py_ssize_t, length=long, value=long, count=long, strings=bint, shorts=bint, ints=bint, counts=bint,
 )
 cpdef list field_values(object frame, const long long[:] spans, Py_ssize_t stride, Py_ssize_t k, int kind, bint flexible)
 
 @cython.locals(
     end=Py_ssize_t, count=Py_ssize_t, size=Py_ssize_t, at=Py_ssize_t, i=Py_ssize_t, start=Py_ssize_t,
-    stop=Py_ssize_t, out=bytearray, out_buf="unsigned char*", view="const unsigned char[:]",
-    buf="const unsigned char*", written=Py_ssize_t, replacement_buf="const unsigned char*", body=Py_ssize_t,
+    stop=Py_ssize_t, out=bytearray, out_buf="unsigned char*", buf="const unsigned char*", written=Py_ssize_t, replacement_buf="const unsigned char*", body=Py_ssize_t,
 )
 cpdef bytes splice(object data, const long long[:] edits, list replacements, bint framed)

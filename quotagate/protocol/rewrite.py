@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from quotagate import compiled
 from quotagate.protocol.apis import RESPONSE_CLASSES, ApiKey
-from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
+from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, decoded, frame_errors
 from quotagate.protocol.headers import encode_count, encode_string, encode_uvarint, response_body_offset
 from quotagate.protocol.produce import node_endpoints_edits
 from quotagate.protocol.share import share_response_node_endpoints
@@ -68,11 +68,7 @@ _HIDDEN = {False: [pack(">h", -1), b"\x01"], True: [b"\x00", b"\x01"]}
 
 def _decode(api_key: int, frame: memoryview, version: int) -> tuple[int, object]:
     body_offset = response_body_offset(frame, api_key, version)
-    cls = RESPONSE_CLASSES[api_key]
-    try:
-        return body_offset, cls.decode(frame[body_offset:], version=version)
-    except Exception as exc:  # kafka-python raises assorted errors on bad bytes
-        raise FrameError(f"cannot decode {cls.__name__} v{version}: {exc}") from exc
+    return body_offset, decoded(RESPONSE_CLASSES[api_key], frame, body_offset, version)
 
 
 def _reframe(frame: memoryview, body_offset: int, message: object) -> bytes:

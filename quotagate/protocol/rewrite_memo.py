@@ -6,8 +6,8 @@ Compiled as rewrite_memo_c (typed by rewrite_memo_c.pxd), interpreted as it is: 
 
 from collections import OrderedDict
 from struct import pack
-from typing import NamedTuple
 
+from quotagate.protocol import buffers
 from quotagate.protocol.apis import response_header_is_flexible
 from quotagate.protocol.headers import response_body_offset
 
@@ -42,17 +42,21 @@ class _RecordingView:
         self.cluster.observe_topics(observed)
 
 
-class _Rewritten(NamedTuple):
+class _Rewritten:
     """What a memo remembers of one rewrite: the new body (None: the frame went on untouched), the
     ClusterView calls the rewrite made and what advertise answered, the bytes it holds, and the new
-    frame's size prefix for a header of the length it had then."""
+    frame's size prefix for a header of the length it had then. (Compiled, a C struct: a hit reads
+    its fields without a Python attribute look-up.)"""
 
-    body: object  # bytes | None
-    advertised: tuple
-    topics: tuple
-    size: int
-    body_offset: int
-    prefix: bytes
+    __slots__ = ("advertised", "body", "body_offset", "prefix", "size", "topics")
+
+    def __init__(self, body, advertised, topics, size, body_offset, prefix):
+        self.body = body  # bytes | None
+        self.advertised = advertised
+        self.topics = topics
+        self.size = size
+        self.body_offset = body_offset
+        self.prefix = prefix
 
 
 class RewriteMemo:
@@ -86,6 +90,11 @@ class RewriteMemo:
         self.held_bytes = 0
         self.hits = 0
         self.header_flexible = [-1] * HEADER_VERSIONS  # per API version; -1: not known yet
+        # The entry used last, always the last of `entries`: a client asks the same question again and
+        # again, and its answer is compared with this one's body where it lies, before any copy or hash.
+        self.last = None
+        self.last_version = -1
+        self.last_body = b""
 
     def _body_offset(self, frame, version):
         """response_body_offset, without the call for a header without tagged fields."""
@@ -105,37 +114,61 @@ class RewriteMemo:
     def rewritten(self, frame, version, cluster):
         """The rewritten frame, or None when it goes on as it is; `frame` is bytes or a memoryview."""
         body_offset = self._body_offset(frame, version)
-        if len(frame) - body_offset > self.max_body_bytes:  # never kept, so never found: no copy, no hash
+        size = len(frame) - body_offset
+        if size > self.max_body_bytes:  # never kept, so never found: no copy, no hash
             return self.rewrite(frame if type(frame) is memoryview else memoryview(frame), version, cluster)
-        body = frame[body_offset:] if type(frame) is bytes else bytes(frame[body_offset:])
-        key = (version, body)
-        entry = self.entries.get(key)
+        last_body = self.last_body
+        if (
+            self.last is not None
+            and version == self.last_version
+            and size == len(last_body)
+            and buffers.equal(buffers.chars(frame), body_offset, buffers.chars(last_body), 0, size)
+        ):
+            entry = self.last
+            body = last_body
+            key = None  # the last of `entries` already
+        else:
+            body = frame[body_offset:] if type(frame) is bytes else bytes(frame[body_offset:])
+            key = (version, body)
+            entry = self.entries.get(key)
         if entry is not None and _replay(entry, cluster):
-            self.entries.move_to_end(key)
+            if key is not None:
+                self.entries.move_to_end(key)
+                self._used(entry, version, body)
             self.hits += 1
             if entry.body is None:
                 return None
-            if body_offset == entry.body_offset:
-                return b"".join((entry.prefix, frame[4:body_offset], entry.body))
+            if body_offset == entry.body_offset:  # the response's own header (its correlation id), then the body
+                return b"".join((entry.prefix, buffers.chars(frame)[4:body_offset], entry.body))
             return _framed(frame, body_offset, entry.body)
         recording = _RecordingView(cluster)
         rewritten = self.rewrite(frame if type(frame) is memoryview else memoryview(frame), version, recording)
         # What follows the header of the rewritten frame is its new body.
         new_body = None if rewritten is None else bytes(rewritten[body_offset:])
         held = len(body) + (len(new_body) if new_body is not None else 0)
+        if key is None:
+            key = (version, body)
         if entry is not None:
             self._drop(key)
         prefix = b"" if new_body is None else pack(">i", body_offset - 4 + len(new_body))
-        self.entries[key] = _Rewritten(
-            new_body, tuple(recording.advertised), tuple(recording.topics), held, body_offset, prefix
-        )
+        entry = _Rewritten(new_body, tuple(recording.advertised), tuple(recording.topics), held, body_offset, prefix)
+        self.entries[key] = entry
+        self._used(entry, version, body)
         self.held_bytes += held
         while len(self.entries) > self.max_entries or self.held_bytes > self.max_bytes:
             self._drop(next(iter(self.entries)))
         return rewritten
 
+    def _used(self, entry, version, body):
+        self.last = entry
+        self.last_version = version
+        self.last_body = body
+
     def _drop(self, key):
-        self.held_bytes -= self.entries.pop(key).size
+        dropped = self.entries.pop(key)
+        self.held_bytes -= dropped.size
+        if dropped is self.last:
+            self._used(None, -1, b"")
 
 
 def _replay(entry, cluster):

@@ -23,7 +23,7 @@ import json
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest
 
 from quotagate.protocol.apis import ApiKey
-from quotagate.protocol.framing import FrameError, frame_errors
+from quotagate.protocol.framing import decoded, frame_errors
 
 PLAIN = "PLAIN"
 OAUTHBEARER = "OAUTHBEARER"
@@ -37,16 +37,9 @@ READABLE_UP_TO: dict[int, int] = {
 }
 
 
-def _decode(cls: type, frame: memoryview, body_offset: int, version: int) -> object:
-    try:
-        return cls.decode(frame[body_offset:], version=version)
-    except Exception as exc:  # kafka-python raises assorted errors on bad bytes
-        raise FrameError(f"cannot decode {cls.__name__} v{version}: {exc}") from exc
-
-
 @frame_errors("SaslHandshake request")
 def handshake_mechanism(frame: memoryview, body_offset: int, version: int) -> str:
-    return _decode(SaslHandshakeRequest, frame, body_offset, version).mechanism  # type: ignore[attr-defined]
+    return decoded(SaslHandshakeRequest, frame, body_offset, version).mechanism  # type: ignore[attr-defined]
 
 
 @frame_errors("SaslAuthenticate request")
@@ -61,14 +54,14 @@ def authenticate_user(
     or a mechanism the proxy cannot read)."""
     if not end_readable(mechanism):
         return None
-    auth_bytes = bytes(_decode(SaslAuthenticateRequest, frame, body_offset, version).auth_bytes or b"")  # type: ignore[attr-defined]
+    auth_bytes = bytes(decoded(SaslAuthenticateRequest, frame, body_offset, version).auth_bytes or b"")  # type: ignore[attr-defined]
     return user_from_auth_bytes(mechanism, auth_bytes, principal_claim)
 
 
 def authentication_outcome(mechanism: str | None, frame: memoryview, body_offset: int, version: int) -> bool | None:
     """What a SaslAuthenticate response says: False (refused), True (the exchange is over and
     succeeded) or None (succeeded so far, more rounds to come)."""
-    response = _decode(SaslAuthenticateResponse, frame, body_offset, version)
+    response = decoded(SaslAuthenticateResponse, frame, body_offset, version)
     if response.error_code != 0:  # type: ignore[attr-defined]
         return False
     return True if exchange_complete(mechanism, bytes(response.auth_bytes or b"")) else None  # type: ignore[attr-defined]

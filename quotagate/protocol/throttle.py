@@ -25,7 +25,7 @@ from struct import Struct, unpack_from
 from kafka.protocol.schemas.fields.base import BaseField
 
 from quotagate.protocol.apis import RESPONSE_CLASSES, ApiKey, is_flexible, response_header_is_flexible
-from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError
+from quotagate.protocol.framing import FRAME_SIZE_BYTES, FrameError, frame_errors
 from quotagate.protocol.headers import read_count, read_uvarint, skip_string, skip_tagged_fields
 from quotagate.protocol.produce import produce_response_throttle_offset
 
@@ -80,33 +80,25 @@ def _skip_token_fields(frame: memoryview, pos: int, version: int, flexible: bool
     return _skip_bytes(frame, skip_string(frame, pos + 24, flexible), flexible)
 
 
+@frame_errors("CreateDelegationToken response")
 def _create_delegation_token_throttle_offset(frame: memoryview, body_offset: int, version: int) -> int:
     """CreateDelegationToken v0-3: error_code, the token's fields, then throttle_time_ms (last)."""
-    try:
-        return _skip_token_fields(frame, body_offset + 2, version, version >= 2)
-    except FrameError:
-        raise
-    except Exception as exc:  # struct.error on truncated input
-        raise FrameError("truncated CreateDelegationToken response") from exc
+    return _skip_token_fields(frame, body_offset + 2, version, version >= 2)
 
 
+@frame_errors("DescribeDelegationToken response")
 def _describe_delegation_token_throttle_offset(frame: memoryview, body_offset: int, version: int) -> int:
     """DescribeDelegationToken v0-3: error_code, tokens (each with its renewers), then throttle_time_ms."""
     flexible = version >= 2
-    try:
-        tokens, pos = read_count(frame, body_offset + 2, flexible)
-        for _ in range(tokens):
-            renewers, pos = read_count(frame, _skip_token_fields(frame, pos, version, flexible), flexible)
-            for _ in range(renewers):
-                pos = skip_string(frame, skip_string(frame, pos, flexible), flexible)
-                if flexible:
-                    pos = skip_tagged_fields(frame, pos)
+    tokens, pos = read_count(frame, body_offset + 2, flexible)
+    for _ in range(tokens):
+        renewers, pos = read_count(frame, _skip_token_fields(frame, pos, version, flexible), flexible)
+        for _ in range(renewers):
+            pos = skip_string(frame, skip_string(frame, pos, flexible), flexible)
             if flexible:
                 pos = skip_tagged_fields(frame, pos)
-    except FrameError:
-        raise
-    except Exception as exc:  # struct.error on truncated input
-        raise FrameError("truncated DescribeDelegationToken response") from exc
+        if flexible:
+            pos = skip_tagged_fields(frame, pos)
     return pos
 
 

@@ -18,13 +18,9 @@ Compiled as wire_walk_c (typed by wire_walk_c.pxd), interpreted as it is: quotag
 The varint and tagged-field readers are produce_walk's, with its limits.
 """
 
-try:
-    import cython
-except ImportError:  # interpreted without Cython installed: quotagate/_cython_shadow.py
-    from quotagate import _cython_shadow as cython
-
 from array import array
 
+from quotagate.protocol import buffers
 from quotagate.protocol.framing import FrameError
 from quotagate.protocol.limits import (
     DECODED_ELEMENTS_KEY,
@@ -35,8 +31,8 @@ from quotagate.protocol.limits import (
     string_problem,
 )
 
-if not cython.compiled:  # compiled, these are cimported (wire_walk_c.pxd)
-    from quotagate.protocol.produce_walk import _skip_tags, _uvarint, i32
+# Compiled, these are cimported (wire_walk_c.pxd): C calls, not the Python names imported here.
+from quotagate.protocol.produce_walk import _skip_tags, _uvarint, i32
 
 # Ops: what a field is, and so how it is skipped.
 OP_FIXED = 1  # argument: its size in bytes
@@ -169,14 +165,8 @@ class Walk:
         self.max_elements = max_elements
         self.limit_key = limit_key
         self._ops = prog.ops  # kept: _op points into it
-        if cython.compiled:
-            self._op_view = self._ops
-            self._op = cython.address(self._op_view[0])
-            self._view = frame
-            self._buf = cython.address(self._view[0]) if self.end else cython.NULL
-        else:
-            self._op = self._ops
-            self._buf = frame
+        self._op = buffers.ints(self._ops)
+        self._buf = buffers.chars(frame)  # frame is kept: _buf points into it
 
     def message(self, pos):
         """Walks the whole message from its body at `pos`; returns where it ends."""
@@ -434,8 +424,5 @@ def _put(out, at, source, start, stop):
     """Copies source[start:stop] into out at `at`; returns where the copy ends."""
     n = stop - start
     if n > 0:
-        if cython.compiled:
-            memcpy(out + at, source + start, n)  # noqa: F821  (cimported: wire_walk_c.pxd)
-        else:
-            out[at : at + n] = source[start:stop]
+        buffers.copy(out, at, source, start, stop)
     return at + n

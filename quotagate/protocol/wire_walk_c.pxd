@@ -1,8 +1,8 @@
 # C types for wire_walk.py, compiled as wire_walk_c (quotagate/compiled.py).
 
 cimport cython
-from libc.string cimport memcpy
 
+from quotagate.protocol cimport buffers
 from quotagate.protocol.produce_walk_c cimport _skip_tags, _uvarint, i32
 
 cdef int OP_FIXED, OP_STRING, OP_BYTES, OP_ARRAY_FIXED, OP_ARRAY_STRING, OP_ARRAY_STRUCT, OP_STRUCT, STRIDE
@@ -19,9 +19,7 @@ cdef class Walk:
     cdef public Py_ssize_t max_elements
     cdef public object limit_key
     cdef object _ops
-    cdef int[:] _op_view
     cdef const int* _op
-    cdef const unsigned char[:] _view
     cdef const unsigned char* _buf
 
     cpdef Py_ssize_t message(self, Py_ssize_t pos) except -1
@@ -64,4 +62,4 @@ cpdef Py_ssize_t check(object cls, int version, object frame, Py_ssize_t body, P
 )
 cpdef tuple metadata_topics(object prog, object frame, Py_ssize_t pos)
 @cython.locals(n=Py_ssize_t)
-cdef Py_ssize_t _put(unsigned char* out, Py_ssize_t at, const unsigned char* source, Py_ssize_t start, Py_ssize_t stop) noexcept
+cpdef Py_ssize_t _put(unsigned char* out, Py_ssize_t at, const unsigned char* source, Py_ssize_t start, Py_ssize_t stop) noexcept

@@ -46,6 +46,14 @@ class MappingRule:
         result = self.pattern.sub(lambda match: _expand(self.replacement, match, groups), subject)
         return result.lower() if self.case == "L" else result.upper() if self.case == "U" else result
 
+    def fixed_result(self) -> str | None:
+        """What the rule gives a subject it matches once when its replacement names no group (the same
+        for every such subject); None when the result depends on the subject."""
+        if self.pattern is None or (self.pattern.groups and "$" in self.replacement):
+            return None
+        result = _expand(self.replacement, None, 0)  # type: ignore[arg-type]  # no group: no match read
+        return result.lower() if self.case == "L" else result.upper() if self.case == "U" else result
+
     def __str__(self) -> str:
         if self.pattern is None:
             return "DEFAULT"

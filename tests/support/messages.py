@@ -1,9 +1,23 @@
 """Test messages built with kafka-python's classes, shared by the protocol tests."""
 
-from struct import pack
+from io import BytesIO
+from struct import pack, unpack_from
 
 from kafka.protocol.admin import AlterClientQuotasRequest, CreateTopicsRequest, DescribeClientQuotasRequest
-from kafka.protocol.producer import ProduceResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from quotagate.protocol.apis import is_flexible
+from quotagate.protocol.headers import RequestHeader
+
+
+def request_header(frame: bytes | memoryview) -> RequestHeader:
+    """The header of a well-formed request frame (size prefix included) as kafka-python's own decoder
+    reads it, with where its body starts: what a test hands a protocol function with the body. The
+    proxy's own peek is the session core's, tested through the session."""
+    api_key, version = unpack_from(">hh", frame, 4)
+    data = BytesIO(bytes(frame[4:]))
+    header = ProduceRequest.header_class.decode(data, flexible=is_flexible(api_key, version))
+    return RequestHeader(api_key, version, header.correlation_id, header.client_id, 4 + data.tell())
 
 
 def produce_response(

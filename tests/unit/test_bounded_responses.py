@@ -24,7 +24,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.client_quotas import DescribeResult, describe_response
 from quotagate.protocol.framing import FrameError
-from quotagate.protocol.headers import peek_request_header, response_body_offset
+from quotagate.protocol.headers import response_body_offset
 from quotagate.protocol.mutations import decode_mutation, decode_results, refusal_response
 from quotagate.protocol.produce import (
     produce_refusal_response,
@@ -37,7 +37,7 @@ from quotagate.protocol.produce import (
 from quotagate.protocol.rewrite import RESPONSE_REWRITERS
 from quotagate.protocol.throttle import patch_throttle_time
 from tests.support.fuzz import reframed
-from tests.support.messages import produce_response, share_response_body
+from tests.support.messages import produce_response, request_header, share_response_body
 from tests.support.mutation_messages import framed
 from tests.support.mutation_messages import response_frame as mutation_response_frame
 from tests.support.python_calls import assert_bounded, compiled_only
@@ -238,7 +238,7 @@ def create_topics_frame(count: int, version: int) -> memoryview:
 def test_a_topic_mutation_is_read_in_c_and_cut_and_refused_by_copying_bytes(version: int) -> None:
     def mutation(count: int):
         frame = create_topics_frame(count, version)
-        body = peek_request_header(frame).body_offset
+        body = request_header(frame).body_offset
 
         def handle() -> None:
             request = decode_mutation(frame, body, ApiKey.CREATE_TOPICS, version)
@@ -298,7 +298,7 @@ def many_partitions_request(partitions: int, version: int) -> memoryview:
 def test_a_refused_topic_is_answered_and_merged_in_c_whatever_the_number_of_its_partitions(version: int) -> None:
     def refuse(count: int):
         frame = many_partitions_request(count, version)
-        layout = produce_request_layout(frame, peek_request_header(frame).body_offset, version)
+        layout = produce_request_layout(frame, request_header(frame).body_offset, version)
         answer = bytes(
             response_frame(ApiKey.PRODUCE, version, produce_response(version, 0, topics=1, partitions=count))
         )

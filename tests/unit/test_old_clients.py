@@ -14,21 +14,20 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from quotagate.protocol.apis import ApiKey
-from quotagate.protocol.fetch import fetch_max_wait_ms
-from quotagate.protocol.headers import peek_request_header, response_body_offset
+from quotagate.protocol.headers import response_body_offset
 from quotagate.protocol.produce import (
     NO_PRODUCER_ID,
     produce_producer_id,
     produce_refusal_response,
-    produce_request_acks,
     produce_request_keeping,
     produce_request_layout,
     produce_response_throttle_offset,
     refused_topic_entry,
 )
-from quotagate.protocol.produce_walk import produce_topics
+from quotagate.protocol.produce_walk import produce_acks, produce_topics
 from quotagate.protocol.throttle import patch_throttle_time, throttle_time_offset
 from tests.support.builds import Build
+from tests.support.messages import request_header
 from tests.support.session_double import correlation_ids, frames, produce_answer, taken
 
 OLD_PRODUCE = [(0, 0), (1, 0), (2, 1)]  # (version, magic) as clients send them: magic 1 from v2 (0.10)
@@ -55,8 +54,8 @@ def old_produce(version: int, magic: int, topics: dict[str, list[bytes]], acks: 
 @pytest.mark.parametrize(("version", "magic"), OLD_PRODUCE)
 def test_an_old_produce_is_walked_from_its_acks_without_a_transactional_id(version: int, magic: int) -> None:
     frame = memoryview(old_produce(version, magic, {"orders": [b"a" * 50, b"b"], "clicks": [b"c" * 9]}, acks=-1))
-    body = peek_request_header(frame).body_offset
-    assert produce_request_acks(frame, body, version) == -1
+    body = request_header(frame).body_offset
+    assert produce_acks(bytes(frame), body, len(frame), version) == -1
     assert produce_topics(bytes(frame), body, len(frame), version, True) == [b"orders", b"clicks"]
     layout = produce_request_layout(frame, body, version)
     assert [topic.name for topic in layout.topics] == ["orders", "clicks"]
@@ -68,13 +67,13 @@ def test_an_old_produce_is_walked_from_its_acks_without_a_transactional_id(versi
 @pytest.mark.parametrize(("version", "magic"), OLD_PRODUCE)
 def test_a_message_set_has_no_producer_id_as_the_broker_sees_it(version: int, magic: int) -> None:
     frame = memoryview(old_produce(version, magic, {"orders": [b"x" * 80]}))
-    assert produce_producer_id(frame, peek_request_header(frame).body_offset, version) == NO_PRODUCER_ID
+    assert produce_producer_id(frame, request_header(frame).body_offset, version) == NO_PRODUCER_ID
 
 
 @pytest.mark.parametrize(("version", "magic"), OLD_PRODUCE)
 def test_an_old_produce_keeps_the_topics_it_is_told_to_and_the_broker_can_read_it(version: int, magic: int) -> None:
     frame = memoryview(old_produce(version, magic, {"orders": [b"o"], "clicks": [b"c" * 30]}))
-    body = peek_request_header(frame).body_offset
+    body = request_header(frame).body_offset
     kept = produce_request_keeping(frame, version, produce_request_layout(frame, body, version), {"clicks"})
     decoded = ProduceRequest.decode(memoryview(kept)[body:], version=version)
     assert [topic.name for topic in decoded.topic_data] == ["clicks"]
@@ -89,7 +88,7 @@ def test_the_proxys_own_refusal_of_an_old_produce_is_in_that_versions_shape(vers
     )
     request.with_header(correlation_id=3, client_id="old")
     sent = memoryview(bytes(request.encode(header=True, framed=True)))
-    (topic,) = produce_request_layout(sent, peek_request_header(sent).body_offset, version).topics
+    (topic,) = produce_request_layout(sent, request_header(sent).body_offset, version).topics
     frame = produce_refusal_response(3, version, [refused_topic_entry(sent, version, topic, 89, "over its threshold")])
     decoded = ProduceResponse.decode(memoryview(frame)[8:], version=version)
     assert [(p.index, p.error_code) for t in decoded.responses for p in t.partition_responses] == [(0, 89), (1, 89)]
@@ -146,9 +145,10 @@ def old_fetch_answer(version: int, records: bytes, correlation_id: int = 4, thro
 
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3])
-def test_an_old_fetch_says_how_long_it_may_wait(version: int) -> None:
-    frame = memoryview(old_fetch(version, max_wait_ms=750))
-    assert fetch_max_wait_ms(frame, peek_request_header(frame).body_offset, version) == 750
+def test_an_old_fetch_says_how_long_it_may_wait(build: Build, version: int) -> None:
+    session, _ = build.session_with()
+    session.client_data(old_fetch(version, max_wait_ms=750), 0.0)
+    assert session.in_flight[-1].fetch_max_wait_ms == 750
 
 
 @pytest.mark.parametrize("version", [1, 2, 3])

@@ -33,3 +33,16 @@ def test_setup_py_builds_the_list_compiled_py_states() -> None:
     code = setup.replace("setup(ext_modules=extensions())", "")
     exec(compile(code, "setup.py", "exec"), namespace)
     assert namespace["compiled_modules"]() == compiled.MODULES
+
+
+def test_no_compiled_source_branches_on_which_build_runs_it() -> None:
+    """Compiled and interpreted builds differ only by the .pxd files: no source asks `cython.compiled`."""
+    for name in compiled.MODULES:
+        source = PACKAGE.joinpath(*name.split(".")[1:]).with_suffix(".py")
+        tree = ast.parse(source.read_text())
+        asked = [
+            node.lineno
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr == "compiled" and getattr(node.value, "id", "") == "cython"
+        ]
+        assert not asked, f"{source.name} asks cython.compiled on lines {asked}"

@@ -5,7 +5,6 @@ from struct import pack
 import pytest
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from quotagate.protocol.headers import peek_request_header
 from quotagate.protocol.produce import (
     produce_refusal_response,
     produce_request_keeping,
@@ -13,6 +12,7 @@ from quotagate.protocol.produce import (
     produce_response_with_refusals,
     refused_topic_entry,
 )
+from tests.support.messages import request_header
 
 RECORDS = {"orders": b"\x01" * 70, "clicks": b"\x02" * 30, "views": b"\x03" * 5}
 
@@ -32,7 +32,7 @@ def request_frame(version: int) -> memoryview:
 @pytest.mark.parametrize("version", range(3, 13))
 def test_layout_names_each_topic_with_its_partitions_and_record_bytes(version: int) -> None:
     frame = request_frame(version)
-    layout = produce_request_layout(frame, peek_request_header(frame).body_offset, version)
+    layout = produce_request_layout(frame, request_header(frame).body_offset, version)
     assert [(t.name, t.record_bytes) for t in layout.topics] == [
         (name, 2 * len(records)) for name, records in RECORDS.items()
     ]
@@ -42,10 +42,10 @@ def test_layout_names_each_topic_with_its_partitions_and_record_bytes(version: i
 @pytest.mark.parametrize("version", range(3, 13))
 def test_a_request_rebuilt_without_a_topic_decodes_to_the_rest_unchanged(version: int) -> None:
     frame = request_frame(version)
-    header = peek_request_header(frame)
+    header = request_header(frame)
     layout = produce_request_layout(frame, header.body_offset, version)
     rebuilt = memoryview(produce_request_keeping(frame, version, layout, {"orders", "views"}))
-    rebuilt_header = peek_request_header(rebuilt)
+    rebuilt_header = request_header(rebuilt)
     assert rebuilt_header == header._replace(body_offset=rebuilt_header.body_offset)
     decoded = ProduceRequest.decode(rebuilt[rebuilt_header.body_offset :], version=version)
     original = ProduceRequest.decode(frame[header.body_offset :], version=version)
@@ -72,7 +72,7 @@ def response_frame(version: int, names: list[str]) -> bytes:
 
 def refused_entry(version: int, name: str, message: str = "over threshold") -> bytes:
     frame = request_frame(version)
-    layout = produce_request_layout(frame, peek_request_header(frame).body_offset, version)
+    layout = produce_request_layout(frame, request_header(frame).body_offset, version)
     topic = next(t for t in layout.topics if t.name == name)
     return refused_topic_entry(frame, version, topic, 89, message)
 

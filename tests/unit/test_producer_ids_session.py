@@ -9,12 +9,12 @@ from struct import pack
 import pytest
 from kafka.protocol.producer import ProduceResponse
 
-from quotagate.protocol.headers import peek_request_header
 from quotagate.protocol.produce import produce_producer_id
 from quotagate.proxy.session import PRODUCER_IDS_ERROR
 from quotagate.quotas import QuotaTable
 from quotagate.quotas.apis import NEW_PRODUCER_IDS as PRODUCER_IDS
 from tests.support.builds import Build
+from tests.support.messages import request_header
 from tests.support.session_double import frames, produce, produce_answer, taken
 
 QUOTA = '[[quotas]]\nuser = "<default>"\nproducer_ids_rate = 1\n'
@@ -29,10 +29,10 @@ def batch(producer_id: int) -> bytes:
 @pytest.mark.parametrize("version", [3, 8, 9, 12])
 def test_the_first_batchs_producer_id_is_read_without_the_records(version: int) -> None:
     frame = memoryview(produce(1, {"a": b"", "b": batch(4242) + b"r" * 100}, version=version))
-    header = peek_request_header(frame)
+    header = request_header(frame)
     assert produce_producer_id(frame, header.body_offset, version) == 4242
     frame = memoryview(produce(1, {"a": b"x" * 10}, version=version))  # not a v2 batch: no ID
-    assert produce_producer_id(frame, peek_request_header(frame).body_offset, version) == -1
+    assert produce_producer_id(frame, request_header(frame).body_offset, version) == -1
 
 
 def test_produce_is_hooked_only_when_a_producer_ids_rate_is_set(build: Build) -> None:

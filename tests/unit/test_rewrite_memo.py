@@ -185,3 +185,18 @@ def test_a_body_over_the_largest_kept_is_neither_copied_nor_hashed() -> None:
         tracemalloc.stop()
     assert peak < 1 << 20, f"{peak} bytes allocated to look up a body of 4 MiB"
     assert seen == [Cluster] and not memo.entries, "rewritten as it is, with the cluster itself"
+
+
+def test_the_answer_used_last_is_found_in_place_and_the_least_recently_used_goes_first() -> None:
+    """A repeated answer is compared with the last one where it lies (no copy, no hash) and stays the
+    most recently used: the memo of two drops the one used longest ago, as a look-up would."""
+    memo = RewriteMemo(rewrite_metadata, ApiKey.METADATA, max_entries=2)
+    cluster = Cluster()
+    a, b, c = (response_frame(ApiKey.METADATA, 4, metadata(4, ((1, "kafka-1"),), (name,))) for name in TOPICS)
+    for frame in (a, b, a, a, c):  # a: a look-up hit, then found in place; c evicts b, not a
+        memo(frame, 4, cluster)
+    assert memo.hits == 2 and memo.last_body == bytes(c[8:])
+    memo(memoryview(b"\x00" * 3 + bytes(a))[3:], 4, cluster)  # a memoryview slice of a read, as it comes
+    assert memo.hits == 3, "the answer used before the last one was kept"
+    memo(b, 4, cluster)
+    assert memo.hits == 3 and [body for _, body in memo.entries] == [bytes(a[8:]), bytes(b[8:])]

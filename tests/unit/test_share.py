@@ -15,14 +15,13 @@ import pytest
 
 from quotagate.protocol.apis import ApiKey, is_flexible, response_header_is_flexible
 from quotagate.protocol.framing import FrameError
-from quotagate.protocol.headers import peek_request_header
 from quotagate.protocol.rewrite import RESPONSE_REWRITERS, response_rewriters
 from quotagate.protocol.share import share_fetch_max_wait_ms, share_response_node_endpoints
 from quotagate.quotas import ANONYMOUS
 from quotagate.quotas.apis import policy
 from quotagate.quotas.charging import request_time_ms
 from tests.support.builds import Build
-from tests.support.messages import compact, share_response_body
+from tests.support.messages import compact, request_header, share_response_body
 from tests.support.rewrite_messages import PROXY_HOST, Recorder
 from tests.support.session_double import taken
 from tests.support.share_messages import CORRELATION_ID, GOLDEN, response_frame, share_fetch_request
@@ -109,9 +108,9 @@ def test_a_share_fetch_announcing_two_billion_partitions_is_refused_at_once() ->
 @pytest.mark.parametrize("version", [1, 2])
 def test_a_share_fetch_says_how_long_it_may_wait_at_the_broker(version: int) -> None:
     frame = memoryview(share_fetch_request(1, 500, version))
-    assert share_fetch_max_wait_ms(frame, peek_request_header(frame).body_offset, version) == 500
+    assert share_fetch_max_wait_ms(frame, request_header(frame).body_offset, version) == 500
     with pytest.raises(FrameError):
-        share_fetch_max_wait_ms(frame[:30], peek_request_header(frame).body_offset, version)
+        share_fetch_max_wait_ms(frame[:30], request_header(frame).body_offset, version)
 
 
 def test_a_share_fetch_is_not_charged_its_long_poll_wait() -> None:

@@ -16,7 +16,7 @@ from quotagate import compiled
 from quotagate.protocol.apis import ApiKey
 from quotagate.protocol.client_quotas import alter_refusal, decode_describe
 from quotagate.protocol.framing import FrameError
-from quotagate.protocol.headers import peek_request_header, response_body_offset
+from quotagate.protocol.headers import response_body_offset
 from quotagate.protocol.limits import MAX_ARRAY_ELEMENTS
 from quotagate.protocol.produce import produce_producer_id
 from quotagate.protocol.rewrite import rewrite_metadata
@@ -24,7 +24,7 @@ from quotagate.proxy.metrics import DECODED_ELEMENTS_LIMIT
 from quotagate.proxy.quota_admin import DESCRIBE_COMPONENTS_DECODED
 from quotagate.quotas.admin import describe
 from tests.support import attack_frames
-from tests.support.messages import alteration_request, create_topics_request, describe_request
+from tests.support.messages import alteration_request, create_topics_request, describe_request, request_header
 from tests.support.rewrite_messages import Recorder, response_frame
 from tests.support.session_double import produce, services_for
 
@@ -32,7 +32,7 @@ wire = compiled.load("quotagate.protocol.wire_walk")
 
 
 def body_of(frame: bytes) -> int:
-    return peek_request_header(memoryview(frame)).body_offset
+    return request_header(memoryview(frame)).body_offset
 
 
 # the walk -----------------------------------------------------------------------------------------
@@ -96,7 +96,7 @@ def test_past_max_decoded_elements_the_walk_stops_naming_the_key() -> None:
 def test_an_alter_refused_whole_answers_every_entry_with_its_entity_as_sent(version: int) -> None:
     names = ["alice", None, "bob", "é"]
     frame = alteration_request(names, version)
-    header = peek_request_header(memoryview(frame))
+    header = request_header(memoryview(frame))
     response = alter_refusal(frame, header, 31, "Cluster authorization failed.")
     view = memoryview(response)
     assert int.from_bytes(view[4:8], "big") == 7
@@ -114,7 +114,7 @@ def test_an_alter_refused_whole_is_never_decoded(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(AlterClientQuotasRequest, "decode", no_decoding)
     frame = attack_frames.alter_client_quotas(20_000)
-    header = peek_request_header(memoryview(frame))
+    header = request_header(memoryview(frame))
     response = alter_refusal(frame, header, 31, "Cluster authorization failed.")
     assert len(response) > 20_000 * 40
 
