@@ -32,6 +32,7 @@ from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
 from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.entities import (
+    DEFAULT,
     MAX_NAME_CHARS,
     IpQuotaKey,
     client_id_prefix_problem,
@@ -1052,6 +1053,12 @@ def _parse_tenants(entries: Any) -> Tenants:
             for value in values:
                 if len(value) > MAX_NAME_CHARS and key != "user_rules":
                     raise ConfigError(f"{prefix}.{key}", f"must be at most {MAX_NAME_CHARS} characters: {value!r}")
+                if value == DEFAULT and key != "user_rules":  # [[quotas]]' default entity, not a name
+                    raise ConfigError(
+                        f"{prefix}.{key}",
+                        f"{DEFAULT} is no one's name here (in [[quotas]] it is the default entity); to make "
+                        f'every user a member write user_rules = ["RULE:^.*$/{name}/"]',
+                    )
                 other = named.setdefault((key, value), name)
                 if other != name:
                     raise ConfigError(f"{prefix}.{key}", f"{value!r} is already a member rule of tenant {other!r}")

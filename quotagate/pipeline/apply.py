@@ -19,33 +19,56 @@ entry of its own outside the block (edit those by hand, or with kafka-configs.sh
 one the file cannot name (recommend.unnamable). The new file is checked with the proxy's own parser
 before it is written, and written by a rename, so the proxy never reads half of it. Pure text in,
 text out, but for `write_config`. The quota file is a local path (the proxy reads it from its disk).
+
+Tenants: a tenant's quota belongs in its own `[[tenants]]` entry, which holds its members (only the
+operator knows them), so apply writes a tenant's recommended quotas into the entry of that name
+with `shadow = true`, editing the file around it as it is (tomlkit: comments and layout kept), and
+refuses, naming it, a tenant the file does not declare. The same safety as for entities: an entry
+with binding quotas in force is left out (its shadow flag would lift them while tried). The block
+names the tenants apply made shadow (one comment line, JSON: no name can make a line or a marker),
+and promote drops the shadow flag of those entries only.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import tomlkit
 
 from quotagate.config.quota_state import write_atomically
 from quotagate.config.settings import parse_config
-from quotagate.pipeline.recommend import quota_entries, quota_table, shown, unnamable
+from quotagate.pipeline.recommend import (
+    INTEGER_KEYS,
+    entity_rows,
+    quota_entries,
+    quota_table,
+    shown,
+    tenant_rows,
+    unnamable,
+)
 from quotagate.quotas import ANONYMOUS, QuotaEntity, QuotaKey, QuotaTable
 
 BEGIN = "# BEGIN quotagate pipeline apply"
 END = "# END quotagate pipeline apply"
+# The block's line naming the tenants whose [[tenants]] entries apply made shadow (a JSON list).
+TENANTS_LINE = "# shadow tenants: "
 
 
 @dataclass(frozen=True)
 class Skipped:
-    user: str
+    user: str | None  # None: a tenant's recommendation, named by `client_id`
     client_id: str
     quota_key: str
     why: str
 
     def __str__(self) -> str:
+        if self.user is None:  # a tenant's
+            return f"tenant {shown(self.client_id)}, {self.quota_key}: {self.why}"
         return f"user {shown(self.user)}, client id {shown(self.client_id)}, {self.quota_key}: {self.why}"
 
 
@@ -75,6 +98,7 @@ def shadow_recommendations(recommendations: pd.DataFrame, config_text: str) -> t
     """The recommendations that can be tried as shadow quotas, and the rest with the reason."""
     outside, _ = split_block(config_text)
     in_file = {entity for entity, _ in parse_config(outside).quotas.items()}
+    recommendations = entity_rows(recommendations)
     keep, skipped = [], []
     for index, row in recommendations.iterrows():
         current, shadow = row.get("current"), row.get("current_shadow")
@@ -97,23 +121,97 @@ def shadow_recommendations(recommendations: pd.DataFrame, config_text: str) -> t
 
 
 def apply_shadow(config_text: str, recommendations: pd.DataFrame) -> str:
-    """The config with `recommendations` as the shadow block (replacing a previous one)."""
-    outside, _ = split_block(config_text)
+    """The config with `recommendations` as the shadow block (replacing a previous one), and the
+    tenants' recommendations in their [[tenants]] entries (apply_tenants; the ones it leaves out:
+    tenant_skips)."""
+    outside, tenants, _ = apply_tenants(config_text, recommendations)
     note = " (shadow: tried, never applied, until `quotagate pipeline promote`)"
-    return _with_block(outside, note, quota_table(recommendations, shadow=True))
+    return _with_block(outside, note, quota_table(entity_rows(recommendations), shadow=True), tenants)
 
 
 def promote(config_text: str) -> tuple[str, int]:
-    """The config with the applied block's quotas made binding, and how many entries that made."""
+    """The config with the applied block's quotas made binding (and the tenant entries apply made
+    shadow), and how many entries that made."""
     outside, applied = block_quotas(config_text)
     if applied is None:
         raise ValueError(f"no {BEGIN!r} block: run `quotagate pipeline apply` first")
-    return _with_block(outside, " (promoted: enforced)", QuotaTable(dict(applied.items()))), len(applied.shadow)
+    document, promoted = tomlkit.parse(outside), 0
+    for name in shadow_tenants(config_text):
+        entry = declared_tenants(document).get(name)
+        if entry is not None and entry.get("shadow") is True:
+            del entry["shadow"]
+            promoted += 1
+    table = QuotaTable(dict(applied.items()))
+    return _with_block(tomlkit.dumps(document), " (promoted: enforced)", table), len(applied.shadow) + promoted
 
 
-def _with_block(outside: str, note: str, table: QuotaTable) -> str:
-    block = [BEGIN + note, *quota_entries(table)[1:], END]
+def _with_block(outside: str, note: str, table: QuotaTable, tenants: Iterable[str] = ()) -> str:
+    named = sorted(set(tenants))
+    record = [TENANTS_LINE + json.dumps(named)] if named else []  # ASCII, one line: never a marker
+    block = [BEGIN + note, *record, *quota_entries(table)[1:], END]
     return outside.rstrip("\n") + "\n\n" + "\n".join(block) + "\n"
+
+
+def shadow_tenants(config_text: str) -> list[str]:
+    """The tenants whose entries the applied block says apply made shadow."""
+    _, block = split_block(config_text)
+    for line in (block or "").split("\n"):
+        if line.startswith(TENANTS_LINE):
+            return [str(name) for name in json.loads(line[len(TENANTS_LINE) :])]
+    return []
+
+
+def declared_tenants(document: tomlkit.TOMLDocument) -> dict[str, object]:
+    """The file's [[tenants]] entries by name (tomlkit tables: edited in place, the rest kept as written)."""
+    entries = document.get("tenants", [])
+    return {str(entry["name"]): entry for entry in entries if isinstance(entry.get("name"), str)}
+
+
+def tenant_skips(config_text: str, recommendations: pd.DataFrame) -> list[Skipped]:
+    """The tenants' recommendations apply leaves out, with the reason."""
+    return apply_tenants(config_text, recommendations)[2]
+
+
+def apply_tenants(config_text: str, recommendations: pd.DataFrame) -> tuple[str, list[str], list[Skipped]]:
+    """The file without the applied block, each tenant's recommended quotas written into its
+    [[tenants]] entry with `shadow = true`; the tenants the block is to name as shadow (those of a
+    previous apply still shadow, and these); and the recommendations left out, with the reason."""
+    outside, _ = split_block(config_text)
+    rows = tenant_rows(recommendations)
+    previous = shadow_tenants(config_text)
+    document = tomlkit.parse(outside)
+    entries = declared_tenants(document)
+    skipped: list[Skipped] = []
+    wanted: dict[str, dict[str, float]] = {}
+    for _, row in rows.iterrows():
+        tenant, key = str(row["tenant"]), str(row["quota_key"])
+        entry = entries.get(tenant)
+        if entry is None:
+            why = (
+                "not declared in this file (no [[tenants]] entry has this name): declare the tenant, "
+                "its name and members, then apply again"
+            )
+        elif _binding(entry, tenant in previous):
+            why = "the tenant's entry has binding quotas in force; its shadow flag would lift them while tried"
+        elif not row.get("met", True):
+            why = "no candidate met the objective: nothing to try"
+        else:
+            wanted.setdefault(tenant, {})[key] = float(row["recommended"])
+            continue
+        skipped.append(Skipped(None, tenant, key, why))
+    for tenant, values in wanted.items():
+        entry = entries[tenant]
+        for key, value in sorted(values.items()):
+            entry[key] = int(value) if key in INTEGER_KEYS or value.is_integer() else value
+        entry["shadow"] = True
+    still_shadow = [name for name in previous if name in entries and entries[name].get("shadow") is True]
+    return tomlkit.dumps(document), [*still_shadow, *wanted], skipped
+
+
+def _binding(entry: object, applied_before: bool) -> bool:
+    """Whether a tenant entry holds quotas that bind (a shadow entry apply wrote may be written again)."""
+    has_quotas = any(key.value in entry for key in QuotaKey)
+    return has_quotas and not (entry.get("shadow") is True and applied_before)
 
 
 def block_quotas(config_text: str) -> tuple[str, QuotaTable | None]:

@@ -19,16 +19,11 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from quotagate.pipeline.rates import COSTS, PERIODS, RATE_COLUMNS, Rates
-from quotagate.pipeline.rollup import ENTITY
+from quotagate.pipeline.rollup import ENTITY, tenant_of
 from quotagate.pipeline.whatif import AMOUNT_COLUMN
 
 MEASURES = tuple(AMOUNT_COLUMN.values())  # bytes_in, bytes_out, request_time_ms, partitions_mutated
 KEY = ["tenant", *ENTITY]
-
-
-def tenant_of(table: DataFrame) -> Column:
-    """The tenant the records carry, or null (no tenant declared) for records without the column."""
-    return F.col("tenant") if "tenant" in table.columns else F.lit(None).cast("string")
 
 
 def _bounds(day: Column, period: str) -> tuple[Column, Column]:

@@ -74,7 +74,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         parser.add_argument(
             "--quota", action="append", default=[], metavar="KEY=VALUE", help="a candidate quota (repeatable)"
         )
-        parser.add_argument("--candidates", help="CSV of candidates: quota_key,quota[,user,client_id] (a local file)")
+        parser.add_argument(
+            "--candidates", help="CSV of candidates: quota_key,quota[,user,client_id][,tenant] (a local file)"
+        )
 
     def objective(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--objective", type=float, default=0.01, help="largest share of active seconds throttled")
@@ -286,7 +288,9 @@ def _whatif(spark, args: argparse.Namespace, table_path: str, out: str) -> None:
     candidates, config = _candidates(args)
     windows = config.windows if config else None
     stand_in = config.quotas if config else None
-    whatif(read_table(spark, table_path), candidates, windows, stand_in=stand_in).write.mode("overwrite").parquet(out)
+    table = read_table(spark, table_path)
+    results = whatif(table, candidates, windows, stand_in=stand_in)
+    results.write.mode("overwrite").parquet(out)
     print(f"what-if: {out}")
 
 
@@ -401,10 +405,11 @@ def _run_all(spark, args) -> int:
 def _run_generate(spark, args) -> int:
     from quotagate.pipeline.synthetic import SyntheticEntity, synthetic_aggregates, synthetic_requests
 
+    team = {"tenant": "ingest-team", "tenant_quota": 300_000}  # the two producers' tenant and its quota
     entities = [
-        SyntheticEntity("ANONYMOUS", "steady-producer", 200_000, 20),
+        SyntheticEntity("ANONYMOUS", "steady-producer", 200_000, 20, **team),
         SyntheticEntity(
-            "ANONYMOUS", "bursty-producer", 50_000, 10, burst_every_seconds=60, burst_seconds=5, burst_factor=8
+            "ANONYMOUS", "bursty-producer", 50_000, 10, burst_every_seconds=60, burst_seconds=5, burst_factor=8, **team
         ),
         SyntheticEntity("alice", "consumer", 400_000, 10, api_key=1),
     ]
@@ -419,14 +424,14 @@ def _run_generate(spark, args) -> int:
 
 
 def _run_apply(_spark, args) -> int:
-    from quotagate.pipeline.apply import apply_shadow, shadow_recommendations, write_config
-    from quotagate.pipeline.recommend import by_entity
+    import pandas as pd
+
+    from quotagate.pipeline.apply import apply_shadow, shadow_recommendations, tenant_skips, write_config
+    from quotagate.pipeline.recommend import by_entity, tenant_rows
     from quotagate.pipeline.storage import LOCAL_SCHEMES, scheme_of, shown_path
     from quotagate.quotas import QuotaKey
 
     if scheme_of(args.recommendations) in LOCAL_SCHEMES:  # no JVM for a local file
-        import pandas as pd
-
         recommendations = pd.read_parquet(Path(shown_path(args.recommendations)) / RECOMMENDATIONS)
     else:  # on an object store or HDFS: read through Hadoop's filesystems, with the job's --conf
         spark = session_for(args)
@@ -439,12 +444,17 @@ def _run_apply(_spark, args) -> int:
         recommendations = recommendations[recommendations["quota_key"].isin(keys)]
     text = Path(args.config).read_text(encoding="utf-8")
     tried, skipped = shadow_recommendations(recommendations, text)
-    for reason in skipped:
+    tenants_skipped = tenant_skips(text, recommendations)
+    for reason in [*skipped, *tenants_skipped]:
         print(f"not applied: {reason}", file=sys.stderr)
-    write_config(args.config, apply_shadow(text, tried))
-    entities = len(by_entity(tried))
+    for_tenants = tenant_rows(recommendations)  # apply_shadow writes those tenant_skips does not name
+    write_config(args.config, apply_shadow(text, pd.concat([tried, for_tenants])))
+    written = set(zip(for_tenants.get("tenant", []), for_tenants["quota_key"], strict=True))
+    written -= {(skip.client_id, skip.quota_key) for skip in tenants_skipped}
+    entities, quotas, tenants = len(by_entity(tried)), len(tried) + len(written), {tenant for tenant, _ in written}
     print(
-        f"applied as shadow quotas: {len(tried)} quotas of {entities} entities in {args.config} (the proxy reloads it)"
+        f"applied as shadow quotas: {quotas} quotas of {entities} entities and {len(tenants)} tenants in {args.config} "
+        "(the proxy reloads it)"
     )
     return 0
 

@@ -12,6 +12,7 @@ throttled, time held at the quota) or, for a shadow quota, what it observed it w
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shlex
@@ -28,44 +29,61 @@ INTEGER_KEYS = {QuotaKey.PRODUCER_BYTE_RATE.value, QuotaKey.CONSUMER_BYTE_RATE.v
 
 
 def recommend(whatif: DataFrame, objective: float = 0.01, headroom: float = 0.2) -> DataFrame:
-    """whatif rows → one row per (user, client_id, quota_key): the candidate that meets the objective
-    (`meets_at`), its throttled share, whether one met it, and the recommended quota."""
-    entity = Window.partitionBy("user", "client_id", "quota_key")
-    ranked = whatif.withColumn("meets", F.col("throttled_share") <= objective).withColumn(
-        "rank",
-        F.row_number().over(
-            entity.orderBy(F.col("meets").desc(), F.when(F.col("meets"), F.col("quota")).otherwise(-F.col("quota")))
-        ),
+    """whatif rows → one row per (user, client_id, quota_key) and per (tenant, quota_key): the candidate
+    that meets the objective (`meets_at`), its throttled share, whether one met it, and the recommended
+    quota; beside it the current quota and, at it, the replay's figures and the records'. An entity's
+    rows have a null tenant, a tenant's a null user and client id (as whatif's).
+
+    One pass of window functions over the what-if rows (no join): a what-if not yet written runs its
+    replay once."""
+    if "tenant" not in whatif.columns:  # a what-if written before tenants
+        whatif = whatif.withColumn("tenant", F.lit(None).cast("string")).withColumn("members", F.lit(None).cast("long"))
+    owner = Window.partitionBy("tenant", "user", "client_id", "quota_key")  # nulls are one group
+    first = functools.partial(F.first, ignorenulls=True)
+    ranked = whatif.withColumn("meets", F.col("throttled_share") <= objective).select(
+        "*",
+        F.row_number()
+        .over(owner.orderBy(F.col("meets").desc(), F.when(F.col("meets"), F.col("quota")).otherwise(-F.col("quota"))))
+        .alias("rank"),
+        *(first(name).over(owner).alias(f"_{name}") for name in CURRENT_COLUMNS),
+        *(first(F.when(F.col("is_current"), F.col(name))).over(owner).alias(alias) for name, alias in AT_CURRENT),
     )
-    chosen = ranked.where(F.col("rank") == 1).select(
+    return ranked.where(F.col("rank") == 1).select(
         "user",
         "client_id",
         "quota_key",
+        "tenant",
+        "members",
         F.col("quota").alias("meets_at"),
         F.col("throttled_share").alias("throttled_share_at"),
         F.col("meets").alias("met"),
         "peak_second",
         "mean_rate",
+        (F.col("quota") * (1 + headroom)).alias("recommended"),
+        *(F.col(f"_{name}").alias(name) for name in CURRENT_COLUMNS),
+        *(alias for _, alias in AT_CURRENT),
     )
-    at_current = whatif.where(F.col("is_current")).select(
-        "user",
-        "client_id",
-        "quota_key",
-        F.col("seconds_throttled").alias("current_seconds_throttled"),
-        F.col("throttled_time_ms").alias("current_throttled_time_ms"),
-        F.col("recorded_seconds_throttled").alias("current_recorded_seconds_throttled"),
-        F.col("recorded_amount_delayed").alias("current_recorded_amount_delayed"),
-        F.col("recorded_shadow_seconds_throttled").alias("current_shadow_seconds_throttled"),
-        F.col("recorded_shadow_amount_delayed").alias("current_shadow_amount_delayed"),
-    )
-    known = whatif.groupBy("user", "client_id", "quota_key").agg(
-        *(F.first(name, ignorenulls=True).alias(name) for name in CURRENT_COLUMNS)
-    )
-    return (
-        chosen.withColumn("recommended", F.col("meets_at") * (1 + headroom))
-        .join(known, ["user", "client_id", "quota_key"], "left")
-        .join(at_current, ["user", "client_id", "quota_key"], "left")
-    )
+
+
+# At the current quota (whatif's row with is_current): the replay's figures and the records'.
+AT_CURRENT = (
+    ("seconds_throttled", "current_seconds_throttled"),
+    ("throttled_time_ms", "current_throttled_time_ms"),
+    ("recorded_seconds_throttled", "current_recorded_seconds_throttled"),
+    ("recorded_amount_delayed", "current_recorded_amount_delayed"),
+    ("recorded_shadow_seconds_throttled", "current_shadow_seconds_throttled"),
+    ("recorded_shadow_amount_delayed", "current_shadow_amount_delayed"),
+)
+
+
+def entity_rows(recommendations: pd.DataFrame) -> pd.DataFrame:
+    """The recommendations for entities (user, client_id)."""
+    return recommendations[recommendations["tenant"].isna()] if "tenant" in recommendations else recommendations
+
+
+def tenant_rows(recommendations: pd.DataFrame) -> pd.DataFrame:
+    """The recommendations for tenants (their `[[tenants]]` entries)."""
+    return recommendations[recommendations["tenant"].notna()] if "tenant" in recommendations else recommendations[:0]
 
 
 CURRENT_COLUMNS = ("current_quota", "current_shadow", "current_source", "quota_history")
@@ -81,25 +99,33 @@ def nice_quota(key: str, value: float) -> float:
 
 
 def with_current(recommendations: pd.DataFrame, table: QuotaTable | None) -> pd.DataFrame:
-    """Adds `current`, the quota each entity had for each key (NaN when unlimited): as its records
-    say (`current_source` "records"), else as `table` (the proxy's --config) gives it; and, at that
-    quota, the recorded and shadow-observed time held at it (`current_recorded_held_ms`,
-    `current_shadow_held_ms`: the amount over quota ÷ the quota, as `current_throttled_time_ms`)."""
+    """Adds `current`, the quota each entity (or tenant) had for each key (NaN when unlimited): as its
+    records say (`current_source` "records"; always, for a tenant), else as `table` (the proxy's
+    --config) gives it; and, at that quota, the recorded and shadow-observed time held at it
+    (`current_recorded_held_ms`, `current_shadow_held_ms`: the amount over quota ÷ the quota, as
+    `current_throttled_time_ms`). The records do not say whether a tenant's quota was shadow: its
+    entry in `table` does (`current_shadow`), when given."""
     out = recommendations.copy()
     out["recommended"] = [nice_quota(k, v) for k, v in zip(out["quota_key"], out["recommended"], strict=True)]
-    for name in CURRENT_COLUMNS:
+    for name in (*CURRENT_COLUMNS, "tenant"):
         if name not in out:
             out[name] = None
-    current, sources = [], []
+    current, sources, shadows = [], [], []
     for row in out.itertuples():
-        if row.current_source == "records":
-            value, source = row.current_quota, "records"
+        shadow = row.current_shadow
+        if not pd.isna(row.tenant):
+            value, source = row.current_quota, row.current_source
+            declared = table.tenants.by_name.get(row.tenant) if table is not None else None
+            shadow = shadow if declared is None else declared.shadow
+        elif row.current_source == "records":
+            value, source = row.current_quota, row.current_source
         else:
             resolution = table.resolve(row.user, row.client_id, QuotaKey(row.quota_key)) if table else None
             value, source = (resolution.value if resolution else None), ("config" if table is not None else None)
         current.append(float("nan") if value is None or pd.isna(value) else float(value))
         sources.append(source)
-    out["current"], out["current_source"] = current, sources
+        shadows.append(shadow)
+    out["current"], out["current_source"], out["current_shadow"] = current, sources, shadows
     for measure in ("recorded", "shadow"):
         amount = out.get(f"current_{measure}_amount_delayed")
         held = []
@@ -138,6 +164,7 @@ def unnamable(user: str, client_id: str) -> str | None:
 def by_entity(recommendations: pd.DataFrame) -> dict[tuple[str, str], dict[str, float]]:
     """(user, client_id) -> {quota key: recommended}, sorted by entity. Grouped in Python: pandas'
     groupby hashes strings as C strings, so it takes client ids "" and "\\0" for one."""
+    recommendations = entity_rows(recommendations)
     entities: dict[tuple[str, str], dict[str, float]] = {}
     for user, client_id, key, value in zip(
         recommendations["user"],
@@ -148,6 +175,19 @@ def by_entity(recommendations: pd.DataFrame) -> dict[tuple[str, str], dict[str, 
     ):
         entities.setdefault((user, client_id), {})[key] = float(value)
     return dict(sorted(entities.items()))
+
+
+def by_tenant(recommendations: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """tenant -> {quota key: recommended}, sorted by name."""
+    recommendations = tenant_rows(recommendations)
+    if recommendations.empty:
+        return {}
+    tenants: dict[str, dict[str, float]] = {}
+    for tenant, key, value in zip(
+        recommendations["tenant"], recommendations["quota_key"], recommendations["recommended"], strict=True
+    ):
+        tenants.setdefault(tenant, {})[key] = float(value)
+    return dict(sorted(tenants.items()))
 
 
 def quota_table(recommendations: pd.DataFrame, shadow: bool = False) -> QuotaTable:
@@ -179,6 +219,14 @@ def to_toml(recommendations: pd.DataFrame) -> str:
         if why is not None:
             lines.append(f"# not written: user {shown(user)}, client id {shown(client_id)}: {why}")
     lines += quota_entries(quota_table(recommendations))
+    tenants = by_tenant(recommendations)
+    if tenants:
+        # a tenant's entry holds its members, which only the operator knows: the quotas go into the
+        # entries the file declares (`quotagate pipeline apply`), named here as comments
+        lines += ["", "# Tenants: `quotagate pipeline apply` writes these into each one's [[tenants]] entry, by name"]
+        for tenant, values in tenants.items():
+            quotas = ", ".join(f"{key} = {_format(key, value)}" for key, value in sorted(values.items()))
+            lines.append(f"# tenant {shown(tenant)}: {quotas}")
     return "\n".join(lines) + "\n"
 
 
@@ -208,4 +256,6 @@ def to_kafka_configs(recommendations: pd.DataFrame, bootstrap: str = "BROKER:909
             f"kafka-configs.sh --bootstrap-server {shlex.quote(bootstrap)} --alter --add-config {shlex.quote(config)} "
             f"{entity}--entity-type clients --entity-name {shlex.quote(client_id)}"
         )
+    if by_tenant(recommendations):
+        commands.append("# not written: the tenants' quotas (quotas.toml, apply): Kafka has no tenants")
     return "\n".join(commands) + "\n"

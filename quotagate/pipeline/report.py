@@ -7,7 +7,8 @@ current quotas (the quota the records say was in force) with, at that quota, the
 prediction beside what the proxy recorded (or, for a shadow quota, observed), and the top entities'
 produce topic by topic (the topics a proxy did not name, beyond its usage.topics_per_entity, in a
 row that says so), and the chargeback over the records' whole span (each entity's share of the
-cluster's bytes, request time and mutations, and with rates its costs: chargeback.py). The charts
+cluster's bytes, request time and mutations, and with rates its costs: chargeback.py), and per tenant
+(its members summed: usage and peaks, the what-if curves, the recommendations). The charts
 are SVG drawn by a small inline script from JSON embedded in the page; each chart says how many
 lines it drew in its data-drawn attribute. Every axis is labelled (clock time in UTC, quota ticks in
 the key's unit) and every line is named at its end, so no colour needs the legend.
@@ -27,10 +28,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from quotagate.pipeline.chargeback import MEASURES, Rates, chargeback, ordered
-from quotagate.pipeline.rollup import ENTITY, TOPIC, per_entity_topic_second, per_second
+from quotagate.pipeline.recommend import entity_rows, tenant_rows
+from quotagate.pipeline.rollup import ENTITY, TOPIC, per_entity_topic_second, per_second, per_tenant_second
 
 TOP_ENTITIES = 6
 TOP_TOPICS = 5  # per entity; the rest of its named topics in one row
+TOP_TENANTS = 20  # tenants with charts and rows in the page, by bytes moved
+# A tenant's usage in the report: the amount each quota key charges (whatif.AMOUNT_COLUMN), summed
+# over its members, in total and at its peak second.
+TENANT_USAGE = MEASURES
 TOP_CHARGEBACK = 50  # rows of the chargeback table; the whole of it is `quotagate pipeline chargeback`'s
 NO_TENANT = "(none declared)"
 OTHER_TOPICS_LABEL = "topics the proxy did not name (beyond its usage.topics_per_entity), summed"
@@ -79,6 +85,25 @@ def report_data(
             .agg(F.sum("bytes_in").alias("bytes_in"))
             .toPandas()
         )
+        tenants = (
+            per_tenant_second(by_entity_topic)
+            .groupBy("tenant")
+            .agg(
+                F.max("members").alias("members"),
+                F.count(F.lit(1)).alias("active_seconds"),
+                F.sum("throttled").alias("seconds_throttled"),
+                *(F.sum(name).alias(name) for name in TENANT_USAGE),
+                *(F.max(name).alias(f"{name}_peak") for name in TENANT_USAGE),
+            )
+            .orderBy((F.col("bytes_in") + F.col("bytes_out")).desc(), "tenant")
+            .limit(TOP_TENANTS)
+            .toPandas()
+        )
+        tenant_curves = (
+            whatif.where(F.col("tenant").isin(*tenants["tenant"].tolist())).orderBy("quota").toPandas()
+            if "tenant" in whatif.columns and len(tenants)
+            else curves[:0]
+        )
     finally:
         by_entity_topic.unpersist()
     series = series.merge(in_force, on=[*ENTITY, "second"], how="left")
@@ -90,6 +115,8 @@ def report_data(
         "recommendations": recommendations,
         "topics": topics,
         "chargeback": shares,
+        "tenants": tenants,
+        "tenant_curves": tenant_curves,
     }
 
 
@@ -111,8 +138,27 @@ def _clean(value: float) -> float | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
+def _curves(rows: pd.DataFrame, recs: pd.DataFrame) -> list[dict]:
+    """The what-if curves of one entity or tenant (its rows of whatif, its recommendations): per key."""
+    return [
+        {
+            "key": key,
+            "quota": by_key["quota"].tolist(),
+            "bucket": by_key["throttled_share"].tolist(),
+            "kafka": by_key["kafka_throttled_share"].tolist(),
+            "recommended": _clean(next(iter(recs[recs["quota_key"] == key]["recommended"].tolist()), None)),
+            "current": _clean(next(iter(recs[recs["quota_key"] == key]["current"].tolist()), None)),
+            "unit": UNITS.get(key, ""),
+        }
+        for key, by_key in rows.groupby("quota_key", sort=True)
+    ]
+
+
 def render_report(data: dict, title: str = "quotagate usage report") -> str:
-    series, curves, recommendations = data["series"], data["curves"], data["recommendations"]
+    series, curves = data["series"], data["curves"]
+    recommendations = entity_rows(data["recommendations"])
+    if "tenant" in curves:
+        curves = curves[curves["tenant"].isna()]
     entities = []
     for user, client_id in data["order"]:
         mine = series[(series["user"] == user) & (series["client_id"] == client_id)]
@@ -130,43 +176,30 @@ def render_report(data: dict, title: str = "quotagate usage report") -> str:
                     for name, column in (("produce quota", "producer_quota"), ("fetch quota", "consumer_quota"))
                     if column in mine and mine[column].notna().any()
                 ],
-                "curves": [
-                    {
-                        "key": key,
-                        "quota": rows["quota"].tolist(),
-                        "bucket": rows["throttled_share"].tolist(),
-                        "kafka": rows["kafka_throttled_share"].tolist(),
-                        "recommended": _clean(next(iter(recs[recs["quota_key"] == key]["recommended"].tolist()), None)),
-                        "current": _clean(next(iter(recs[recs["quota_key"] == key]["current"].tolist()), None)),
-                        "unit": UNITS.get(key, ""),
-                    }
-                    for key, rows in entity_curves.groupby("quota_key", sort=True)
-                ],
+                "curves": _curves(entity_curves, recs),
             }
         )
+    tenants = data.get("tenants", pd.DataFrame({"tenant": []}))
+    tenant_recs = tenant_rows(data["recommendations"])
+    tenant_curves = data.get("tenant_curves", curves[:0])
+    tenant_charts = [
+        {
+            "name": f"tenant {tenant}",
+            "curves": _curves(
+                tenant_curves[tenant_curves["tenant"] == tenant], tenant_recs[tenant_recs["tenant"] == tenant]
+            ),
+        }
+        for tenant in tenants["tenant"]
+    ]
     table_rows = "".join(
-        "<tr>"
-        + "".join(
-            f"<td>{html.escape(str(cell))}</td>"
-            for cell in (
-                row["user"],
-                row["client_id"],
-                f"{row['quota_key']} ({UNITS.get(row['quota_key'], '')})",
-                _current(row),
-                _number(row["recommended"]),
-                _number(row["peak_second"]),
-                f"{row['throttled_share_at']:.1%}",
-                "yes" if row["met"] else "no",
-                *_at_current(row),
-            )
-        )
-        + "</tr>"
+        _row((row["user"], row["client_id"], *_recommendation_cells(row)))
         for _, row in recommendations.sort_values(["user", "client_id", "quota_key"]).iterrows()
     )
     parts = {
         "__TITLE__": html.escape(title),
-        "__DATA__": script_json({"entities": entities}),
+        "__DATA__": script_json({"entities": entities, "tenants": tenant_charts}),
         "__ROWS__": table_rows,
+        "__TENANTS__": _tenant_section(tenants, tenant_recs),
         "__TOPICS__": _topic_table(data["topics"], data["order"]),
         "__CHARGEBACK__": _chargeback_section(data["chargeback"]),
     }
@@ -174,13 +207,64 @@ def render_report(data: dict, title: str = "quotagate usage report") -> str:
     return _PLACEHOLDER.sub(lambda match: parts[match.group(0)], PAGE)
 
 
-_PLACEHOLDER = re.compile("__TITLE__|__DATA__|__ROWS__|__TOPICS__|__CHARGEBACK__")
+_PLACEHOLDER = re.compile("__TITLE__|__DATA__|__ROWS__|__TOPICS__|__CHARGEBACK__|__TENANTS__")
 # Inside a <script> element the HTML parser looks for `</script`, and `<!--` with `<script` sends it
 # into a state where the next `</script>` no longer ends the element; U+2028/9 end a line in older
 # JavaScript. JSON may spell every one of these characters as an escape, and then none can occur.
 _SCRIPT_UNSAFE = str.maketrans(
     {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 )
+
+
+def _row(cells: tuple) -> str:
+    return "<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>"
+
+
+def _recommendation_cells(row: pd.Series) -> tuple:
+    """A recommendation's cells after its owner's: key, current, recommended, peak, throttled share at
+    the chosen quota, objective met, and at the current quota the replay beside the records."""
+    return (
+        f"{row['quota_key']} ({UNITS.get(row['quota_key'], '')})",
+        _current(row),
+        _number(row["recommended"]),
+        _number(row["peak_second"]),
+        f"{row['throttled_share_at']:.1%}",
+        "yes" if row["met"] else "no",
+        *_at_current(row),
+    )
+
+
+TENANT_USAGE_HEADS = ("bytes in", "bytes out", "request time (ms)", "partitions mutated")
+
+
+def _tenant_section(tenants: pd.DataFrame, recommendations: pd.DataFrame) -> str:
+    """Per tenant (its members summed): usage in total and at its peak second, then its recommendations."""
+    if tenants.empty:
+        return "<p>No usage record names a tenant (none declared in the proxy's [[tenants]]).</p>"
+    heads = ["tenant", "members", "active seconds", "seconds throttled"]
+    heads += [f"{what}: total / peak second" for what in TENANT_USAGE_HEADS]
+    usage = "".join(
+        _row(
+            (
+                row["tenant"],
+                int(row["members"]),
+                int(row["active_seconds"]),
+                int(row["seconds_throttled"]),
+                *(f"{row[name]:,.0f} / {row[f'{name}_peak']:,.0f}" for name in TENANT_USAGE),
+            )
+        )
+        for _, row in tenants.iterrows()
+    )
+    shown_tenants = set(tenants["tenant"])
+    recs = recommendations[recommendations["tenant"].isin(shown_tenants)].sort_values(["tenant", "quota_key"])
+    rec_rows = "".join(_row((row["tenant"], *_recommendation_cells(row))) for _, row in recs.iterrows())
+    return (
+        f'<table class="tenant-usage"><tr>{"".join(f"<th>{html.escape(h)}</th>" for h in heads)}</tr>{usage}</table>'
+        '<table class="tenant-recommendations"><tr><th>tenant</th><th>quota key</th><th>current</th>'
+        "<th>recommended</th><th>peak second</th><th>throttled at the chosen quota</th><th>objective met</th>"
+        "<th>at the current quota: seconds throttled, replay / recorded</th>"
+        f"<th>time held at the current quota, replay / recorded</th></tr>{rec_rows}</table>"
+    )
 
 
 def _topic_table(topics: pd.DataFrame, order: list[tuple[str, str]]) -> str:
@@ -191,7 +275,7 @@ def _topic_table(topics: pd.DataFrame, order: list[tuple[str, str]]) -> str:
         total = sum(bytes_in for _, bytes_in in mine)
         for what, bytes_in in mine:
             cells = (user, client_id, what, f"{bytes_in:,}", f"{bytes_in / total:.1%}" if total else "–")
-            rows.append("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>")
+            rows.append(_row(cells))
     return "".join(rows)
 
 
@@ -211,7 +295,7 @@ def _chargeback_section(frame: pd.DataFrame, top: int = TOP_CHARGEBACK) -> str:
         cells += [f"{row[name]:,.0f} ({_share(row[f'{name}_share'])})" for name in MEASURES]
         if priced:
             cells.append(f"{row['cost_total']:,.2f}")
-        rows.append("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>")
+        rows.append(_row(tuple(cells)))
     more = len(frame) - top
     period = f"{first['period_start']} to {first['period_end']} (UTC, both days included)"
     note = f" {more} more rows in the chargeback files." if more > 0 else ""
@@ -314,6 +398,12 @@ quota the second figure is what it observed on live traffic (it never throttled 
 <h2>Produce by topic (top entities)</h2>
 <table class="topics"><tr><th>user</th><th>client_id</th><th>topic</th><th>bytes in</th>
 <th>share of the entity's produce bytes</th></tr>__TOPICS__</table>
+<h2>Tenants (members summed)</h2>
+__TENANTS__
+<p>A tenant's quota is one bucket its members share, beside their own quotas (a member is held by
+whichever binds first). Its what-if replays the members' summed traffic against candidate tenant
+quotas; "recorded" is what the members' records say (throttled by the tenant's quota or their own).</p>
+<div class="grid" id="whatif-tenants"></div>
 <h2>Chargeback: shares of the cluster</h2>
 __CHARGEBACK__
 <p>Bytes in and out, request time (ms) and partitions mutated per tenant and entity, each with its
@@ -366,6 +456,35 @@ share of the cluster's total; "(none declared)": records that name no tenant.</p
   }
   function inside(y) { return Math.min(Math.max(y, 14), H - B - 4); }  // a line's name stays in its plot
   function tick(svg, x1, y1, x2, y2) { el("line", {x1: x1, y1: y1, x2: x2, y2: y2, stroke: "#bbb"}, svg); }
+  function whatIf(grid, name, c) {
+    var svg2 = chart(grid, name + " — " + c.key + " (" + c.unit + ")");
+    var q = c.quota.concat(c.recommended ? [c.recommended] : [], c.current ? [c.current] : []);
+    var lo = Math.log(Math.min.apply(null, q)), hi = Math.log(Math.max.apply(null, q));
+    if (hi - lo < 1e-9) { lo -= 1; hi += 1; }
+    var qx = function (v) { return L + (Math.log(v) - lo) / (hi - lo) * (W - L - 8); };
+    var qy = function (v) { return H - B - v * (H - B - 8); };
+    line(svg2, c.quota, c.kafka, qx, qy, "#9467bd");
+    line(svg2, c.quota, c.bucket, qx, qy, "#1f77b4");
+    label(svg2, qx(c.quota[0]) + 2, inside(qy(c.bucket[0]) + 11), "token bucket", "start");
+    label(svg2, qx(c.quota[0]) + 2, inside(qy(c.kafka[0]) + 24), "Kafka", "start");
+    function mark(v, attrs, text, y) {
+      attrs.x1 = attrs.x2 = qx(v); attrs.y1 = 4; attrs.y2 = H - B;
+      el("line", attrs, svg2);
+      var right = qx(v) > W * 0.65;  // near the right edge the name goes to the mark's left
+      label(svg2, qx(v) + (right ? -3 : 3), y, text + " " + fmt(v), right ? "end" : "start");
+    }
+    if (c.recommended) mark(c.recommended, {stroke: "#d62728", "stroke-width": 2}, "recommended", 40);
+    if (c.current) mark(c.current, {stroke: "#444", "stroke-dasharray": "4 3"}, "current", 60);
+    [0, 0.5, 1].forEach(function (f) {
+      tick(svg2, L - 3, qy(f), L, qy(f));
+      label(svg2, L - 4, qy(f) + 3, (f * 100) + "%");
+    });
+    niceTicks(Math.exp(lo), Math.exp(hi)).forEach(function (v) {
+      tick(svg2, qx(v), H - B, qx(v), H - B + 3);
+      label(svg2, qx(v), H - B + 13, fmt(v), "middle");
+    });
+    label(svg2, (L + W) / 2, H - 1, "quota (" + c.unit + "); up: share of seconds throttled", "middle");
+  }
   data.entities.forEach(function (e) {
     if (!e.seconds.length) return;
     var svg = chart(document.getElementById("usage"), e.name);
@@ -410,35 +529,10 @@ share of the cluster's total; "(none declared)": records that name no tenant.</p
       label(svg, sx(s), H - B + 13, clock(s), i === 0 ? "start" : i === 3 ? "end" : "middle");
     }
     label(svg, (L + W) / 2, H - 1, "time (UTC)", "middle");
-    e.curves.forEach(function (c) {
-      var svg2 = chart(document.getElementById("whatif"), e.name + " — " + c.key + " (" + c.unit + ")");
-      var q = c.quota.concat(c.recommended ? [c.recommended] : [], c.current ? [c.current] : []);
-      var lo = Math.log(Math.min.apply(null, q)), hi = Math.log(Math.max.apply(null, q));
-      if (hi - lo < 1e-9) { lo -= 1; hi += 1; }
-      var qx = function (v) { return L + (Math.log(v) - lo) / (hi - lo) * (W - L - 8); };
-      var qy = function (v) { return H - B - v * (H - B - 8); };
-      line(svg2, c.quota, c.kafka, qx, qy, "#9467bd");
-      line(svg2, c.quota, c.bucket, qx, qy, "#1f77b4");
-      label(svg2, qx(c.quota[0]) + 2, inside(qy(c.bucket[0]) + 11), "token bucket", "start");
-      label(svg2, qx(c.quota[0]) + 2, inside(qy(c.kafka[0]) + 24), "Kafka", "start");
-      function mark(v, attrs, text, y) {
-        attrs.x1 = attrs.x2 = qx(v); attrs.y1 = 4; attrs.y2 = H - B;
-        el("line", attrs, svg2);
-        var right = qx(v) > W * 0.65;  // near the right edge the name goes to the mark's left
-        label(svg2, qx(v) + (right ? -3 : 3), y, text + " " + fmt(v), right ? "end" : "start");
-      }
-      if (c.recommended) mark(c.recommended, {stroke: "#d62728", "stroke-width": 2}, "recommended", 40);
-      if (c.current) mark(c.current, {stroke: "#444", "stroke-dasharray": "4 3"}, "current", 60);
-      [0, 0.5, 1].forEach(function (f) {
-        tick(svg2, L - 3, qy(f), L, qy(f));
-        label(svg2, L - 4, qy(f) + 3, (f * 100) + "%");
-      });
-      niceTicks(Math.exp(lo), Math.exp(hi)).forEach(function (v) {
-        tick(svg2, qx(v), H - B, qx(v), H - B + 3);
-        label(svg2, qx(v), H - B + 13, fmt(v), "middle");
-      });
-      label(svg2, (L + W) / 2, H - 1, "quota (" + c.unit + "); up: share of seconds throttled", "middle");
-    });
+    e.curves.forEach(function (c) { whatIf(document.getElementById("whatif"), e.name, c); });
+  });
+  data.tenants.forEach(function (t) {
+    t.curves.forEach(function (c) { whatIf(document.getElementById("whatif-tenants"), t.name, c); });
   });
   document.body.setAttribute("data-charts", document.querySelectorAll("svg.chart").length);
 })();

@@ -16,7 +16,6 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from quotagate.pipeline.schema import TABLE_COLUMNS, TABLE_SCHEMA, WINDOW_COLUMNS, date_of
-from quotagate.proxy.usage_fields import TENANT_QUOTA_FIELDS
 from quotagate.quotas.apis import RECORDED_KEYS
 from quotagate.quotas.entities import QuotaKey
 
@@ -36,11 +35,15 @@ class SyntheticEntity:
     burst_factor: float = 1.0
     # The byte-rate quota its records say was in force (binding); None: records that do not say.
     quota: float | None = None
+    # The tenant its records name (None: in no tenant) and that tenant's byte-rate quota in force.
+    tenant: str | None = None
+    tenant_quota: float | None = None
 
 
 ENTITY_SCHEMA = (
     "user string, client_id string, bytes_per_second double, requests_per_second long, api_key int, "
-    "topic string, burst_every_seconds long, burst_seconds long, burst_factor double, quota double"
+    "topic string, burst_every_seconds long, burst_seconds long, burst_factor double, quota double, "
+    "tenant string, tenant_quota double"
 )
 
 
@@ -50,6 +53,8 @@ def _entities(spark: SparkSession, entities: list[SyntheticEntity]) -> DataFrame
             *(e.user, e.client_id, float(e.bytes_per_second), e.requests_per_second, e.api_key, e.topic),
             *(e.burst_every_seconds, e.burst_seconds, float(e.burst_factor)),
             None if e.quota is None else float(e.quota),
+            e.tenant,
+            None if e.tenant_quota is None else float(e.tenant_quota),
         )
         for e in entities
     ]
@@ -96,14 +101,18 @@ def _rows(frame: DataFrame, second: Column, ts: Column, requests: Column, v: int
         "shadow_throttle_ms": F.lit(0),
         "date": date_of(ts),
     }
-    values["tenant"] = F.lit(None)  # synthetic entities are in no tenant
-    for name in TENANT_QUOTA_FIELDS:
-        values[name] = F.lit(None)
     known = F.col("quota").isNotNull()
     for window in WINDOW_COLUMNS:  # the replay then takes its windows as given
         values[window.name] = F.lit(None)
+    values["tenant"] = F.col("tenant")
     for key in RECORDED_KEYS:
         charged = produce if key is QuotaKey.PRODUCER_BYTE_RATE else ~produce
+        in_tenant = F.col("tenant").isNotNull()
+        values[f"tenant_quota_{key.value}"] = (
+            F.when(in_tenant & charged, F.col("tenant_quota"))
+            if key in (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE)
+            else F.lit(None)
+        )
         if key in (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE):
             values[f"quota_{key.value}"] = F.when(charged, F.col("quota"))
             values[f"quota_{key.value}_shadow"] = F.when(charged & known, F.lit(False))

@@ -32,6 +32,13 @@ file and Admin API quotas alike), the last one recorded, with every change in `q
 a table of quotas (the proxy's --config) stands in only for entities whose records do not say. At
 the current quota the row also carries what the proxy recorded (throttle, seconds throttled,
 bytes held at the quota) and, for a shadow quota, what it observed it would have done.
+
+Tenants: a tenant's members (the records' `tenant`) are replayed together, one group per tenant:
+their series summed (a v2 interval's rows of every member merged into one aggregate, v1 requests
+each their own) and charged to one bucket per candidate, from the same QuotaEngine, against the
+tenant quotas the records name (`tenant_quota_<key>`). Its rows have `tenant` set and no user or
+client id (an entity's rows: the reverse), and `members`, how many entities the tenant had. What
+this does and does not model with the members' own quotas: docs/pipeline.md, "Tenants".
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -46,8 +55,9 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from quotagate.pipeline.rollup import tenant_of
 from quotagate.pipeline.schema import WINDOW_COLUMNS
-from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
+from quotagate.quotas import ANONYMOUS, QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.apis import (
     BYTES_IN,
     BYTES_OUT,
@@ -59,13 +69,14 @@ from quotagate.quotas.apis import (
 )
 from quotagate.quotas.engine import MS_PER_SECOND_PER_PERCENT, tokens_per_second
 from quotagate.quotas.sampled_rate import SampledRate
+from quotagate.quotas.tenants import Tenant, Tenants
 
 SLICES = 16  # charges per v2 aggregate at most
 KEYS = [k.value for k in RECORDED_KEYS]
 GRID_STEPS = [2 ** (i / 4) for i in range(-16, 5)]  # 1/16 to 2 × the peak second, 19 % apart
 
 RESULT_SCHEMA = (
-    "user string, client_id string, quota_key string, quota double, active_seconds long, "
+    "user string, client_id string, tenant string, members long, quota_key string, quota double, active_seconds long, "
     "seconds_throttled long, throttled_share double, total_delay_ms double, p99_delay_ms double, "
     "amount_delayed double, throttled_time_ms double, kafka_seconds_throttled long, "
     "kafka_throttled_share double, kafka_total_delay_ms double, kafka_p99_delay_ms double, "
@@ -139,22 +150,58 @@ def counted(key: QuotaKey, api_key: np.ndarray) -> np.ndarray:
     return np.isin(api_key, apis) != all_but
 
 
-def replay_input(table: DataFrame, keys: list[str]) -> DataFrame:
-    """The records the replay of `keys` reads, narrowed to the columns it needs.
+def tenant_quota_code(table: DataFrame, key: str) -> Column:
+    """quota_code for the tenant's quota (`tenant_quota_<key>`): null where the records name no tenant
+    (or predate the field), 0 when the tenant has no quota for the key, the quota otherwise (the
+    records do not say whether a tenant's quota was shadow: taken as binding)."""
+    value = F.col(f"tenant_quota_{key}") if f"tenant_quota_{key}" in table.columns else F.lit(None)
+    return (
+        F.when(tenant_of(table).isNull(), F.lit(None))
+        .when(value.isNull(), F.lit(0.0))
+        .otherwise(value)
+        .cast("double")
+        .alias(f"quota_{key}")
+    )
+
+
+def replay_input(table: DataFrame, keys: list[str], by_tenant: bool = False) -> DataFrame:
+    """The records the replay of `keys` reads, narrowed to the columns it needs: per entity, or
+    (`by_tenant`) the records naming a tenant, with the tenant's quota in the `quota_<key>` columns.
 
     A v1 record is one request, its topics' rows together: `request` names it (a hash of writer and
     seq; 0 for a v2 row) so that the replay merges those rows and no others, even two requests in
     the same ms. Merging happens per entity in the replay, not in a Spark aggregation: that would
-    shuffle every request once more."""
+    shuffle every request once more. A tenant's members' rows are merged in Spark first, one row per
+    interval (and request, and API): what one replay group holds is then bounded by the tenant's
+    span of time, as an entity's is, not by how many members it has."""
     selected = []
     for key in keys:
         apis, all_but = COUNTED_APIS[QuotaKey(key)]
         selected.append(~F.col("api_key").isin(*apis) if all_but else F.col("api_key").isin(*apis))
     request = F.when(F.col("interval_ms") == 0, F.xxhash64("writer", "seq")).otherwise(F.lit(0)).alias("request")
     codes = {f"quota_{key}": key for key in keys}
-    columns = [quota_code(codes[c]) if c in codes else F.col(c) for c in record_columns(keys)]
-    narrowed = table.select("user", "client_id", *columns, request)
-    return narrowed.where(functools.reduce(lambda a, b: a | b, selected)) if selected else narrowed
+    code = functools.partial(tenant_quota_code, table) if by_tenant else quota_code
+    columns = [code(codes[c]) if c in codes else F.col(c) for c in record_columns(keys)]
+    owner = ["tenant"] if by_tenant else ["user", "client_id"]
+    rows = table.where(tenant_of(table).isNotNull()) if by_tenant else table
+    narrowed = rows.select(*owner, *columns, request)
+    narrowed = narrowed.where(functools.reduce(lambda a, b: a | b, selected)) if selected else narrowed
+    return members_merged(narrowed) if by_tenant else narrowed
+
+
+def members_merged(rows: DataFrame) -> DataFrame:
+    """A tenant's rows of replay_input, its members' rows of one (interval, request, API) merged as
+    series() merges them: sums (null where all are), the first charge the earliest, the last the
+    latest, the quota in force one value (the tenant's)."""
+    group = [name for name in ("tenant", "ts", "interval_ms", "request", "api_key") if name in rows.columns]
+    merged = {"first_ms": F.min, "last_ms": F.max}
+    return rows.groupBy(*group).agg(
+        *(
+            (merged.get(name) or (F.max if name.startswith("quota_") else F.sum))(name).alias(name)
+            for name in rows.columns
+            if name not in group
+        )
+    )
 
 
 def series(records: pa.Table, key: QuotaKey) -> dict[str, np.ndarray] | None:
@@ -210,13 +257,14 @@ def _sum_at(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 
 def current_quota(
-    entity_series: dict[str, np.ndarray], key: QuotaKey, user: str, client_id: str, stand_in: QuotaTable | None
+    owner_series: dict[str, np.ndarray], key: QuotaKey, stand_in: Callable[[QuotaKey], tuple[float, bool] | None] | None
 ) -> dict:
-    """The quota the entity had for `key`: the last the records name (with every change), else what
-    `stand_in` (the proxy's --config) gives, else unknown (source None)."""
-    known = ~np.isnan(entity_series["s"])
+    """The quota an entity or tenant had for `key`: the last the records name (with every change), else
+    what `stand_in` (the proxy's --config: key → (value, shadow), None when unlimited) gives, else
+    unknown (source None)."""
+    known = ~np.isnan(owner_series["s"])
     if known.any():
-        ts, values, shadows = entity_series["ts"][known], entity_series["q"][known], entity_series["s"][known]
+        ts, values, shadows = owner_series["ts"][known], owner_series["q"][known], owner_series["s"][known]
         changed = np.r_[
             True,
             ((values[1:] != values[:-1]) & ~(np.isnan(values[1:]) & np.isnan(values[:-1])))
@@ -235,34 +283,73 @@ def current_quota(
         }
     if stand_in is None:
         return {"current_quota": None, "current_shadow": None, "current_source": None, "quota_history": None}
-    resolution = stand_in.resolve(user, client_id, key)
+    found = stand_in(key)
     return {
-        "current_quota": None if resolution is None else resolution.value,
-        "current_shadow": resolution is not None and resolution.shadow,
+        "current_quota": None if found is None else found[0],
+        "current_shadow": found is not None and found[1],
         "current_source": "config",
         "quota_history": None,
     }
 
 
-def recorded_windows(table: DataFrame) -> dict[tuple[str, str], QuotaWindows]:
-    """Per entity, the windows the proxy sized its bursts with, as its latest record carrying them
-    says. A small job of its own: four columns sent to every replay would cost more (whatif's docs)."""
+def entity_stand_in(table: QuotaTable | None, user: str, client_id: str) -> Callable | None:
+    """current_quota's stand-in for an entity: what the --config's quotas resolve for it."""
+    if table is None:
+        return None
+
+    def resolved(key: QuotaKey) -> tuple[float, bool] | None:
+        resolution = table.resolve(user, client_id, key)
+        return None if resolution is None else (resolution.value, resolution.shadow)
+
+    return resolved
+
+
+def _windows(row: dict) -> QuotaWindows:
+    return QuotaWindows(
+        int(row["quota_window_num"]),
+        float(row["quota_window_size_seconds"]),
+        int(row["controller_quota_window_num"]),
+        float(row["controller_quota_window_size_seconds"]),
+    )
+
+
+@dataclass(frozen=True)
+class Owners:
+    """Who the records name, from one small job (four columns sent to every replay would cost more):
+    per entity, the windows the proxy sized its bursts with, as its latest record carrying them says;
+    per tenant the same over its members, and how many members it had."""
+
+    entity_windows: dict[tuple[str, str], QuotaWindows]
+    tenant_windows: dict[str, QuotaWindows]
+    members: dict[str, int]
+
+
+def recorded_owners(table: DataFrame) -> Owners:
     names = [window.name for window in WINDOW_COLUMNS]
-    latest = (
-        table.where(F.col("quota_window_num").isNotNull())
-        .groupBy("user", "client_id")
-        .agg(F.max_by(F.struct(*names), "ts").alias("windows"))
+    carried = F.when(F.col("quota_window_num").isNotNull(), F.col("ts"))
+    rows = (
+        table.groupBy("user", "client_id", tenant_of(table).alias("tenant"))
+        .agg(F.max_by(F.struct(*names, F.col("ts").alias("at")), carried).alias("windows"))
         .collect()
     )
-    return {
-        (row["user"], row["client_id"]): QuotaWindows(
-            int(row["windows"]["quota_window_num"]),
-            float(row["windows"]["quota_window_size_seconds"]),
-            int(row["windows"]["controller_quota_window_num"]),
-            float(row["windows"]["controller_quota_window_size_seconds"]),
-        )
-        for row in latest
-    }
+    entity_windows: dict[tuple[str, str], tuple[int, QuotaWindows]] = {}
+    tenant_windows: dict[str, tuple[int, QuotaWindows]] = {}
+    members: dict[str, set[tuple[str, str]]] = {}
+    for row in rows:
+        entity, tenant, latest = (row["user"], row["client_id"]), row["tenant"], row["windows"]
+        if tenant is not None:
+            members.setdefault(tenant, set()).add(entity)
+        if latest is None or latest["quota_window_num"] is None:
+            continue
+        found = (int(latest["at"]), _windows(latest.asDict()))
+        for owners, owner in ((entity_windows, entity), (tenant_windows, tenant)):
+            if owner is not None and (owner not in owners or owners[owner][0] < found[0]):
+                owners[owner] = found
+    return Owners(
+        {entity: windows for entity, (_, windows) in entity_windows.items()},
+        {tenant: windows for tenant, (_, windows) in tenant_windows.items()},
+        {tenant: len(entities) for tenant, entities in members.items()},
+    )
 
 
 def replay_entity(
@@ -277,7 +364,47 @@ def replay_entity(
     """One entity's records (rows of `replay_input`) → one row per (quota key, candidate).
 
     `stand_in`: the quotas for entities whose records do not say which quota was in force. `windows`:
-    the proxy's, from the records (recorded_windows), else the --config's."""
+    the proxy's, from the records (recorded_owners), else the --config's."""
+    return _replay_owner(
+        {"user": user, "client_id": client_id, "tenant": None, "members": None},
+        records,
+        lambda key, peak: _candidates_for(candidates, user, client_id, key, peak),
+        lambda entity_series, key: current_quota(entity_series, key, entity_stand_in(stand_in, user, client_id)),
+        windows,
+        keys,
+    )
+
+
+def replay_tenant(
+    tenant: str,
+    members: int | None,
+    records: pa.Table,
+    candidates: pd.DataFrame | None,
+    windows: QuotaWindows,
+    keys: list[str],
+) -> pa.Table:
+    """One tenant's records (rows of `replay_input(by_tenant=True)`: its members' together) → one row
+    per (quota key, candidate), the members' series summed into one bucket. Its current quota is
+    always the records' (a record naming a tenant names its quota: null when it has none)."""
+    return _replay_owner(
+        {"user": None, "client_id": None, "tenant": tenant, "members": members},
+        records,
+        lambda key, peak: _tenant_candidates_for(candidates, tenant, key, peak),
+        lambda tenant_series, key: current_quota(tenant_series, key, None),
+        windows,
+        keys,
+    )
+
+
+def _replay_owner(
+    owner: dict,
+    records: pa.Table,
+    quotas_for: Callable[[str, float], list[float]],
+    current_for: Callable[[dict[str, np.ndarray], QuotaKey], dict],
+    windows: QuotaWindows,
+    keys: list[str],
+) -> pa.Table:
+    """The rows of one entity or tenant (`owner`: its identity columns), its records as one series."""
     out = []
     for key_name in keys:
         key = QuotaKey(key_name)
@@ -306,7 +433,7 @@ def replay_entity(
         unit = MS_PER_SECOND_PER_PERCENT if key is QuotaKey.REQUEST_PERCENTAGE else 1.0
         per_second = np.bincount(seconds - seconds.min(), weights=amounts[active]) / unit
         peak, span = float(per_second.max()), max(float(seconds.max() - seconds.min() + 1), 1.0)
-        current = current_quota(entity_series, key, user, client_id, stand_in)
+        current = current_for(entity_series, key)
         shadow_throttle = column["w"]
         shadow_rows = np.nan_to_num(shadow_throttle) > 0
         recorded_delayed = (
@@ -314,18 +441,17 @@ def replay_entity(
             if key is QuotaKey.PRODUCER_BYTE_RATE and not np.isnan(throttled_bytes).all()
             else None
         )
-        quotas = set(_candidates_for(candidates, user, client_id, key_name, peak))
+        quotas = set(quotas_for(key_name, peak))
         at_current = current["current_quota"]
         if at_current is not None and at_current > 0:
             quotas.add(float(at_current))
         for quota in sorted(quotas):
             out.append(
                 {
-                    "user": user,
-                    "client_id": client_id,
+                    **owner,
                     "quota_key": key_name,
                     "quota": float(quota),
-                    **replay(charges, key, float(quota), windows, user, client_id),
+                    **replay(charges, key, float(quota), windows, owner["user"], owner["client_id"], owner["tenant"]),
                     "recorded_throttle_ms": float(recorded.sum()),
                     "recorded_seconds_throttled": len(np.unique(seconds[recorded > 0])),
                     "recorded_amount_delayed": recorded_delayed,
@@ -386,12 +512,34 @@ def charges_of(
     }
 
 
+def candidate_engine(
+    key: QuotaKey, quota: float, windows: QuotaWindows, user: str | None, client_id: str | None, tenant: str | None
+) -> tuple[QuotaEngine, str, str]:
+    """A QuotaEngine holding only the candidate, and the (user, client_id) whose bucket is the
+    candidate's: the entity's own quota, or the tenant's (one member standing for all of them, the
+    engine's tenant bucket: quotas/tenants.py)."""
+    if tenant is None:
+        return QuotaEngine(QuotaTable({QuotaEntity(user, client_id): {key: quota}}), windows), user, client_id
+    tenants = Tenants((Tenant(tenant, client_ids=(REPLAYED_MEMBER,), quotas={key: quota}),))
+    return QuotaEngine(QuotaTable({}, tenants=tenants), windows), ANONYMOUS, REPLAYED_MEMBER
+
+
+REPLAYED_MEMBER = "replayed-members"  # the client id the members' summed charges go through
+
+
 def replay(
-    charges: dict[str, np.ndarray], key: QuotaKey, quota: float, windows: QuotaWindows, user: str, client_id: str
+    charges: dict[str, np.ndarray],
+    key: QuotaKey,
+    quota: float,
+    windows: QuotaWindows,
+    user: str | None,
+    client_id: str | None,
+    tenant: str | None = None,
 ) -> dict[str, float]:
-    """Charges one candidate's bucket (from a QuotaEngine holding only that quota) in time order."""
+    """Charges one candidate's bucket (from a QuotaEngine holding only that quota) in time order:
+    the entity's (user, client_id), or the tenant's."""
     charge_at, respond_at, amounts, weights = (charges[k] for k in ("charge_at", "respond_at", "amount", "weight"))
-    engine = QuotaEngine(QuotaTable({QuotaEntity(user, client_id): {key: quota}}), windows)
+    engine, user, client_id = candidate_engine(key, quota, windows, user, client_id, tenant)
     kafka = SampledRate(
         tokens_per_second(key, quota),
         windows.controller_quota_window_num if key is QuotaKey.CONTROLLER_MUTATION_RATE else windows.quota_window_num,
@@ -475,10 +623,26 @@ def _candidates_for(candidates: pd.DataFrame | None, user: str, client_id: str, 
     if candidates is None:
         return sorted({_round_quota(peak * step) for step in GRID_STEPS if peak * step > 0})
     rows = candidates[candidates["quota_key"] == key]
+    if "tenant" in rows:  # a tenant's candidates are the tenant's
+        rows = rows[rows["tenant"].isna()]
     if "user" in rows:
         rows = rows[rows["user"].isna() | (rows["user"] == user)]
     if "client_id" in rows:
         rows = rows[rows["client_id"].isna() | (rows["client_id"] == client_id)]
+    return sorted(set(rows["quota"].astype(float)))
+
+
+def _tenant_candidates_for(candidates: pd.DataFrame | None, tenant: str, key: str, peak: float) -> list[float]:
+    """A tenant's candidates: the grid around its members' summed peak second, or the table's rows for
+    the key that name this tenant or no one (not those naming a user or client id)."""
+    if candidates is None:
+        return _candidates_for(None, "", "", key, peak)
+    rows = candidates[candidates["quota_key"] == key]
+    for name in ("user", "client_id"):
+        if name in rows:
+            rows = rows[rows[name].isna()]
+    if "tenant" in rows:
+        rows = rows[rows["tenant"].isna() | (rows["tenant"] == tenant)]
     return sorted(set(rows["quota"].astype(float)))
 
 
@@ -495,7 +659,8 @@ def whatif(
     keys: list[str] | None = None,
     stand_in: QuotaTable | None = None,
 ) -> DataFrame:
-    """Replays every entity of the usage table; see the module docstring for the columns.
+    """Replays every entity of the usage table, and every tenant its records name; see the module
+    docstring for the columns.
 
     `stand_in`: the current quotas of entities whose records do not say (the proxy's --config)."""
     windows = windows or QuotaWindows()
@@ -503,12 +668,23 @@ def whatif(
     if candidates is not None:
         keys = [k for k in keys if k in set(candidates["quota_key"])]
 
-    by_entity = recorded_windows(table)
+    owners = recorded_owners(table)
 
     def replay_group(entity: tuple[pa.Scalar, pa.Scalar], records: pa.Table) -> pa.Table:
         user, client_id = (scalar.as_py() for scalar in entity)
-        entity_windows = by_entity.get((user, client_id), windows)
+        entity_windows = owners.entity_windows.get((user, client_id), windows)
         return replay_entity(user, client_id, records, candidates, entity_windows, keys, stand_in)
 
+    def replay_tenant_group(group: tuple[pa.Scalar], records: pa.Table) -> pa.Table:
+        tenant = group[0].as_py()
+        tenant_windows = owners.tenant_windows.get(tenant, windows)
+        members = owners.members.get(tenant)
+        return replay_tenant(tenant, members, records, candidates, tenant_windows, keys)
+
     # Arrow, not pandas: the records reach the replay as numbers with no per-row Python objects
-    return replay_input(table, keys).groupBy("user", "client_id").applyInArrow(replay_group, RESULT_SCHEMA)
+    entities = replay_input(table, keys).groupBy("user", "client_id").applyInArrow(replay_group, RESULT_SCHEMA)
+    if not owners.members:  # no record names a tenant: no second job
+        return entities
+    by_tenant = replay_input(table, keys, by_tenant=True).groupBy("tenant")
+    tenants = by_tenant.applyInArrow(replay_tenant_group, RESULT_SCHEMA)
+    return entities.unionByName(tenants)

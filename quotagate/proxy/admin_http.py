@@ -197,7 +197,8 @@ class AdminHttpServer:
         muted = self.muted_by_entity()
         muted_by_tenant: Counter[str] = Counter()
         entities = []
-        for (user, client_id), _stats in sorted(list(proxy.entity_metrics.stats.items())):
+        tenants = engine.table.tenants
+        for (user, client_id), stats in sorted(list(proxy.entity_metrics.stats.items())):
             quotas = {}
             for key in QuotaKey:
                 resolution = engine.resolve(user, client_id, key)
@@ -212,7 +213,7 @@ class AdminHttpServer:
                     "throttle_ms": engine.would_throttle_ms(user, client_id, key, now),
                     "shadow": resolution.shadow,
                 }
-            tenant = engine.table.tenants.tenant_of(user, client_id)
+            tenant = proxy.entity_metrics.tenant_of((user, client_id), stats, tenants)
             entities.append(
                 {
                     "user": user,

@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector
 from quotagate.quotas import QuotaEngine, QuotaKey
 from quotagate.quotas.engine import tokens_per_second
 from quotagate.quotas.entities import bounded_name
+from quotagate.quotas.tenants import Tenant, Tenants
 
 OTHER = "other"
 IDLE_SECONDS = 3600.0
@@ -60,6 +61,9 @@ class EntityStats:
     shadow_throttled: int = 0
     shadow_throttle_seconds: float = 0.0
     last_seen: float = 0.0
+    # The entity's tenant, resolved once for the tenants in force (EntityMetrics.tenant_of).
+    tenants: Tenants | None = None
+    tenant: Tenant | None = None
 
     @property
     def traffic(self) -> float:
@@ -70,7 +74,7 @@ class EntityStats:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
-_SUMMED = tuple(field.name for field in fields(EntityStats) if field.name != "last_seen")
+_SUMMED = tuple(field.name for field in fields(EntityStats) if field.name not in ("last_seen", "tenants", "tenant"))
 
 
 _COUNTERS = (
@@ -159,7 +163,7 @@ class EntityMetrics(Collector):
         for key in idle:
             stats = self.stats.pop(key)
             self.untracked.add(stats)
-            tenant = tenants.tenant_of(*key) if tenants else None
+            tenant = self.tenant_of(key, stats, tenants)
             if tenant is not None:
                 self.retired_by_tenant.setdefault(tenant.name, EntityStats()).add(stats)
         for name in [name for name in self.retired_by_tenant if name not in tenants.by_name]:
@@ -207,6 +211,15 @@ class EntityMetrics(Collector):
         yield GaugeMetricFamily("quotagate_entities_exported", "Entities with series of their own", value=self.exported)
         yield GaugeMetricFamily("quotagate_entities_folded", "Entities summed into user=other", value=self.folded)
 
+    @staticmethod
+    def tenant_of(key: tuple[str, str], stats: EntityStats, tenants: Tenants) -> Tenant | None:
+        """The tenant of a tracked entity, resolved once per tenants in force and kept on its stats: a
+        scrape sums every tracked entity, more than the loop's resolution cache holds, and must neither
+        empty that cache nor run the member rules again."""
+        if stats.tenants is not tenants:
+            stats.tenant, stats.tenants = tenants.resolve(*key), tenants
+        return stats.tenant
+
     def tenant_sums(self) -> dict[str, tuple[EntityStats, int]]:
         """Per configured tenant: its members' counters summed (those forgotten since included), and
         how many members are tracked now. Read from a worker thread, as ranked()."""
@@ -215,8 +228,8 @@ class EntityMetrics(Collector):
         for name, stats in list(self.retired_by_tenant.items()):
             if name in sums:
                 sums[name][0].add(stats)
-        for (user, client_id), stats in list(self.stats.items()):
-            tenant = tenants.tenant_of(user, client_id)
+        for key, stats in list(self.stats.items()):
+            tenant = self.tenant_of(key, stats, tenants)
             if tenant is not None:
                 total, members = sums[tenant.name]
                 total.add(stats)

@@ -172,7 +172,9 @@ def _tenant_quota(engine: QuotaEngine, resolution: Resolution, now: float | None
         "tenant": resolution.tenant,
         "value": resolution.value,
         "shadow": resolution.shadow,
-        "shared_by": f"every member of tenant {resolution.tenant!r}, on every listener and process",
+        # A shadow bucket is this process's, as every shadow quota's (engine._bucket): not shared.
+        "shared_by": f"every member of tenant {resolution.tenant!r}, on every listener "
+        + ("of this process (shadow: not shared)" if resolution.shadow else "and process"),
         "bucket": _bucket_state(engine, resolution, now),
     }
 
@@ -183,7 +185,8 @@ def _held_by(own: dict[str, Any] | None, tenant: dict[str, Any] | None) -> str:
         return "its own quota" if own is not None else "nothing: unlimited"
     if own is None:
         return f"the quota of tenant {tenant['tenant']!r} alone (no entry of its own sets the key)"
-    throttles = (own["bucket"].get("throttle_ms"), tenant["bucket"].get("throttle_ms"))
+    # A shadow quota's throttle is what it would give: it holds nobody (the engine's throttle is 0).
+    throttles = tuple(0 if part["shadow"] else part["bucket"].get("throttle_ms") for part in (own, tenant))
     rule = "both are charged; the larger throttle holds it (whichever binds first)"
     if None in throttles or throttles == (0, 0):
         return rule

@@ -15,10 +15,12 @@ name)), drawn on as well as the member's own entity quota (Kafka's 8-level prece
 every charge goes to both, and the member is held by whichever binds first (the throttle is the
 larger of the two). quotas/engine.py composes them; this module only says who is in which tenant.
 
-Pure, no I/O. Resolution is cached per bounded (user, client id), MAX_CACHED_CLIENTS entries at
-most (emptied when full): whatever names a client invents, the memory stays bounded, and a miss
-costs, per tenant in file order until one matches, a set look-up per exact list, one full match per
-user rule (on a user of at most MAX_NAME_CHARS characters) and a startswith per prefix.
+Pure, no I/O. Resolution is cached per bounded (user, client id), and the user rules' answer per
+bounded user, MAX_CACHED_CLIENTS entries each at most (emptied when full): whatever names a client
+invents, the memory stays bounded. A new user costs, per tenant, a set look-up and one full match
+per user rule (on at most MAX_NAME_CHARS characters); a new client id of a known user costs, per
+tenant before the one its user is in, a set look-up and a startswith per prefix (no regular
+expression: 16 µs, not 80 µs, for a new client id with 50 tenants of one user rule and one prefix).
 """
 
 from __future__ import annotations
@@ -27,7 +29,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from quotagate.quotas.entities import MAX_CACHED_CLIENTS, MAX_NAME_CHARS, SCOPE_TENANT, QuotaKey, bounded_name
+from quotagate.quotas.entities import (
+    ANONYMOUS,
+    MAX_CACHED_CLIENTS,
+    MAX_NAME_CHARS,
+    SCOPE_TENANT,
+    QuotaKey,
+    bounded_name,
+)
 from quotagate.security.principal_mapping import MappingRule, parse_rule
 
 # A tenant's member rules, as [[tenants]] names them.
@@ -51,7 +60,7 @@ class Tenant:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "quotas", MappingProxyType(dict(self.quotas)))
-        object.__setattr__(self, "rules", tuple(user_rule(text) for text in self.user_rules))
+        object.__setattr__(self, "rules", tuple(user_rule(text, self.name) for text in self.user_rules))
         object.__setattr__(self, "_users", frozenset(self.users))
         object.__setattr__(self, "_client_ids", frozenset(self.client_ids))
 
@@ -69,11 +78,19 @@ class Tenant:
     def matches(self, user: str, client_id: str) -> str | None:
         """The rule that makes (user, client_id) a member, as rule_texts writes it, or None (a user
         or client id longer than MAX_NAME_CHARS never equals a configured one: the parser bounds them)."""
+        return self.matches_user(user) or self.matches_client_id(client_id)
+
+    def matches_user(self, user: str) -> str | None:
+        """The rule by user (exact, or a user rule) that makes `user` a member, or None."""
         if user in self._users:
             return f"user={user}"
         for text, rule in zip(self.user_rules, self.rules, strict=True):
             if rule.apply(user) == self.name:
                 return f"user_rule={text}"
+        return None
+
+    def matches_client_id(self, client_id: str) -> str | None:
+        """The rule by client id (exact, or a prefix) that makes `client_id` a member, or None."""
         if client_id in self._client_ids:
             return f"client_id={client_id}"
         for prefix in self.client_id_prefixes:
@@ -82,8 +99,9 @@ class Tenant:
         return None
 
 
-def user_rule(text: str) -> MappingRule:
-    """One member rule, Kafka's `RULE:pattern/replacement/[LU]`; ValueError saying why it is not one."""
+def user_rule(text: str, tenant: str) -> MappingRule:
+    """One member rule of `tenant`, Kafka's `RULE:pattern/replacement/[LU]`; ValueError saying why it
+    is not one, or why no user could be a member by it."""
     expected = "must be a rule RULE:pattern/replacement/ (optionally /L or /U) whose result is the tenant's name"
     try:
         rule = parse_rule(text.strip())
@@ -91,6 +109,17 @@ def user_rule(text: str) -> MappingRule:
         raise ValueError(f"{expected}: {exc}") from exc
     if rule is None or rule.pattern is None:
         raise ValueError(f"{expected}, got {text!r}")
+    fixed = rule.fixed_result()
+    if fixed is not None and fixed != tenant:  # a typo: no user could ever be a member by it
+        raise ValueError(f"{expected}: {text!r} gives {fixed!r} for every user it matches, never {tenant!r}")
+    for probe in (tenant, "x", ANONYMOUS) if fixed is not None else ():
+        got = rule.apply(probe)
+        if got is not None and got != fixed:
+            raise ValueError(
+                f"{expected}: {text!r} gives {got!r} for the user {probe!r}: as in Kafka, every match of the "
+                f"pattern is replaced, and it also matches the empty string at the end; anchor it "
+                f"(RULE:^...$/{fixed}/)"
+            )
     return rule
 
 
@@ -102,6 +131,7 @@ class Tenants:
         self.tenants = tenants
         self.by_name = {tenant.name: tenant for tenant in tenants}
         self._cache: dict[tuple[str, str], Tenant | None] = {}
+        self._by_user: dict[str, int] = {}  # bounded user -> _first_by_user
 
     def __bool__(self) -> bool:
         return bool(self.tenants)
@@ -123,17 +153,43 @@ class Tenants:
         """The tenant (user, client_id) belongs to: the first in file order whose rules match it."""
         if not self.tenants:
             return None
-        full_client_id = client_id  # prefixes match the whole id, as quota prefixes do
-        if len(user) > MAX_NAME_CHARS or len(client_id) > MAX_NAME_CHARS:
-            user, client_id = bounded_name(user), bounded_name(client_id)
-        cache = self._cache
         entry = (user, client_id)
-        if entry in cache:
-            return cache[entry]
+        if len(user) > MAX_NAME_CHARS or len(client_id) > MAX_NAME_CHARS:
+            entry = (bounded_name(user), bounded_name(client_id))
+        cache = self._cache
+        found = cache.get(entry, _UNRESOLVED)
+        if found is not _UNRESOLVED:
+            return found
         if len(cache) >= MAX_CACHED_CLIENTS:  # random client ids must not grow it forever
             cache.clear()
-        found = cache[entry] = next((t for t in self.tenants if t.matches(user, full_client_id)), None)
+        found = cache[entry] = self.resolve(user, client_id)
         return found
+
+    def resolve(self, user: str, client_id: str) -> Tenant | None:
+        """tenant_of without its cache (for what keeps the answer itself: the entity metrics)."""
+        if not self.tenants:
+            return None
+        first = self._first_by_user(bounded_name(user))
+        # Prefixes match the whole client id, as quota prefixes do.
+        found = next((t for t in self.tenants[:first] if t.matches_client_id(client_id)), None)
+        if found is None and first < len(self.tenants):
+            found = self.tenants[first]
+        return found
+
+    def _first_by_user(self, user: str) -> int:
+        """The index of the first tenant whose user rules match `user` (len(tenants): none), kept per
+        user: a client inventing client ids under one user pays the regular expressions once, and a
+        new client id costs a set look-up and the prefixes of the tenants before that one."""
+        by_user = self._by_user
+        first = by_user.get(user)
+        if first is None:
+            if len(by_user) >= MAX_CACHED_CLIENTS:
+                by_user.clear()
+            tenants = self.tenants
+            first = by_user[user] = next(
+                (index for index, tenant in enumerate(tenants) if tenant.matches_user(user)), len(tenants)
+            )
+        return first
 
     def matching(self, user: str, client_id: str) -> list[tuple[Tenant, str]]:
         """Every tenant whose rules match (user, client_id), in file order, with the rule that does:
@@ -144,9 +200,11 @@ class Tenants:
 
     def forget_resolutions(self) -> None:
         self._cache.clear()
+        self._by_user.clear()
 
     def bucket_id(self, tenant: Tenant, key: QuotaKey) -> tuple[str, str, None, str]:
         return (key.value, SCOPE_TENANT, None, tenant.name)
 
 
+_UNRESOLVED = object()  # tenant_of's cache miss (None is an answer: in no tenant)
 NO_TENANTS = Tenants()

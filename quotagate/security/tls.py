@@ -24,7 +24,8 @@ import ssl
 from asyncio.sslproto import SSLProtocol, SSLProtocolState
 from collections.abc import Callable
 
-from quotagate.security.principal_mapping import PrincipalMapper, subject_name
+from quotagate.security.principal_mapping import PrincipalMapper
+from quotagate.security.subject_names import subject_name
 from quotagate.security.tls_settings import ListenerTlsConfig, UpstreamTlsConfig
 
 log = logging.getLogger("quotagate.tls")

@@ -43,11 +43,20 @@ def usage_cell(usage: Usage, unit: str) -> Text:
     )
 
 
-def row_cells(row: Row) -> list[Text | str]:
+def shown(name: str) -> Text:
+    """A name a client chose, drawn as written: as Text, never a string DataTable reads as markup ("[/]"
+    raised MarkupError and stopped the view, "[link=...]" made a link), and each character that is not
+    printable as its escape (no ESC from a client id is handed to the operator's terminal)."""
+    if not name.isprintable():
+        name = "".join(char if char.isprintable() else repr(char)[1:-1] for char in name)
+    return Text(name)
+
+
+def row_cells(row: Row) -> list[Text]:
     throttle = throttle_text(row)
     return [
-        row.user,
-        Text("(tenant)", "italic") if row.kind == TENANT else row.client_id,
+        shown(row.user),
+        Text("(tenant)", "italic") if row.kind == TENANT else shown(row.client_id),
         *(usage_cell(row.usage[measure.name], measure.unit) for measure in MEASURES),
         Text(throttle, "bold red") if throttle else Text("–", "dim"),
         Text(str(row.muted), "bold red") if row.muted else Text("–", "dim"),
@@ -139,12 +148,12 @@ class TopApp(App[int]):
         )
         if self.polls == 0:
             status += " · rates after the next read"
-        self.query_one("#status", Static).update(status)
-        notes = [f"✖ {problem}" for problem in table.problems.values()]
+        self.query_one("#status", Static).update(Text(status))  # the filter as typed, not markup
+        notes = [f"✖ {shown(problem)}" for problem in table.problems.values()]
         if note := table.sharing_note():
             notes.append(f"! {note}")
         problems = self.query_one("#problems", Static)
-        problems.update("\n".join(notes))
+        problems.update(Text("\n".join(notes)))  # errors may quote what a proxy sent
         problems.display = bool(notes)
 
     def action_sort(self, measure: str) -> None:

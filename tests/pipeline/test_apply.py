@@ -115,3 +115,107 @@ def test_any_client_id_is_written_safely_to_the_toml_and_the_shell_commands() ->
     assert 'client_id = "a\\"b\'c; rm -rf /"' in to_toml(found)
     (command,) = to_kafka_configs(found).splitlines()
     assert shlex.split(command)[-1] == odd, command
+
+
+TENANTS = """
+[[tenants]]
+name = "payments"  # the payments team
+users = ["svc-pay-1", "svc-pay-2"]
+
+[[tenants]]
+name = "search"
+client_id_prefixes = ["search-"]
+producer_byte_rate = 300000
+"""
+
+
+def tenant_recommendation(tenant: str, recommended: float, key: str = "producer_byte_rate") -> dict:
+    return {
+        "user": None,
+        "client_id": None,
+        "tenant": tenant,
+        "quota_key": key,
+        "recommended": recommended,
+        "met": True,
+    }
+
+
+def test_a_tenants_quota_goes_into_its_own_entry_an_undeclared_one_is_refused_and_promote_binds_it() -> None:
+    from quotagate.pipeline.apply import shadow_tenants, tenant_skips
+
+    config = CONFIG + TENANTS
+    found = pd.DataFrame(
+        [
+            {**recommendation("free", 190_000), "tenant": None},
+            tenant_recommendation("payments", 360_000),
+            tenant_recommendation("payments", 25.0, "request_percentage"),
+            tenant_recommendation("search", 500_000),  # its entry holds a binding quota
+            tenant_recommendation("billing", 80_000),  # no [[tenants]] entry of that name
+        ]
+    )
+    skipped = {skip.client_id: str(skip) for skip in tenant_skips(config, found)}
+    assert set(skipped) == {"search", "billing"}
+    assert skipped["billing"].startswith('tenant "billing", producer_byte_rate: not declared in this file'), skipped
+    assert "binding quotas in force" in skipped["search"]
+    tried, _ = shadow_recommendations(found, config)
+    assert list(tried["client_id"]) == ["free"], "tenant rows are not entities"
+    applied = apply_shadow(config, found)
+    parsed = parse_config(applied)
+    payments, search = parsed.tenants.by_name["payments"], parsed.tenants.by_name["search"]
+    assert payments.shadow and dict(payments.quotas) == {
+        QuotaKey.PRODUCER_BYTE_RATE: 360_000,
+        QuotaKey.REQUEST_PERCENTAGE: 25.0,
+    }
+    assert not search.shadow and dict(search.quotas) == {QuotaKey.PRODUCER_BYTE_RATE: 300_000}
+    assert "billing" not in parsed.tenants.by_name and QuotaEntity(None, "free") in parsed.quotas.shadow
+    assert 'name = "payments"  # the payments team\nusers = ["svc-pay-1", "svc-pay-2"]\n' in applied, "kept as written"
+    assert shadow_tenants(applied) == ["payments"]
+    # applied again: the entry's values replaced (apply made it shadow), the block still one
+    again = apply_shadow(applied, found.iloc[[1]].assign(recommended=400_000.0))
+    assert again.count("# BEGIN quotagate pipeline apply") == 1 and again.count('name = "payments"') == 1
+    assert parse_config(again).tenants.by_name["payments"].quotas[QuotaKey.PRODUCER_BYTE_RATE] == 400_000
+    assert shadow_tenants(again) == ["payments"], "a tenant apply made shadow stays named until promoted"
+    promoted, count = promote(again)
+    assert count == 1, "payments' entry (the block has no entity this time)"
+    tenants = parse_config(promoted).tenants.by_name
+    assert not tenants["payments"].shadow and tenants["payments"].quotas[QuotaKey.PRODUCER_BYTE_RATE] == 400_000
+    assert dict(tenants["search"].quotas) == {QuotaKey.PRODUCER_BYTE_RATE: 300_000}
+    assert shadow_tenants(promoted) == [] and promote(promoted)[0] == promoted
+    # promoted, the tenant's quotas bind: another apply leaves them alone
+    assert [s.client_id for s in tenant_skips(promoted, found.iloc[[1]])] == ["payments"]
+
+
+def test_pipeline_apply_and_promote_say_what_they_did_with_each_tenant(tmp_path: Path, capsys) -> None:
+    from quotagate.cli import main
+
+    folder = tmp_path / "recommendations"
+    folder.mkdir()
+    rows = [{**recommendation("free", 190_000), "tenant": None}, tenant_recommendation("payments", 360_000)]
+    rows.append(tenant_recommendation("billing", 80_000))
+    pd.DataFrame(rows).to_parquet(folder / "recommendations.parquet")
+    config = tmp_path / "quotagate.toml"
+    config.write_text(CONFIG + TENANTS)
+    assert main(["pipeline", "apply", "--recommendations", str(folder), "--config", str(config)]) == 0
+    out, err = capsys.readouterr()
+    assert "applied as shadow quotas: 2 quotas of 1 entities and 1 tenants" in out, out
+    assert 'not applied: tenant "billing", producer_byte_rate: not declared in this file' in err, err
+    assert parse_config(config.read_text()).tenants.by_name["payments"].shadow
+    assert main(["pipeline", "promote", "--config", str(config)]) == 0
+    assert "promoted: 2 shadow entries" in capsys.readouterr().out
+    assert not parse_config(config.read_text()).tenants.by_name["payments"].shadow
+
+
+def test_a_shadow_tenant_quota_shows_as_shadow_from_its_entry_the_records_not_saying() -> None:
+    from quotagate.pipeline.recommend import with_current
+    from quotagate.pipeline.report import _at_current, _current
+
+    row = {**tenant_recommendation("payments", 400_000), "current_quota": 360_000.0, "current_source": "records"}
+    row |= {"current_shadow": False, "current_seconds_throttled": 12, "current_throttled_time_ms": 9_000.0}
+    row |= {"current_shadow_seconds_throttled": 11, "current_shadow_amount_delayed": 360_000 * 9.4}
+    tried = parse_config(apply_shadow(CONFIG + TENANTS, pd.DataFrame([tenant_recommendation("payments", 360_000)])))
+    (shown,) = with_current(pd.DataFrame([row]), tried.quotas).to_dict("records")
+    assert shown["current_shadow"] is True and shown["current"] == 360_000
+    assert _current(pd.Series(shown)) == "360,000 (shadow)"
+    assert _at_current(pd.Series(shown)) == ("12 s / observed 11 s", "9.0 s / observed 9.4 s")
+    (without,) = with_current(pd.DataFrame([row]), None).to_dict("records")
+    assert without["current_shadow"] is False, "without the file, as the records say (binding)"

@@ -27,6 +27,11 @@ def test_generate_then_all_writes_the_proxy_toml_and_kafka_configs_commands(
     steady = re.search(r'\[\[quotas\]\]\nclient_id = "steady-producer"\nproducer_byte_rate = (\d+)', toml)
     assert steady and 200_000 <= int(steady[1]) <= 200_000 * 1.5, toml
     assert 'user = "alice"\nclient_id = "consumer"\nconsumer_byte_rate = ' in toml, toml
+    # the two producers' tenant: rolled up, replayed and recommended as one
+    tenant = re.search(r'# tenant "ingest-team": producer_byte_rate = (\d+)', toml)
+    assert tenant and 250_000 <= int(tenant[1]) <= 250_000 * 8 * 1.5, toml
+    assert (work / "rollup" / "tenant_minute").is_dir()
+    assert "ingest-team" in (work / "report.html").read_text()
     commands = (work / "recommendations" / "kafka-configs.sh").read_text()
     assert "kafka-configs.sh --bootstrap-server k:9092 --alter" in commands, commands
     assert "--entity-name steady-producer" in commands and "producer_byte_rate=" in commands, commands

@@ -170,3 +170,41 @@ def test_apply_twice_and_promote_whatever_the_client_ids_contain(first, second) 
     assert count == len(applied)
     assert not parse_config(promoted).quotas.shadow and set(applied_entities(promoted)) == set(applied)
     assert promote(promoted)[0] == promoted, "promoting again changes nothing"
+
+
+# Tenant names are the operator's (the proxy's parser takes any non-empty name of at most 128
+# characters): apply finds each entry by its name and writes only numbers into it, and the block
+# names the tenants it made shadow as escaped JSON, so no name can make a line or a marker of its own.
+tenant_names = st.lists(
+    st.one_of(st.sampled_from([name for name in HOSTILE if name]), st.text(min_size=1, max_size=40)),
+    min_size=1,
+    max_size=5,
+    unique=True,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(tenant_names)
+def test_apply_and_promote_find_every_tenant_by_its_name_whatever_it_contains(names) -> None:
+    from quotagate.config.reference import toml_value
+    from quotagate.pipeline.apply import shadow_tenants
+
+    entries = "".join(f'\n[[tenants]]\nname = {toml_value(name)}\nusers = ["u{i}"]\n' for i, name in enumerate(names))
+    config = CONFIG + entries
+    found = pd.DataFrame(
+        [
+            {"user": None, "client_id": None, "tenant": name, "quota_key": "producer_byte_rate"}
+            | {"recommended": 1000.0 * (i + 1), "met": True}
+            for i, name in enumerate(names)
+        ]
+    )
+    applied = apply_shadow(config, found)
+    tenants = parse_config(applied).tenants.by_name
+    assert set(tenants) == set(names)
+    assert all(
+        tenants[name].shadow and tenants[name].quotas[QuotaKey.PRODUCER_BYTE_RATE] == 1000.0 * (i + 1)
+        for i, name in enumerate(names)
+    )
+    assert sorted(shadow_tenants(applied)) == sorted(names)
+    promoted, count = promote(applied)
+    assert count == len(names) and not any(tenant.shadow for tenant in parse_config(promoted).tenants.tenants)

@@ -80,19 +80,27 @@ def test_a_recommendation_brackets_the_generated_rate(spark) -> None:
 
 
 def test_rollup_per_second_and_minute_with_percentiles_and_throttled_share(spark) -> None:
-    bursty = SyntheticEntity("erin", "rolled", 10_000, 10, burst_every_seconds=60, burst_seconds=6, burst_factor=3)
-    tables = rollup(synthetic_requests(spark, [bursty], 120))
+    bursty = SyntheticEntity(
+        "erin", "rolled", 10_000, 10, burst_every_seconds=60, burst_seconds=6, burst_factor=3, tenant="team"
+    )
+    steady = SyntheticEntity("frank", "member", 10_000, 10, tenant="team")  # the tenant's other member
+    tables = rollup(synthetic_requests(spark, [bursty, steady], 120))
     seconds = tables["entity_second"].where("second % 60 = 10").collect()
     assert {(r["requests"], r["bytes_in"]) for r in seconds} == {(10, 10_000)}
-    minutes = sorted(tables["entity_minute"].collect(), key=lambda r: r["minute"])
+    minutes = sorted(tables["entity_minute"].where("client_id = 'rolled'").collect(), key=lambda r: r["minute"])
     assert len(minutes) == 2 and all(m["active_seconds"] == 60 for m in minutes)
     assert [(m["bytes_in"], m["bytes_in_p50"], m["bytes_in_max"]) for m in minutes] == [(720_000, 10_000, 30_000)] * 2
     assert minutes[0]["bytes_in_p95"] == 30_000 and minutes[0]["throttled_share"] == 0
     topics = tables["topic_minute"].collect()
     assert {r["topic"] for r in topics} == {"synthetic"}
+    # the tenant: its two members summed each second, their peaks per key from those sums
+    tenant = sorted(tables["tenant_minute"].collect(), key=lambda r: r["minute"])
+    assert [(t["tenant"], t["members"], t["active_seconds"]) for t in tenant] == [("team", 2, 60)] * 2
+    assert [(t["bytes_in"], t["bytes_in_p50"], t["bytes_in_max"]) for t in tenant] == [(1_320_000, 20_000, 40_000)] * 2
+    assert tenant[0]["requests"] == 1200 and tenant[0]["requests_max"] == 20 and tenant[0]["bytes_out_max"] == 1200
 
 
-def test_rollup_aggregates_the_records_once_for_its_four_tables_and_release_drops_that(spark) -> None:
+def test_rollup_aggregates_the_records_once_for_all_its_tables_and_release_drops_that(spark) -> None:
     table = synthetic_requests(spark, [SyntheticEntity("erin", "cached", 10_000, 10)], 5)
     tables = rollup(table)
     assert per_entity_topic_second(table).storageLevel.useMemory, "the shared aggregation is cached"
@@ -244,3 +252,36 @@ def test_the_windows_the_records_carry_size_the_replayed_burst(spark) -> None:
     recorded = recorded.withColumn("controller_quota_window_size_seconds", F.lit(1.0))
     default, held = (by_entity(whatif(frame, CANDIDATE).where("is_current"))["windowed"] for frame in (table, recorded))
     assert default["seconds_throttled"] <= 10 and held["seconds_throttled"] >= 17, (default, held)
+
+
+# Three members of one tenant at 150 + 100 + 50 kB/s under a tenant quota of 200 kB/s (their records
+# say so), and an entity in no tenant.
+TEAM = [
+    SyntheticEntity(f"user-{i}", f"team-{i}", rate, 20, tenant="team", tenant_quota=2 * QUOTA)
+    for i, rate in enumerate((1.5 * QUOTA, QUOTA, 0.5 * QUOTA))
+]
+SOLO = SyntheticEntity("dave", "solo", QUOTA, 20)
+
+
+def test_a_tenant_is_replayed_and_recommended_as_its_members_summed(spark) -> None:
+    table = synthetic_aggregates(spark, [*TEAM, SOLO], SECONDS)
+    results = whatif(table, keys=["producer_byte_rate"]).toPandas()
+    tenant = results[results["tenant"] == "team"]
+    assert tenant["user"].isna().all() and set(tenant["members"]) == {3}
+    assert set(results[results["tenant"].isna()]["client_id"]) == {"team-0", "team-1", "team-2", "solo"}
+    at_current = tenant[tenant["is_current"]].iloc[0]
+    assert (at_current["quota"], at_current["current_source"]) == (2 * QUOTA, "records")
+    assert at_current["peak_second"] == 3 * QUOTA
+    # 300 kB/s against 200 kB/s: the tenant's 11 s burst (2.2 MB) absorbs 22 s of the excess
+    assert 36 <= at_current["seconds_throttled"] <= 40, at_current.to_dict()
+    member = results[(results["client_id"] == "team-0") & (results["quota"] == 2 * QUOTA)]
+    assert member.empty or member["seconds_throttled"].iloc[0] == 0, "a member alone fits the tenant's quota"
+
+    found = with_current(recommend(spark.createDataFrame(results)).toPandas(), None)
+    team = found[found["tenant"] == "team"].iloc[0]
+    assert team["met"] and team["meets_at"] == 3 * QUOTA and team["recommended"] == 3.6 * QUOTA, team.to_dict()
+    assert team["current"] == 2 * QUOTA and team["current_seconds_throttled"] == at_current["seconds_throttled"]
+    assert set(found[found["tenant"].isna()]["client_id"]) == {"team-0", "team-1", "team-2", "solo"}
+    toml = to_toml(found)
+    assert '# tenant "team": producer_byte_rate = 360000' in toml and 'name = "team"' not in toml, toml
+    assert "team" not in to_kafka_configs(found).replace("team-", ""), "Kafka has no tenants"

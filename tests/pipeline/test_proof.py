@@ -11,6 +11,9 @@ through the usage topic), and on per-request records (v1):
 - from v1 only, the throttle_time_ms its responses carried, summed (2-8 % apart in quiet runs,
   bounded at 25 %: see THROTTLE_MS_TOLERANCE). From aggregates it is printed, not asserted: it
   depends on when each request came back from its mute (docs/pipeline.md).
+
+And per tenant (long_only): the same two producers as the members of one tenant, held together by
+its quota, their summed records replayed against the tenant's quota (docs/pipeline.md, "Tenants").
 """
 
 from __future__ import annotations
@@ -143,3 +146,40 @@ def test_the_usage_topic_ingests_and_replays_the_same(spark, proxy_factory, kafk
     assert_agrees(replay_against_the_same_quota(read_table(spark, table)), "topic v2")
     # a second run reads only what arrived since (nothing): the checkpoint holds the offsets
     assert ingest_topic(spark, kafka.bootstrap, usage_topic, state, table).inserted == 0
+
+
+TEAM = "proof-team"
+
+
+@pytest.mark.long_only
+def test_a_tenants_replay_agrees_with_the_throttle_the_proxy_gave_its_members(
+    spark, proxy_factory, kafka, tmp_path: Path
+) -> None:
+    # The same two producers, with no quota of their own, as the two members of a tenant holding
+    # them together to QUOTA: the replay of their summed records against the tenant's quota.
+    usage_dir = tmp_path / "usage"
+    config = (
+        "quota_window_num = 2\n"
+        f'[[tenants]]\nname = "{TEAM}"\nclient_ids = ["proof-java-like", "proof-ignores-throttle"]\n'
+        f"producer_byte_rate = {QUOTA}\n"
+        f'[usage]\nenabled = true\nflush_interval_seconds = 0.5\ndirectory = "{usage_dir}"\n'
+    )
+    proxy = proxy_factory(kafka.bootstrap, config)
+    produce_through(proxy.bootstrap, kafka.bootstrap)
+    proxy.stop()
+    found = read_usage_files(spark, [str(usage_dir)])
+    assert found.problems == []
+    rows = usable_rows(found.raw)
+    candidate = pd.DataFrame({"quota_key": ["producer_byte_rate"], "quota": [float(QUOTA)]})
+    (team,) = [row.asDict() for row in whatif(rows, candidate, WINDOWS).where(f"tenant = '{TEAM}'").collect()]
+    assert team["members"] == 2 and team["is_current"] and team["current_quota"] == QUOTA, team
+    recorded_held = team["recorded_amount_delayed"] / QUOTA * 1000
+    replayed_held = team["throttled_time_ms"]
+    recorded_s, replayed_s = team["recorded_seconds_throttled"], team["seconds_throttled"]
+    print(
+        f"tenant {TEAM}: held at its quota proxy {recorded_held:.0f} ms replay {replayed_held:.0f} ms "
+        f"({replayed_held / max(recorded_held, 1):.3f}×); throttled seconds proxy {recorded_s} replay {replayed_s}"
+    )
+    assert recorded_s >= 4, f"the tenant's quota must have bitten ({recorded_s} s throttled)"
+    assert abs(replayed_held - recorded_held) <= AGGREGATE_TOLERANCE * recorded_held, "time held at the quota"
+    assert abs(replayed_s - recorded_s) <= max(TOLERANCE * recorded_s, 2), "seconds throttled"

@@ -135,8 +135,9 @@ HOSTILE_IDS = [
 
 
 def test_every_chart_draws_whatever_the_client_ids(spark, tmp_path: Path) -> None:
+    # each in a tenant of the same name (tenant names are the operator's, but are escaped all the same)
     entities = [
-        SyntheticEntity("ANONYMOUS" if i % 2 else f"user <{i}>", client_id, 100_000 * (i + 1), 10)
+        SyntheticEntity("ANONYMOUS" if i % 2 else f"user <{i}>", client_id, 100_000 * (i + 1), 10, tenant=client_id)
         for i, client_id in enumerate(HOSTILE_IDS)
     ]
     table = synthetic_aggregates(spark, entities, 30).cache()
@@ -147,11 +148,14 @@ def test_every_chart_draws_whatever_the_client_ids(spark, tmp_path: Path) -> Non
     report.write_text(render_report(data), encoding="utf-8")
 
     dom = chromium("--dump-dom", report.as_uri())
-    charts = len(data["order"]) * 2  # per entity: its usage over time, and one what-if curve (one key)
-    assert len(data["order"]) == len(HOSTILE_IDS)
+    # per entity: its usage over time, and one what-if curve (one key); per tenant: its what-if curve
+    charts = len(data["order"]) * 2 + len(data["tenants"])
+    assert len(data["order"]) == len(HOSTILE_IDS) and sorted(data["tenants"]["tenant"]) == sorted(HOSTILE_IDS)
     assert f'data-charts="{charts}"' in dom, "the script ran and made every chart"
     assert dom.count('data-drawn="2"') == charts, "every chart drew its two lines"
     assert "<title>quotagate usage report</title>" in dom and "pwned" not in dom.split("</title>")[0]
     assert "<b>bold</b>" not in dom, "a name is text, never markup"
-    # the recommendations, the produce by topic (one topic each) and the chargeback: a header and a row per entity
-    assert dom.count("<table>") == 1 and dom.count("<tr>") == 3 * (1 + len(HOSTILE_IDS))
+    # the recommendations, the produce by topic (one topic each) and the chargeback: a header and a row per
+    # entity; the tenants' usage and recommendations: a header and a row per tenant
+    assert dom.count("<table>") == 1 and dom.count("<tr>") == 5 * (1 + len(HOSTILE_IDS))
+    assert dom.count('<table class="tenant-usage">') == 1 and "<td>]]&gt; &lt;![CDATA[ &lt;!-- x</td><td>1</td>" in dom

@@ -11,7 +11,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from quotagate.security.principal_mapping import NoMatchingRule, PrincipalMapper, subject_name
+from quotagate.security.principal_mapping import NoMatchingRule, PrincipalMapper
+from quotagate.security.subject_names import subject_name
 
 
 @pytest.mark.parametrize(

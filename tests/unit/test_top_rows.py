@@ -215,3 +215,24 @@ def test_a_tenant_is_a_row_of_its_own_summing_its_members_against_its_one_shared
     assert row_of(table, "dave", "app").kind == "entity"
     table.filter_text = "tea"
     assert [r.kind for r in table.rows()] == ["tenant"]
+
+
+@pytest.mark.parametrize(
+    ("name", "drawn"),
+    [(name, name) for name in ("[/]", "[bold]loud", "[link=https://example.com]x", "[[tenants]]", "é")]
+    + [("a\x1b]52;c;eA==\x1b\\b", "a\\x1b]52;c;eA==\\x1b\\b"), ("l1\nl2\x00", "l1\\nl2\\x00")],
+)
+def test_names_are_drawn_as_written_never_as_markup_or_terminal_controls(name: str, drawn: str) -> None:
+    """A client picks its own client id (and an operator a tenant's name): DataTable reads a string cell
+    as Rich markup, where "[/]" raised MarkupError and stopped `top`; and no ESC is handed to the
+    operator's terminal. Each cell is drawn verbatim, control characters as their escapes."""
+    from textual.widgets._data_table import default_cell_formatter
+
+    from quotagate.top.app import row_cells
+    from quotagate.top.rows import ENTITY, MEASURES, TENANT, Row
+
+    usage = {measure.name: Usage(1.0, None) for measure in MEASURES}
+    for kind in (ENTITY, TENANT):
+        cells = row_cells(Row(kind, name, name, usage, 0, None, 0, 1))
+        plain = [default_cell_formatter(cell).plain for cell in cells[:2]]
+        assert plain == [drawn, drawn if kind == ENTITY else "(tenant)"], f"{kind} row drew {plain}"

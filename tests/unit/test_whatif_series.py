@@ -66,3 +66,23 @@ def test_keys_pick_their_records_and_aggregate_rows_of_one_interval_sum() -> Non
     assert mutations is not None and (mutations["ts"].tolist(), mutations["a"].tolist()) == ([2000.0], [6.0])
     no_fetches = records(**{name: column[3:] for name, column in table.to_pydict().items()})
     assert series(no_fetches, QuotaKey.CONSUMER_BYTE_RATE) is None
+
+
+def test_candidates_from_a_table_go_to_the_tenant_they_name_and_a_users_to_its_entity_only() -> None:
+    import pandas as pd
+
+    from quotagate.pipeline.whatif import _candidates_for, _tenant_candidates_for
+
+    table = pd.DataFrame(
+        {
+            "quota_key": ["producer_byte_rate"] * 4,
+            "quota": [1000.0, 2000.0, 3000.0, 4000.0],
+            "user": [None, "alice", None, None],
+            "client_id": [None, None, None, None],
+            "tenant": [None, None, "payments", "search"],
+        }
+    )
+    assert _candidates_for(table, "alice", "c", "producer_byte_rate", 0.0) == [1000.0, 2000.0]
+    assert _candidates_for(table, "bob", "c", "producer_byte_rate", 0.0) == [1000.0]
+    assert _tenant_candidates_for(table, "payments", "producer_byte_rate", 0.0) == [1000.0, 3000.0]
+    assert _tenant_candidates_for(None, "payments", "producer_byte_rate", 1000.0)[-1] == 2000.0, "the grid"
