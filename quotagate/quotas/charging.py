@@ -26,6 +26,9 @@ from quotagate.quotas.apis import BYTES_IN, BYTES_OUT, LONG_POLL, PARTITIONS_MUT
 from quotagate.quotas.bucket import ShadowTokenBucket
 from quotagate.quotas.engine import MemberBucket
 
+# Compiled, these are cimported (charging_c.pxd): C calls into token_bucket_c.
+from quotagate.quotas.token_bucket import bucket_charge, bucket_throttle_ms
+
 if TYPE_CHECKING:
     from quotagate.proxy.entity_metrics import EntityStats
     from quotagate.quotas.engine import EntityBuckets
@@ -47,7 +50,7 @@ def charge_request(buckets: EntityBuckets, policy: int, request_size: int, now: 
     if policy & BYTES_IN:
         bucket = buckets.produce
         if bucket is not None:
-            return bucket.charge(request_size, now)
+            return bucket_charge(bucket, request_size, now)
     return 0
 
 
@@ -100,14 +103,14 @@ def charge_response(
     if policy & BYTES_IN:
         bucket = buckets.produce
         if bucket is not None:
-            throttle = bucket.throttle_ms(now)
+            throttle = bucket_throttle_ms(bucket, now)
     elif policy & BYTES_OUT:
         bucket = buckets.fetch
         if bucket is not None:
-            throttle = bucket.charge(response_size, now)
+            throttle = bucket_charge(bucket, response_size, now)
     bucket = buckets.request
     if request_ms is not None and bucket is not None:
-        throttle = _with_request_time(throttle, bucket.charge(request_ms, now), buckets.request_cap_ms)
+        throttle = _with_request_time(throttle, bucket_charge(bucket, request_ms, now), buckets.request_cap_ms)
     return throttle
 
 

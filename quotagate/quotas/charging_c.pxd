@@ -2,6 +2,8 @@
 
 cimport cython
 
+from quotagate.quotas.token_bucket_c cimport bucket_charge, bucket_throttle_ms
+
 cdef int BYTES_IN, BYTES_OUT, LONG_POLL, PARTITIONS_MUTATED
 
 @cython.locals(waited=double)

@@ -11,6 +11,7 @@ path is a C call; quotas.bucket gives the build that runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -118,3 +119,20 @@ class ShadowTokenBucket(TokenBucket):
         whole = int(self.held_ms)
         self.held_ms -= whole
         return whole
+
+
+def bucket_charge(bucket: Any, amount: float, now: float) -> int:
+    """`bucket.charge(amount, now)` for any of the engine's buckets. Compiled, a TokenBucket's (or a
+    ShadowTokenBucket's) is a C call; a tenant member's or a Redis-leased bucket's stays a Python one."""
+    if isinstance(bucket, TokenBucket):
+        token = bucket  # typed TokenBucket when compiled (token_bucket_c.pxd)
+        return token.charge(amount, now)
+    return bucket.charge(amount, now)
+
+
+def bucket_throttle_ms(bucket: Any, now: float) -> int:
+    """`bucket.throttle_ms(now)` for any of the engine's buckets, a C call as `bucket_charge`'s."""
+    if isinstance(bucket, TokenBucket):
+        token = bucket
+        return token.throttle_ms(now)
+    return bucket.throttle_ms(now)

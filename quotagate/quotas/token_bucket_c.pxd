@@ -23,3 +23,9 @@ cdef class ShadowTokenBucket(TokenBucket):
     cpdef void record(self, double amount, double now) except *
     cpdef object charge(self, double amount, double now)
     cpdef object throttle_ms(self, double now)
+
+
+@cython.locals(token=TokenBucket)
+cpdef object bucket_charge(object bucket, double amount, double now)
+@cython.locals(token=TokenBucket)
+cpdef object bucket_throttle_ms(object bucket, double now)
