@@ -99,7 +99,8 @@ def _quota_fields() -> tuple[UsageField, ...]:
 
 
 def _tenant_fields() -> tuple[UsageField, ...]:
-    """The entity's tenant (docs/quotas.md "Tenants") and, per recorded key, the tenant's quota in force."""
+    """The entity's tenant (docs/quotas.md "Tenants") and, per recorded key, the tenant's quota in force
+    and whether it was shadow."""
     tenant = (
         "the tenant (`[[tenants]]`) whose members include the entity when the row was made; null when it is in "
         "no tenant"
@@ -109,6 +110,11 @@ def _tenant_fields() -> tuple[UsageField, ...]:
         "its members, held together with the entity's own `quota_<key>` (whichever binds first). Null when the "
         "entity is in no tenant, the tenant has no quota for the key, or the row's API is not charged to that key"
     )
+    shadow = (
+        "whether the tenant's quotas were shadow (its entry's `shadow = true`: tried, never applied). Null when "
+        "the entity is in no tenant or the row's API is not charged to the key; false for a charged key the "
+        "tenant has no quota for"
+    )
     fields = [
         UsageField("tenant", STRING, tenant, "as in v2: the tenant when the record was made", IDENTITY, later=VERSIONS)
     ]
@@ -117,6 +123,12 @@ def _tenant_fields() -> tuple[UsageField, ...]:
             UsageField(
                 f"tenant_quota_{key.value}", DOUBLE, value,
                 "as in v2: the tenant's quota in force when the record was made", QUOTA, later=VERSIONS,
+            )
+        )  # fmt: skip
+        fields.append(
+            UsageField(
+                f"tenant_quota_{key.value}_shadow", BOOL, shadow,
+                "as in v2: whether the tenant's quota was shadow", QUOTA, later=VERSIONS,
             )
         )  # fmt: skip
     return tuple(fields)
