@@ -116,7 +116,7 @@ def with_current(recommendations: pd.DataFrame, table: QuotaTable | None) -> pd.
         shadow = row.current_shadow
         if not pd.isna(row.tenant):
             value, source = row.current_quota, row.current_source
-            if shadow is None or pd.isna(shadow):
+            if pd.isna(shadow):  # records written before the tenant shadow flag
                 declared = table.tenants.by_name.get(row.tenant) if table is not None else None
                 shadow = declared is not None and declared.shadow
         elif row.current_source == "records":

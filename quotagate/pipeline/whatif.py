@@ -155,7 +155,7 @@ def tenant_quota_code(table: DataFrame, key: str) -> Column:
     """quota_code for the tenant's quota (`tenant_quota_<key>`, `tenant_quota_<key>_shadow`): null where
     the records name no tenant (or predate the field), 0 when the tenant has no quota for the key,
     minus the quota when shadow, the quota otherwise: records written before the shadow flag as binding
-    (whatif's Owners.tenant_flags says which tenants' records carry it)."""
+    (Owners.tenant_flags says which tenants' records carry it)."""
     value, shadow = (F.col(name) if name in table.columns else F.lit(None) for name in _tenant_columns(key))
     return (
         F.when(tenant_of(table).isNull(), F.lit(None))
