@@ -27,6 +27,7 @@ MODULES = (
     "quotagate.quotas.token_bucket",
     "quotagate.quotas.charging",
     "quotagate.proxy.usage_collectors",
+    "quotagate.proxy.flow_control",
     "quotagate.proxy.session_core",
     "quotagate.proxy.connection_core",
 )

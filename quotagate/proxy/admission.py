@@ -37,7 +37,7 @@ class Admission:
     def opened(self, client: ClientConnection) -> bool:
         """Applies the connection limits to a client just accepted; False if it was closed for them."""
         self.metrics.connections_total.labels(client.listener).inc()
-        assert client.transport is not None and client.reading is not None
+        assert client.transport is not None
         peer = client.transport.get_extra_info("peername")
         address = peer[0] if peer else "?"
         now = self.loop.time()

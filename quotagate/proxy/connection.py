@@ -3,14 +3,16 @@
 The session (session.py) makes every decision: what to forward, what to answer, whom to charge,
 when to mute. These two protocols only move bytes: client reads go to `Session.client_data`,
 broker reads to `Session.broker_data`, and after each call what the session queued is written out
-and reading from the client stops while the session is muted (or holds frames) and resumes when
-the shared delay queue says the mute is over.
+and the client's FlowControl (flow_control.py, the one owner of "is it read now") says whether to
+read on: not while the session is muted (the shared delay queue wakes it when the mute is over) or
+holds frames.
 
-Flow control: when one side's write buffer fills, reading from the other side pauses, so a slow
-reader never makes the proxy buffer without bound. When either side closes, the other is closed
-(after flushing what was already queued for it). Bad bytes from either peer close this pair only:
-from the broker at once; from the client (the session's `refusal`) once the answers to the
-requests before the offender are written, as the broker answers them before it closes.
+Back-pressure: when one side's write buffer fills, reading from the other side pauses (a reason of
+that side's FlowControl), so a slow reader never makes the proxy buffer without bound. When either
+side closes, the other is closed (after flushing what was already queued for it). Bad bytes from
+either peer close this pair only: from the broker at once; from the client (the session's
+`refusal`) once the answers to the requests before the offender are written, as the broker answers
+them before it closes.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from typing import Protocol, cast
 
 from quotagate import compiled
 from quotagate.proxy.delay_queue import DelayQueue
-from quotagate.proxy.flow_control import ReadGate
 from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.session import PROTOCOL_ERROR, REFUSAL_ANSWERS_TIMEOUT_SECONDS, Session, SessionServices
 from quotagate.proxy.upstream import Upstream
@@ -31,6 +32,7 @@ from quotagate.security.tls import TlsContexts, certificate_principal
 
 _core = compiled.load("quotagate.proxy.connection_core")
 ClientCore, UpstreamCore = _core.ClientCore, _core.UpstreamCore
+FlowControl = compiled.load("quotagate.proxy.flow_control").FlowControl
 
 log = logging.getLogger("quotagate.proxy")
 
@@ -75,8 +77,10 @@ class ClientGlue:
     """A client connection's Python side (`ClientConnection` puts it over ClientCore): reads requests
     into the session, writes its answers, mutes. `data_received` and `flush`, run per read, are
     ClientCore's (connection_core.py, compiled when it can be); it calls `_close_when_answered`,
-    `_mute` and `_open_brokers_seen` here for the rare cases. `session_class` and `upstream_class`
-    are the classes of the same build (tests/support/builds.py makes the interpreted pair)."""
+    `_mute` and `_open_brokers_seen` here for the rare cases. Whether the client is read is its
+    session's FlowControl's (`flow`), which every session this connection makes shares.
+    `session_class` and `upstream_class` are the classes of the same build (tests/support/builds.py
+    makes the interpreted pair)."""
 
     session_class: type[Session]
     upstream_class: type[UpstreamConnection]
@@ -87,11 +91,10 @@ class ClientGlue:
         self.upstreams = upstreams
         self.session = self.session_class(proxy.session_services())
         self.session.answer_ready = self._local_answer_ready
+        self.flow = self.session.flow
         self.clock = proxy.loop.time
         self.transport: asyncio.Transport | None = None
-        self.reading: ReadGate | None = None
         self.upstream: UpstreamConnection | None = None
-        self.muted_until = 0.0  # kept by the delay queue (its `Mutable`)
         self.peer = "?"
         self.closed = False
         # The session refused the client: closing once what went before is answered, or at this timer.
@@ -105,8 +108,8 @@ class ClientGlue:
         transport.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.reading = ReadGate(transport)
-        self.reading.pause("upstream-connecting")
+        self.flow.attach(transport)
+        self.flow.pause("upstream-connecting")
         if not self.proxy.connection_opened(self):  # False: closed by a connection limit
             return
         try:  # with TLS, the handshake is over: a verified client certificate names the user
@@ -118,21 +121,22 @@ class ClientGlue:
             transport.abort()
             return
         if principal is not None:
-            self.session = self.session_class(self.proxy.session_services(), principal)
+            self.session = self.session_class(self.proxy.session_services(), principal, self.flow)
             self.session.answer_ready = self._local_answer_ready
         connecting = asyncio.get_running_loop().create_task(self._connect_upstream())
         connecting.add_done_callback(self._connect_upstream_done)
 
     def pause_writing(self) -> None:
         if self.upstream is not None:
-            self.upstream.reading.pause("client-backpressure")
+            self.upstream.flow.pause("client-backpressure")
 
     def resume_writing(self) -> None:
         if self.upstream is not None:
-            self.upstream.reading.resume("client-backpressure")
+            self.upstream.flow.resume("client-backpressure")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.flow.closed = True
         self.session.close()
         if self.refusal_timer is not None:
             self.refusal_timer.cancel()
@@ -142,8 +146,8 @@ class ClientGlue:
 
     # the session's output (ClientCore.flush writes it and calls these for the rare cases) --------
     def _close_when_answered(self) -> None:
-        """The session refused the client: reads stop, and the pair closes once the answers to the
-        requests before the offender are written (the broker answers them before it closes), or
+        """The session refused the client (its FlowControl reads nothing more): the pair closes once
+        the answers to the requests before the offender are written (the broker answers them before it closes), or
         after REFUSAL_ANSWERS_TIMEOUT_SECONDS without them."""
         session = self.session
         if self.refusal_timer is None:
@@ -151,16 +155,14 @@ class ClientGlue:
             if session.refusal_reason == PROTOCOL_ERROR:
                 metrics.protocol_errors_total.labels("client").inc()
             log.warning("%s: closing client %s: %s", self.listener, self.peer, session.refusal)
-            if self.reading is not None:
-                self.reading.pause("refused")
             self.refusal_timer = self.proxy.loop.call_later(REFUSAL_ANSWERS_TIMEOUT_SECONDS, self._abort_pair)
         if not session.awaiting_answers:
             self.close()
             if self.upstream is not None and self.upstream.transport is not None:
                 self.upstream.transport.close()
 
-    def _mute(self, until: float) -> None:
-        self.proxy.delay_queue.mute(self, until)
+    def _mute(self) -> None:
+        self.proxy.delay_queue.wake(self.flow, self.unmute)
 
     def _open_brokers_seen(self) -> None:
         seen = self.session.brokers_seen
@@ -173,17 +175,17 @@ class ClientGlue:
 
     @property
     def muted(self) -> bool:
-        return self.muted_until > self.proxy.loop.time()
+        return self.flow.muted(self.clock())
 
     def unmute(self) -> None:
         """Called by the delay queue when the throttle time is over."""
-        if self.closed or self.reading is None:
+        if self.closed or self.transport is None:
             return
         self._resume(self.session.unmute)
 
     def _local_answer_ready(self) -> None:
         """An answer the proxy was making (an alter being persisted) is ready: written in its turn."""
-        if self.closed or self.reading is None:
+        if self.closed or self.transport is None:
             return
         self._resume(self.session.local_answered)
 
@@ -191,12 +193,10 @@ class ClientGlue:
         self._resume(self.session.broker_connected)
 
     def _resume(self, release: Callable[[float], None]) -> None:
-        """Lets the session forward what it held, then reads again unless it is still holding."""
-        assert self.reading is not None
-        release(self.clock())
-        self.flush()
-        if not self.session.holding and not self.muted:
-            self.reading.resume("quota")
+        """Lets the session forward what it held; `flush` then reads on unless something still holds."""
+        now = self.clock()
+        release(now)
+        self.flush(now)
 
     # pairing -----------------------------------------------------------------------------------
     async def _connect_upstream(self) -> None:
@@ -213,8 +213,7 @@ class ClientGlue:
                 upstream.transport.close()
                 return
             self.upstream = upstream
-            assert self.reading is not None
-            self.reading.resume("upstream-connecting")
+            self.flow.resume("upstream-connecting")
             self._broker_connected()
             return
         log.debug("%s: no broker reachable for client %s; closing it", self.listener, self.peer)
@@ -237,19 +236,19 @@ class ClientGlue:
         `connection_made` returns, whatever it asked for (0.23), so a pause made there is lost.
         `HeldReads` takes the protocol's place meanwhile: a read that arrives is kept, not
         handled, and pauses the transport for real; the client gets it when the wait is over."""
-        assert self.transport is not None and self.reading is not None
+        assert self.transport is not None
         held = HeldReads(self)
         self.transport.set_protocol(held)
-        self.reading.pause("connection-rate")
+        self.flow.pause("connection-rate")
         self.proxy.loop.call_later(seconds, self._end_hold, held)
 
     def _end_hold(self, held: HeldReads) -> None:
-        if self.closed or self.transport is None or self.reading is None:
+        if self.closed or self.transport is None:
             return
         self.transport.set_protocol(self)
         if held.data:
             self.data_received(bytes(held.data))
-        self.reading.resume("connection-rate")
+        self.flow.resume("connection-rate")
 
     def close(self) -> None:
         if self.transport is not None:
@@ -300,21 +299,19 @@ class UpstreamGlue:
     def __init__(self, client: ClientConnection) -> None:
         self.client = client
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set in connection_made
-        self.reading: ReadGate = None  # type: ignore[assignment]  # set in connection_made
+        self.flow = FlowControl()  # back-pressure from the client side is its only reason
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
         self.transport = transport
         transport.set_write_buffer_limits(WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW)
-        self.reading = ReadGate(transport)
+        self.flow.attach(transport)
 
     def pause_writing(self) -> None:
-        if self.client.reading is not None:
-            self.client.reading.pause("upstream-backpressure")
+        self.client.flow.pause("upstream-backpressure")
 
     def resume_writing(self) -> None:
-        if self.client.reading is not None:
-            self.client.reading.resume("upstream-backpressure")
+        self.client.flow.resume("upstream-backpressure")
 
     def connection_lost(self, exc: Exception | None) -> None:
         # A broken upstream gives the client a closed connection (after what was queued), never a hang.

@@ -5,13 +5,12 @@
 bytes to the session and writes what the session queued; compiled (as connection_core_c, with
 session_core_c: quotagate/compiled.py), that costs what a bare uvloop forwarder's callbacks cost,
 not a Python frame per call. `flush` does the rare things (a broker seen for the first time, a
-refusal, a mute, a hold, a resume) through the hooks below, which the subclass supplies.
+refusal, a mute) through the hooks below, which the subclass supplies; whether the client is read
+after it is the connection's FlowControl's to say (proxy/flow_control.py), asked once per flush.
 """
 
 from quotagate.protocol.framing import FrameError
-
-# Reading paused for a quota: a mute, or frames the session holds.
-QUOTA = "quota"
+from quotagate.proxy.flow_control import MUTED, REFUSED
 
 
 def _write(transport, queued):
@@ -26,18 +25,19 @@ def _write(transport, queued):
 class ClientCore:
     """A client connection's per-read work: the session in, its answers out, the mute applied.
 
-    Its fields (session_core_c.pxd has their C types): `session`, `transport`, `upstream` (the
-    UpstreamCore), `reading` (ReadGate, set in connection_made), `clock`, `last_activity` (last byte
-    either way: connections_max_idle_ms) and `muted_until` (kept by the delay queue, its `Mutable`)."""
+    Its fields (connection_core_c.pxd has their C types): `session`, `flow` (the session's
+    FlowControl: whether the client is read), `transport`, `upstream` (the UpstreamCore), `clock` and
+    `last_activity` (last byte either way: connections_max_idle_ms)."""
 
     def data_received(self, data):
         now = self.clock()
         self.last_activity = now
         self.session.feed_client(data, now)  # what the broker would close for comes back as session.refusal
-        self.flush()
+        self.flush(now)
 
-    def flush(self):
-        """Writes what the session queued for either side, and stops reading if it says so."""
+    def flush(self, now):
+        """Writes what the session queued for either side, then reads on or not as the flow control
+        says: a refusal closes the pair once answered, a mute is handed to the delay queue."""
         session = self.session
         queued = session.to_broker
         if queued and self.upstream is not None:
@@ -47,25 +47,19 @@ class ClientCore:
         queued = session.to_client
         if queued and self.transport is not None:
             _write(self.transport, queued)
-        muted_until = session.muted_until
-        if session.refusal is not None:
+        state = self.flow.settle(session.is_holding(), now)
+        if state == REFUSED:
             self._close_when_answered()
-        elif muted_until > self.muted_until:  # muted now, or for longer
-            self._mute(muted_until)
-            self.reading.pause(QUOTA)
-        elif session.is_holding():
-            self.reading.pause(QUOTA)
-        elif self.reading is not None and self.reading.paused and not self.muted:
-            # What was held for a SaslAuthenticate answer went with the broker's bytes: read again.
-            self.reading.resume(QUOTA)
+        elif state == MUTED:
+            self._mute()
 
     # hooks: the subclass's ----------------------------------------------------------------------
     def _close_when_answered(self):
         """The session refused the client: close once what went before is answered."""
         raise NotImplementedError
 
-    def _mute(self, until):
-        """Stop reading until `until` (the delay queue resumes it)."""
+    def _mute(self):
+        """The client is muted: the delay queue wakes it when `flow.muted_until` has passed."""
         raise NotImplementedError
 
     def _open_brokers_seen(self):
@@ -85,4 +79,4 @@ class UpstreamCore:
         except FrameError as exc:
             client.protocol_error("broker", exc)
             return
-        client.flush()
+        client.flush(now)

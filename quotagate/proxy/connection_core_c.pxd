@@ -2,30 +2,33 @@
 
 cimport cython
 
+from quotagate.proxy.flow_control_c cimport FlowControl
 from quotagate.proxy.session_core_c cimport SessionCore
+
+# FlowControl.settle's answers that the glue acts on (flow_control.py).
+cdef int MUTED, REFUSED
 
 cdef void _write(object transport, list queued) except *
 
 
 cdef class ClientCore:
     cdef public SessionCore session
+    cdef public FlowControl flow
     cdef public object transport
     cdef public UpstreamCore upstream
-    cdef public object reading
     cdef public object clock
     cdef public double last_activity
-    cdef public double muted_until
 
     @cython.locals(now=double)
     cpdef data_received(self, object data)
-    @cython.locals(session=SessionCore, queued=list, muted_until=double)
-    cpdef flush(self)
+    @cython.locals(session=SessionCore, queued=list, state=int)
+    cpdef flush(self, double now)
 
 
 cdef class UpstreamCore:
     cdef public ClientCore client
     cdef public object transport
-    cdef public object reading
+    cdef public FlowControl flow
 
     @cython.locals(client=ClientCore, now=double)
     cpdef data_received(self, object data)

@@ -1,9 +1,10 @@
 """Unmutes throttled connections when their throttle time is over.
 
 One heap and one timer serve the whole proxy (not a task or timer per connection), as Kafka's
-ThrottledChannel delay queue does. A connection is in the heap at most once: muting it again while
-it is queued only moves its deadline, and the entry is re-queued for the new deadline when it falls
-due.
+ThrottledChannel delay queue does. The mute's end is the connection's FlowControl's
+(`muted_until`, flow_control.py): the queue reads it, never writes it. A connection is in the heap at
+most once: muted again for longer while it is queued, its entry is re-queued for the new end when
+the old one falls due.
 """
 
 from __future__ import annotations
@@ -12,20 +13,24 @@ import asyncio
 import heapq
 import itertools
 import math
+from collections.abc import Callable
 from typing import Protocol
 
 
-class Mutable(Protocol):
-    muted_until: float
-    closed: bool
+class Muted(Protocol):
+    """A connection's FlowControl, as the queue reads it."""
 
-    def unmute(self) -> None: ...
+    @property
+    def muted_until(self) -> float: ...
+
+    @property
+    def closed(self) -> bool: ...
 
 
 class DelayQueue:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._heap: list[tuple[float, int, Mutable]] = []
+        self._heap: list[tuple[float, int, Muted, Callable[[], None]]] = []
         self._queued: set[int] = set()  # id() of connections in the heap
         self._order = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
@@ -34,17 +39,15 @@ class DelayQueue:
     def __len__(self) -> int:
         return len(self._heap)
 
-    def mute(self, connection: Mutable, until: float) -> None:
-        """Keeps `connection` muted until `until` (loop time), or longer if it already is."""
-        if until <= connection.muted_until:
-            return
-        connection.muted_until = until
-        if id(connection) not in self._queued:
-            self._push(connection, until)
+    def wake(self, muted: Muted, unmute: Callable[[], None]) -> None:
+        """Calls `unmute` once the loop's time reaches `muted.muted_until` (unless `muted.closed`
+        by then); nothing if it is queued already."""
+        if id(muted) not in self._queued:
+            self._push(muted, unmute, muted.muted_until)
 
-    def _push(self, connection: Mutable, until: float) -> None:
-        self._queued.add(id(connection))
-        heapq.heappush(self._heap, (until, next(self._order), connection))
+    def _push(self, muted: Muted, unmute: Callable[[], None], until: float) -> None:
+        self._queued.add(id(muted))
+        heapq.heappush(self._heap, (until, next(self._order), muted, unmute))
         if until < self._timer_at:
             self._schedule(until)
 
@@ -59,15 +62,15 @@ class DelayQueue:
         now = self._loop.time()
         due = []
         while self._heap and self._heap[0][0] <= now:
-            _, _, connection = heapq.heappop(self._heap)
-            self._queued.discard(id(connection))
-            due.append(connection)
-        for connection in due:
-            if connection.closed:
+            _, _, muted, unmute = heapq.heappop(self._heap)
+            self._queued.discard(id(muted))
+            due.append((muted, unmute))
+        for muted, unmute in due:
+            if muted.closed:
                 continue
-            if connection.muted_until > now:
-                self._push(connection, connection.muted_until)  # muted again while it waited
+            if muted.muted_until > now:
+                self._push(muted, unmute, muted.muted_until)  # muted again, for longer, while it waited
             else:
-                connection.unmute()
+                unmute()
         if self._heap and self._timer is None:
             self._schedule(self._heap[0][0])

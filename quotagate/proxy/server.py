@@ -276,8 +276,7 @@ class Proxy:
         self.listeners.close()
         clients = list(self.admission.clients)
         for client in clients:
-            if client.reading is not None:
-                client.reading.pause("shutdown")
+            client.flow.pause("shutdown")
         deadline = self.loop.time() + self.config.proxy.shutdown_timeout_seconds
         waiting = sum(len(client.session.in_flight) for client in clients)
         log.info("shutting down: %d connections, %d requests in flight", len(clients), waiting)

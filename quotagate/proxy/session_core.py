@@ -2,18 +2,22 @@
 
 One source, two builds (quotagate/compiled.py): this typed Python runs as it is, and is compiled by
 Cython as session_core_c (C types in session_core_c.pxd). Nothing here is stated a second time
-elsewhere: `Session` (session.py) subclasses `SessionCore` and adds only what a few APIs need beyond
-it (its hooks: SASL, topic mutations, per-topic thresholds, the proxy's own quota answers, refusals,
-partial frames and cut-through responses).
+elsewhere. `SessionCore` is the session (session.py names it `Session`) and the one owner of its
+state; what only some APIs need (SASL, topic mutations, per-topic thresholds, producer IDs, the
+proxy's own quota answers) are policy handlers (session.py), each chosen per API once, that see the
+session through a narrow context and return their decision (`_admit`, `_respond`).
 
 A request (`_request`): the header peeked, the advertised version cap enforced, the request counted,
 then what its API's policy (`POLICY`, below) asks: a Produce is charged its size to
 producer_byte_rate when read (and the client muted if that put it in debt), a Fetch's max wait is
-read; an API whose policy needs a hook goes to the session's `_admit` first. Then it goes to the
-broker (or is answered by the proxy in its turn) and an `InFlight` into the FIFO.
+read; an API with policy handlers goes to them first (`_admit`: forward, forward less, answer
+locally, refuse, or hold what follows until an answer is made). Then it goes to the broker (or is
+answered by the proxy in its turn) and an `InFlight` into the FIFO, naming the handler whose
+response side its response needs (`responder`).
 
 A response (`_respond`): matched to the FIFO's head, rewritten if it names brokers (a broker named
-for the first time is reported in `brokers_seen`, for the caller to open its listener), then the
+for the first time is reported in `brokers_seen`, for the caller to open its listener), given to
+its request's responder if it has one (refusals merged, a mutation settled, SASL's outcome), then the
 upstream latency, the request time and the response bytes charged (quotas/charging.py), the
 entity's counters and the usage record written, and the throttle patched and the client muted when
 one is due.
@@ -49,6 +53,7 @@ from quotagate.protocol.produce_walk import (
 from quotagate.protocol.share import share_fetch_max_wait_ms
 from quotagate.protocol.throttle import patch_throttle_time, throttle_time_offset
 from quotagate.protocol.version_caps import MAX_VERSIONS, unsupported_api_versions
+from quotagate.proxy.flow_control import new_flow_control
 from quotagate.proxy.metrics import (
     BEFORE_AUTHENTICATION,
     LATENCY_BUCKETS,
@@ -59,13 +64,9 @@ from quotagate.proxy.metrics import (
 from quotagate.quotas.apis import (
     BYTES_IN,
     DEFAULT_POLICY,
-    LOCAL_ANSWER,
     LONG_POLL,
-    NEW_PRODUCER_IDS,
-    PARTITIONS_MUTATED,
     REQUEST_TIME,
     SASL,
-    THRESHOLDS,
     TOPIC_NAMES,
 )
 from quotagate.quotas.apis import policy as api_policy
@@ -77,7 +78,7 @@ from quotagate.quotas.charging import (
     request_time_ms,
     shadow_throttle_ms,
 )
-from quotagate.quotas.entities import QuotaKey
+from quotagate.quotas.entities import ANONYMOUS
 
 # API keys and versions the tables cover; a request outside them is parsed by the general functions.
 KEYS = 128
@@ -85,10 +86,9 @@ VERSIONS = 128
 
 # POLICY[api_key]: what the proxy does with each API, from the one table of them (quotas/apis.py:
 # the quota keys it is charged to, and its policies). The core charges BYTES_IN and reads LONG_POLL
-# itself; an API with any policy in the session's `hooked` mask (HOOK_POLICIES, less what its
-# configuration does not use) goes to `Session._admit` first. A policy added to an API there reaches
+# itself; the other policies are handlers (session.py's SessionPolicies), and the ones an API runs
+# are chosen from POLICY once per session (`quotas_changed`). A policy added to an API there reaches
 # it on every path: there is no other list.
-HOOK_POLICIES = SASL | LOCAL_ANSWER | PARTITIONS_MUTATED | THRESHOLDS | NEW_PRODUCER_IDS
 
 # The APIs the core tells apart by number (C ints compiled; protocol/api_keys.py numbers them).
 API_PRODUCE = int(ApiKey.PRODUCE)
@@ -315,7 +315,8 @@ class InFlight:
     merged back into the broker's answer) and topic_order; min_throttle_ms (the least throttle the
     response must carry: a refusal says when to come back); mutation; answer_after (Admission's);
     handling_ms (the proxy's own time on the exchange where it decodes or rewrites: its hooks, its
-    rewrites; charged as request time with the broker's); over_quota (a produce whose charge when read
+    rewrites; charged as request time with the broker's); responder (the policy handler whose response
+    side runs on the response, chosen when the request was read); over_quota (a produce whose charge when read
     left its entity over quota: usage records); empty_fetch (a throttled incremental fetch whose
     answer goes to the client emptied)."""
 
@@ -326,37 +327,19 @@ class InFlight:
         )
 
 
-class Admission:
-    """What a hooked policy (`Session._admit`) decided for one request; the core does the rest."""
-
-    def __init__(
-        self,
-        forwarded,
-        local=None,
-        refused=None,
-        order=(),
-        refusal_wait=0,
-        mutation=None,
-        answer_after=None,
-    ):
-        self.forwarded = forwarded  # the frame to forward (the original, or one with fewer topics), or None
-        self.local = local  # a response the proxy makes itself, sent in the request's turn
-        self.refused = refused  # produce topics refused, name -> its answer (produce.refused_topic_entry)
-        self.order = order  # a produce's topics, in the client's order
-        self.refusal_wait = refusal_wait  # least throttle the refusals need
-        self.mutation = mutation  # MutationInFlight, settled when the response comes
-        # An answer the proxy makes once the broker's response allows it (Session._answered decides):
-        # DescribeClientQuotas asked of the broker first, answered with the proxy's quotas.
-        self.answer_after = answer_after
-
-
 class SessionCore:
-    """The state a session's decisions share, and the exchange itself (`client_data`, `broker_data`).
+    """One client connection's session: the exchange itself (`client_data`, `broker_data`) and the
+    one owner of its state. The policy handlers (session.py) see it as their PolicyContext and
+    change it only through the decisions they return."""
 
-    Subclassed by `Session`, which supplies the hooks named in the module's docstring."""
-
-    def __init__(self, services):
+    def __init__(self, services, principal=None, flow=None):
+        """`principal`: the user the connection is before any SASL exchange (the mapped subject of a
+        verified client certificate), ANONYMOUS if None; `flow`: the connection's FlowControl, which
+        the session mutes and refuses through and asks (a new one if None: a session without a socket)."""
         self.services = services
+        self.user = principal or ANONYMOUS
+        # Whether the client is read now: mutes are written there, and asked there (`_may_forward`).
+        self.flow = flow if flow is not None else new_flow_control()
         self._clock = services.clock  # the proxy's own time per exchange (request time: _respond)
         self._engine = services.engine
         self._metrics = services.metrics
@@ -381,15 +364,15 @@ class SessionCore:
         self._last_sent = None  # the last produce's topic names as sent, and decoded
         self._last_order = ()
         self._max_frame_size = services.max_frame_size
-        # The policies this session gives to its hooks: the ones its services use.
-        hooked = SASL | PARTITIONS_MUTATED
-        if services.quota_admin is not None:
-            hooked |= LOCAL_ANSWER
-        if services.topic_guard:
-            hooked |= THRESHOLDS
-        if services.engine.enforces(QuotaKey.PRODUCER_IDS_RATE):  # produce keeps the fast path without one
-            hooked |= NEW_PRODUCER_IDS
-        self.hooked = hooked
+        # The policy handlers of this session, and which run for each API (`quotas_changed`).
+        self.policies = services.policies(services)
+        self.hooked = 0
+        self._chains = None
+        self.quotas_changed()
+        # An answer the proxy is making (an alter being persisted), and what the glue has called
+        # when it is ready (it then calls `local_answered` and writes what that queued).
+        self.pending_answer = None
+        self.answer_ready = None
         self.in_flight = deque()
         self._in_flight_append = self.in_flight.append  # bound once: these run per exchange
         self._in_flight_popleft = self.in_flight.popleft
@@ -432,7 +415,6 @@ class SessionCore:
         # Node ids a rewrite named for the first time: the caller has their listeners opened before
         # it writes `to_client` (a client is never told an address nobody listens on), then empties it.
         self.brokers_seen = []
-        self.muted_until = 0.0
         # The buckets of (user, client id) of the last request: one look-up per entity, not per charge.
         self.entity_buckets = None
         self.entity_client_id = ""
@@ -468,7 +450,13 @@ class SessionCore:
         return self.is_holding()
 
     def is_holding(self):
+        """`holding`, for the glue to hand to `flow.settle` (FlowControl's HOLDING)."""
         return bool(self.held) or (WAITS[self.phase] and self.client_frames.buffered > 0)
+
+    @property
+    def muted_until(self):
+        """Until when the client is not read for a quota (its FlowControl's; the caller's clock)."""
+        return self.flow.muted_until
 
     # the interface -----------------------------------------------------------------------------
     def client_data(self, data, now):
@@ -581,15 +569,26 @@ class SessionCore:
         self._local_turn(now)
         self._release_held(now)
 
-    # hooks: Session's ---------------------------------------------------------------------------
-    def _admit(self, frame, header, policy, now):
-        """The hooked policies of one request: an Admission."""
-        raise NotImplementedError
+    def quotas_changed(self):
+        """The quotas changed live (a reload, AlterClientQuotas): the handlers each API runs chosen
+        again, as for a session opened now (Produce runs producer_ids_rate's iff some entry sets it)."""
+        hooked = self.policies.in_use()
+        if hooked != self.hooked or self._chains is None:
+            self.hooked = hooked
+            self._chains = self.policies.chains(hooked, POLICY)
 
-    def _answered(self, request, frame, now):
-        """What a hooked request's response needs before it is charged (SASL outcome, refusals
-        merged, a mutation settled): the response to send on, and the least throttle it carries."""
-        raise NotImplementedError
+    def local_answered(self, now):
+        """The answer the proxy was making is ready (`answer_ready` said so): it goes in its turn,
+        then what the client sent after it."""
+        answer = self.pending_answer
+        if answer is None or not answer.done():
+            return
+        self.pending_answer = None
+        self._answer_ready(answer.result(), now)
+
+    def _pending_answer_done(self, _answer):
+        if self.answer_ready is not None:
+            self.answer_ready()
 
     @property
     def awaiting_answers(self):
@@ -599,7 +598,7 @@ class SessionCore:
     # requests ----------------------------------------------------------------------------------
     def _may_forward(self, now):
         """Whether a request read now may go: the broker is connected, no mute, no answer awaited."""
-        return self.connected and self.muted_until <= now and not WAITS[self.phase]
+        return self.connected and not self.flow.muted(now) and not WAITS[self.phase]
 
     def _take_requests(self, buf, pos, stop, now):
         """Takes the requests of buf[pos:stop] one by one while they may go, forwarding each as it is
@@ -722,17 +721,17 @@ class SessionCore:
                 max_wait = 0
         self._counters.count_request(api_key)
         forwarded = data  # as it is (the caller slices it)
-        local = None
+        local_response = None
         refused = None
-        order = ()
-        refusal_wait = 0
+        topic_order = ()
+        min_throttle_ms = 0
         mutation = None
         answer_after = None
         handling_ms = 0.0
         if api_key == API_API_VERSIONS and version > MAX_VERSION[API_API_VERSIONS]:
             # Above what the proxy reads: answered as the broker answers one above what it speaks.
             forwarded = None
-            local = unsupported_api_versions(correlation_id)
+            local_response = unsupported_api_versions(correlation_id)
         replace_answer = False
         if policy & LONG_POLL and api_key == API_FETCH and self._engine.limits_anyone:
             # A consumer's fetch under a quota, as the broker takes it: answered with no data at once
@@ -740,14 +739,14 @@ class SessionCore:
             # A follower's (replica_id 0 or more: never a client of the proxy) is the broker's alone.
             if version > REPLICA_ID_IN_BODY_UNTIL or i32(buf, body) < 0:
                 buckets = self._buckets(client_id, now)
-                refusal_wait = fetch_throttle_ms(buckets, now)
-                if refusal_wait > 0:
+                min_throttle_ms = fetch_throttle_ms(buckets, now)
+                if min_throttle_ms > 0:
                     epoch = -1
                     if version >= SESSIONS_FROM and at + SESSION_EPOCH_AFTER + 4 <= end:
                         epoch = i32(buf, at + SESSION_EPOCH_AFTER)
                     if epoch <= 0:
                         # Full or sessionless: nothing at the broker depends on it; the proxy answers.
-                        local = throttled_fetch_response(correlation_id, version)
+                        local_response = throttled_fetch_response(correlation_id, version)
                         forwarded = None
                         self._metrics.throttled_fetches_total.labels(session="full").inc()
                     else:
@@ -758,7 +757,7 @@ class SessionCore:
                         view = _slice(data, pos, end)
                         forwarded = _patched_fetch(view, at - pos, 0, True)
                         self._metrics.throttled_fetches_total.labels(session="incremental").inc()
-                    self._mute(refusal_wait, now)
+                    self._mute(min_throttle_ms, now)
                 elif (
                     version >= MAX_BYTES_FROM
                     and at + MAX_BYTES_AFTER + 4 <= end
@@ -766,32 +765,39 @@ class SessionCore:
                 ):
                     view = _slice(data, pos, end)
                     forwarded = _patched_fetch(view, at - pos, buckets.fetch_max_bytes, False)
-        if policy & self.hooked:
+        responder = None
+        if known and policy & self.hooked:  # its API's policy handlers decide (session.py)
             view = _slice(data, pos, end)
             header = RequestHeader(
                 api_key, version, correlation_id, client_id if client_id_len >= 0 else None, body - pos
             )
             started = self._clock()
-            admission = self._admit(view, header, policy & self.hooked, now)
+            admission = self._admit(self._chains[api_key], view, header, now)
             handling_ms = (self._clock() - started) * 1000
-            forwarded = admission.forwarded
-            if forwarded is view:
-                forwarded = data
-            local = admission.local
-            refused = admission.refused
-            order = admission.order
-            refusal_wait = admission.refusal_wait
-            mutation = admission.mutation
-            answer_after = admission.answer_after
-        if policy & TOPIC_NAMES and self._usage is not None and not order:  # usage records name its topics
-            order = self._topic_order(buf, body, end, version)
+            if admission is not None:
+                forwarded = admission.forwarded
+                if forwarded is view:
+                    forwarded = data
+                local_response = admission.local_response
+                refused = admission.refused
+                topic_order = admission.topic_order
+                min_throttle_ms = admission.min_throttle_ms
+                mutation = admission.mutation
+                answer_after = admission.answer_after
+                responder = admission.responder
+                if admission.event >= 0:
+                    self._enter(admission.event)
+                if admission.pending is not None:
+                    self._await_answer(admission.pending)
+        if policy & TOPIC_NAMES and self._usage is not None and not topic_order:  # usage records name its topics
+            topic_order = self._topic_order(buf, body, end, version)
         throttle = 0
         if policy & BYTES_IN:
             if self._engine.limits_anyone:
                 throttle = charge_request(self._buckets(client_id, now), policy, size, now)
             over_quota = throttle > 0
-            if refusal_wait > throttle:
-                throttle = refusal_wait
+            if min_throttle_ms > throttle:
+                throttle = min_throttle_ms
             if throttle > 0:
                 # In debt: this request goes on (Kafka appends, then throttles), but reading stops
                 # here; what was read after it waits for the mute to end.
@@ -809,31 +815,49 @@ class SessionCore:
             self.authenticating = False
         if api_key == API_API_VERSIONS and self.authenticating:
             policy &= ~REQUEST_TIME  # Kafka does not charge the authentication exchange
-        if local is None and forwarded is None and self.phase != AWAITING_LOCAL_ANSWER:
+        if local_response is None and forwarded is None and self.phase != AWAITING_LOCAL_ANSWER:
             raise AssertionError("a hook refused everything and made no answer")
         entry = _in_flight(correlation_id, api_key, version, client_id, size, now, max_wait, policy, over_quota)
         entry.handling_ms = handling_ms
         if (
-            local is not None
+            local_response is not None
             or refused is not None
-            or order
-            or refusal_wait
+            or topic_order
+            or min_throttle_ms
             or mutation is not None
             or answer_after is not None
+            or responder is not None
         ):
-            entry.local_response = local
+            entry.local_response = local_response
+            entry.responder = responder
             entry.refused = refused if forwarded is not None else None
-            entry.topic_order = order
-            entry.min_throttle_ms = refusal_wait
+            entry.topic_order = topic_order
+            entry.min_throttle_ms = min_throttle_ms
             entry.mutation = mutation
             entry.answer_after = answer_after
             entry.empty_fetch = replace_answer
         self._in_flight_append(entry)
-        if local is None and forwarded is None:  # answered when ready (`_answer_ready`), in its turn
+        if local_response is None and forwarded is None:  # answered when ready (`_answer_ready`), in its turn
             self._answer_later = entry
         if authentication == STRAY_IN_EXCHANGE:
             self._refuse_after_stray(api_key)
         return forwarded
+
+    def _admit(self, chain, frame, header, now):
+        """What the request's policy handlers decide: the first decision (a handler that returns None
+        leaves it to the next), or None when none decides (forwarded as it is)."""
+        for handler in chain:
+            admission = handler.request(self, frame, header, now)
+            if admission is not None:
+                return admission
+        return None
+
+    def _await_answer(self, pending):
+        """The proxy answers the request once `pending` (a future of the answer) is done: what
+        follows waits for it (AWAITING_LOCAL_ANSWER), then `answer_ready` tells the glue."""
+        self._enter(ANSWER_PENDING)
+        self.pending_answer = pending
+        pending.add_done_callback(self._pending_answer_done)
 
     def _refuse_after_stray(self, api_key):
         """A request other than SaslAuthenticate after a SaslHandshake went to the broker as it came:
@@ -1055,6 +1079,7 @@ class SessionCore:
         """What the client sent next the broker would close the connection for: nothing more is
         read or forwarded, and the connection closes once what went before is answered."""
         self._enter(REFUSE)
+        self.flow.refuse()
         self.refusal = message
         self.refusal_reason = reason
         self.pending_refusal = None
@@ -1070,14 +1095,7 @@ class SessionCore:
         if not self.in_flight:  # a stray is refused now, not after its announced size
             raise FrameError(f"response {_correlation_id(head)} to no request")
         request = self.in_flight[0]
-        if (
-            request.refused
-            or request.mutation is not None
-            or request.answer_after is not None
-            or request.empty_fetch
-            or request.api_key == API_SASL_AUTHENTICATE
-            or request.api_key in self._rewriters
-        ):
+        if request.responder is not None or request.empty_fetch or request.api_key in self._rewriters:
             return False
         try:
             throttle_time_offset(head, request.api_key, request.api_version)
@@ -1133,15 +1151,14 @@ class SessionCore:
         throttle = request.min_throttle_ms
         if request.empty_fetch:  # a throttled incremental fetch: the broker's answer, emptied
             frame = throttled_fetch_replacement(frame, request.api_version)
-        if (
-            request.refused
-            or request.mutation is not None
-            or request.answer_after is not None
-            or api_key == API_SASL_AUTHENTICATE
-        ):
+        if request.responder is not None:  # recorded when the request was read
             started = self._clock()
-            frame, throttle = self._answered(request, frame, now)
+            answered = request.responder.answered(self, request, frame, now)
             request.handling_ms += (self._clock() - started) * 1000
+            frame = answered.frame
+            throttle = answered.throttle
+            if answered.event >= 0:
+                self._authentication_answered(answered.event, answered.user)
         latency_ms = (now - request.sent_at) * 1000
         if request.local_response is None:
             self._counters.observe_latency(api_key, latency_ms / 1000)
@@ -1179,6 +1196,18 @@ class SessionCore:
         )
         self._mute(throttle, now)
         return patched
+
+    def _authentication_answered(self, event, user):
+        """The broker answered a SaslAuthenticate (SaslPolicy's decision): the phase moves, and the
+        user the exchange claimed is adopted if it succeeded."""
+        if event == AUTHENTICATION_REFUSED:
+            # The broker closes the connection after a refusal and reads nothing more (Kafka's
+            # SaslServerAuthenticator): neither does the proxy, so nothing is charged to anyone.
+            self.held.clear()
+        self._enter(event)
+        if user is not None and user != self.user:
+            self.user = user
+            self.entity_buckets = None  # the new user's buckets from the next charge
 
     def _account_usage(self, request, response_size, latency_ms, throttle, shadow_ms, now):
         """The exchange's usage record, into the recorder's collector (docs/usage-records.md)."""
@@ -1219,9 +1248,7 @@ class SessionCore:
     # muting ------------------------------------------------------------------------------------
     def _mute(self, throttle_ms, now):
         """Stops reading from the client until the throttle is over (KIP-219), or longer if already."""
-        until = now + throttle_ms / 1000
-        if until > self.muted_until:
-            self.muted_until = until
+        self.flow.mute(now + throttle_ms / 1000)
         self._metrics.mutes_total.inc()
 
 
@@ -1241,6 +1268,7 @@ def _in_flight(correlation_id, api_key, api_version, client_id, request_size, se
     entry.min_throttle_ms = 0
     entry.mutation = None
     entry.answer_after = None
+    entry.responder = None
     entry.empty_fetch = False
     entry.handling_ms = 0.0
     entry.over_quota = over_quota

@@ -4,13 +4,13 @@
 cimport cython
 
 from quotagate.protocol.frames_c cimport FrameSplitter, frame_end, splitter
+from quotagate.proxy.flow_control_c cimport FlowControl, new_flow_control
 from quotagate.protocol.produce_walk_c cimport _skip_tags, _uvarint, i32, produce_acks, produce_topics, usual_throttle_offset
 from quotagate.proxy.usage_collectors_c cimport AggregateCollector, RequestCollector
 from quotagate.protocol.rewrite_memo_c cimport RewriteMemo
 from quotagate.quotas.charging_c cimport charge_request, charge_response, count_exchange, fetch_throttle_ms, request_time_ms, shadow_throttle_ms
 
-# Constants (their values and meaning: session_core.py, quotas/apis.py); THRESHOLDS, LOCAL_ANSWER,
-# PARTITIONS_MUTATED and NEW_PRODUCER_IDS stay Python objects, for session.py to read.
+# Constants (their values and meaning: session_core.py, quotas/apis.py).
 cdef int KEYS, VERSIONS
 cdef int BYTES_IN, LONG_POLL, SASL, REQUEST_TIME, TOPIC_NAMES, DEFAULT_POLICY
 cdef int API_PRODUCE, API_FETCH, API_SASL_HANDSHAKE, API_API_VERSIONS, API_SASL_AUTHENTICATE, API_SHARE_FETCH
@@ -73,19 +73,10 @@ cdef class InFlight:
     cdef readonly int min_throttle_ms
     cdef readonly object mutation
     cdef readonly object answer_after
+    cdef readonly object responder
     cdef readonly double handling_ms
     cdef readonly bint over_quota
     cdef readonly bint empty_fetch
-
-
-cdef class Admission:
-    cdef public object forwarded
-    cdef public object local
-    cdef public object refused
-    cdef public object order
-    cdef public int refusal_wait
-    cdef public object mutation
-    cdef public object answer_after
 
 
 cdef class SessionCore:
@@ -93,7 +84,7 @@ cdef class SessionCore:
     cdef public list to_broker
     cdef public list to_client
     cdef public list brokers_seen
-    cdef public double muted_until
+    cdef public FlowControl flow
     cdef public object user
     cdef public int phase
     cdef public bint connected
@@ -112,6 +103,10 @@ cdef class SessionCore:
     cdef public object entity_buckets
     cdef public object entity_client_id
     cdef public int hooked
+    cdef readonly object policies
+    cdef list _chains
+    cdef public object pending_answer
+    cdef public object answer_ready
     cdef ExchangeCounters _counters
     cdef object _clock, _engine, _metrics, _entity_metrics, _cluster, _usage
     cdef AggregateCollector _aggregates
@@ -150,10 +145,12 @@ cdef class SessionCore:
     @cython.locals(
         buf="const unsigned char*", api_key=int, version=int, correlation_id=int,
         client_id_len=int, body=Py_ssize_t, known=bint, authentication=int, flexible_from=int, policy=int, acks=int,
-        max_wait=int, at=Py_ssize_t, refusal_wait=int, replace_answer=bint, epoch=int, handling_ms=double, started=double, throttle=long, over_quota=bint,
-        entry=InFlight, admission=Admission,
+        max_wait=int, at=Py_ssize_t, min_throttle_ms=int, replace_answer=bint, epoch=int, handling_ms=double, started=double, throttle=long, over_quota=bint,
+        entry=InFlight, admission=object, responder=object,
     )
     cdef object _peeked_request(self, bytes data, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t size, double now)
+    cdef object _admit(self, tuple chain, object frame, object header, double now)
+    cdef void _await_answer(self, object pending) except *
     cdef int _refuse_after_stray(self, int api_key) except -1
     @cython.locals(cap=int)
     cdef int _refuse_first(self, int api_key, int version, int policy, bint known) except -1
@@ -185,8 +182,9 @@ cdef class SessionCore:
     cdef InFlight _expected(self, object frame)
     @cython.locals(request=InFlight, memo=RewriteMemo, started=double)
     cdef void _whole_response(self, object frame, double now) except *
-    @cython.locals(api_key=int, throttle=long, charged=long, latency_ms=double, response_size=Py_ssize_t, shadow_ms=long, started=double)
+    @cython.locals(api_key=int, throttle=long, charged=long, latency_ms=double, response_size=Py_ssize_t, shadow_ms=long, started=double, answered=object)
     cdef object _respond(self, InFlight request, object frame, double now)
+    cdef void _authentication_answered(self, int event, object user) except *
     @cython.locals(aggregates=AggregateCollector, records=RequestCollector, added=bint, partitions=long, ts_ms="long long")
     cdef void _account_usage(self, InFlight request, Py_ssize_t response_size, double latency_ms, long throttle,
                              long shadow_ms, double now) except *

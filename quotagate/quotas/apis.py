@@ -4,7 +4,7 @@
 §2-4) and what else the proxy does with it. Everything else is derived from it:
 
 - the session core's per-API table (proxy/session_core.py's POLICY): what it charges and reads of a
-  request, and which of the session's hooks (proxy/session.py: `_admit`, `_answered`) see it;
+  request, and which policy handlers it runs (proxy/session.py: `SessionPolicies.chains`);
 - the charging functions (quotas/charging.py), handed an exchange's policy bits;
 - the usage records' quota fields, one per key of `RECORDED_KEYS` (proxy/usage_fields.py), filled
   for the keys an API is charged to (`quota_keys`: proxy/usage.py), and the per-topic rows of

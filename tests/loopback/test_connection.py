@@ -102,7 +102,7 @@ async def test_a_client_that_does_not_read_pauses_the_broker_side(rig) -> None:
     await asyncio.sleep(1.0)
     (client,) = proxy.admission.clients
     assert type(client) is Proxy.client_class
-    assert client.upstream is not None and client.upstream.reading.paused
+    assert client.upstream is not None and client.upstream.flow.paused
     # What the proxy holds for this client stays near its write-buffer limit, not 25 MiB.
     held = client.transport.get_write_buffer_size() + client.session.broker_frames.buffered
     assert held < 4 * 1024 * 1024, held

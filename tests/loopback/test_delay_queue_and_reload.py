@@ -10,15 +10,23 @@ import pytest
 
 from quotagate.config import Config
 from quotagate.config.reload import ConfigWatcher
+from quotagate.proxy.connection import FlowControl
 from quotagate.proxy.delay_queue import DelayQueue
 from quotagate.quotas import QuotaKey
 
 
 class Connection:
+    """A connection as the delay queue sees it: its FlowControl, muted by the session, and the
+    glue's unmute."""
+
     def __init__(self, loop: asyncio.AbstractEventLoop, name: str, unmuted: list[tuple[str, float]]) -> None:
         self.loop, self.name, self.unmuted = loop, name, unmuted
-        self.muted_until = 0.0
-        self.closed = False
+        self.flow = FlowControl()
+
+    def mute(self, queue: DelayQueue, until: float) -> None:
+        """What the session and the glue do: the mute in the flow control, the queue asked to wake it."""
+        self.flow.mute(until)
+        queue.wake(self.flow, self.unmute)
 
     def unmute(self) -> None:
         self.unmuted.append((self.name, self.loop.time()))
@@ -30,7 +38,7 @@ async def test_connections_are_unmuted_in_deadline_order_by_one_queue() -> None:
     unmuted: list[tuple[str, float]] = []
     start = loop.time()
     for name, delay in (("slow", 0.3), ("fast", 0.1), ("mid", 0.2)):
-        queue.mute(Connection(loop, name, unmuted), start + delay)
+        Connection(loop, name, unmuted).mute(queue, start + delay)
     assert len(queue) == 3
     await asyncio.sleep(0.45)
     assert [name for name, _ in unmuted] == ["fast", "mid", "slow"]
@@ -44,9 +52,9 @@ async def test_muting_again_extends_the_mute_without_a_second_entry() -> None:
     unmuted: list[tuple[str, float]] = []
     connection = Connection(loop, "c", unmuted)
     start = loop.time()
-    queue.mute(connection, start + 0.1)
-    queue.mute(connection, start + 0.25)
-    queue.mute(connection, start + 0.05)  # shorter than the current mute: no effect
+    connection.mute(queue, start + 0.1)
+    connection.mute(queue, start + 0.25)
+    connection.mute(queue, start + 0.05)  # shorter than the current mute: no effect
     assert len(queue) == 1
     await asyncio.sleep(0.15)
     assert unmuted == []
@@ -59,8 +67,8 @@ async def test_a_closed_connection_is_never_unmuted() -> None:
     queue = DelayQueue(loop)
     unmuted: list[tuple[str, float]] = []
     connection = Connection(loop, "gone", unmuted)
-    queue.mute(connection, loop.time() + 0.05)
-    connection.closed = True
+    connection.mute(queue, loop.time() + 0.05)
+    connection.flow.closed = True
     await asyncio.sleep(0.1)
     assert unmuted == [] and len(queue) == 0
 

@@ -3,9 +3,10 @@ the session and connection classes over the compiled cores, and over the same so
 tests/unit/conftest.py's `build` fixture runs a test on each, as uvicorn runs its protocol tests on
 both of its HTTP implementations.
 
-The interpreted classes are the production mixins (`SessionPolicy`, `ClientGlue`, `UpstreamGlue`)
-over the interpreted cores, which import the other compiled modules' sources, never their builds: a
-compiled `ClientCore` only takes a compiled session, so each build is whole.
+The interpreted classes are the interpreted session core (whose policy handlers, session.py, are
+the same for both) and the production mixins (`ClientGlue`, `UpstreamGlue`) over the interpreted
+cores, which import the other compiled modules' sources, never their builds: a compiled
+`ClientCore` only takes a compiled session, so each build is whole.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 from quotagate import compiled
 from quotagate.proxy import connection_core, session_core
 from quotagate.proxy.connection import ClientConnection, ClientGlue, UpstreamConnection, UpstreamGlue
-from quotagate.proxy.session import Session, SessionPolicy
+from quotagate.proxy.session import Session
 from quotagate.quotas import QuotaEngine
 from tests.support.session_double import session_with
 
@@ -48,8 +49,7 @@ def build(name: str) -> Build | None:
     if not compiled.COMPILED:  # the loaded classes are the interpreted ones already
         return Build(INTERPRETED, Session, ClientConnection, UpstreamConnection)
 
-    class InterpretedSession(SessionPolicy, session_core.SessionCore):
-        pass
+    InterpretedSession = session_core.SessionCore
 
     class InterpretedUpstream(UpstreamGlue, connection_core.UpstreamCore, asyncio.Protocol):
         pass

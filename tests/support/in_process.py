@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from quotagate.proxy.connection import ClientConnection, ConnectionContext, UpstreamConnection
-from quotagate.proxy.flow_control import ReadGate
 
 
 class Clock:
@@ -65,7 +64,7 @@ def connected_pair(
     client = client_class(proxy, "bootstrap", [])
     client_transport, upstream_transport = FakeTransport(keep), FakeTransport(keep)
     client.transport = client_transport  # type: ignore[assignment]
-    client.reading = ReadGate(client_transport)  # type: ignore[arg-type]
+    client.flow.attach(client_transport)
     upstream = client.upstream_class(client)
     upstream.connection_made(upstream_transport)  # type: ignore[arg-type]
     client.upstream = upstream

@@ -5,6 +5,7 @@ on real sockets."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from struct import pack
 
@@ -22,6 +23,7 @@ from tests.support.session_double import (
     frames,
     metadata_answer,
     metadata_request,
+    produce,
     services_for,
 )
 
@@ -104,3 +106,32 @@ def test_a_broker_named_before_bad_bytes_from_the_broker_still_gets_its_listener
     client.upstream.data_received(metadata_answer(1, {7: ("kafka-7", 9092)}) + pack(">ii", 6, 99) + b"\x00\x00")
     assert [ids for ids, _ in context.opened] == [[7]], "the proxy knows broker 7 now: it must serve it"
     assert to_client.closed and to_broker.closed
+
+
+@dataclass
+class MutingContext(Context):
+    """A Context whose delay queue records what it is asked to wake."""
+
+    woken: list[tuple[object, Callable[[], None]]] = field(default_factory=list)
+
+    @property
+    def delay_queue(self) -> DelayQueue:
+        return self  # type: ignore[return-value]  # `wake` is all the glue uses of it
+
+    def wake(self, muted: object, unmute: Callable[[], None]) -> None:
+        self.woken.append((muted, unmute))
+
+
+def test_a_client_in_debt_is_paused_handed_to_the_delay_queue_and_read_again_when_woken(build: Build) -> None:
+    context = MutingContext(services=services_for('[[quotas]]\nclient_id = "app"\nproducer_byte_rate = 1000\n'))
+    client, _, client_transport, to_broker = connected_pair(context, client_class=build.client)
+    context.client_transport = client_transport
+    client.data_received(produce(1, {"t": b"r" * 20_000}))  # 20 kB over an 11 kB burst at 1000 B/s
+    assert len(frames(bytes(to_broker.data))) == 1, "appended, then throttled (Kafka's order)"
+    assert client.muted and client.flow.paused
+    assert [muted for muted, _ in context.woken] == [client.flow], "the flow control, handed to the queue"
+    context.loop.now = client.flow.muted_until - 0.001
+    assert client.muted
+    context.loop.now = client.flow.muted_until
+    context.woken[0][1]()  # the queue's call once muted_until has passed
+    assert not client.muted and not client.flow.paused
