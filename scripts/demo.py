@@ -31,6 +31,8 @@ TOPIC = "demo-events"
 RECORD_SIZE = 1000
 QUOTA = 500_000  # bytes/s for client-id "limited"
 SECONDS = 10.0
+TENANT = "demo-team"
+RATES = REPO_ROOT / "examples" / "chargeback-rates.toml"
 
 
 def start_proxy(workdir: Path) -> subprocess.Popen[bytes]:
@@ -43,6 +45,9 @@ def start_proxy(workdir: Path) -> subprocess.Popen[bytes]:
         f'[metrics]\nport = {METRICS_PORT}\n[admin]\nalter_principals = ["ANONYMOUS"]\n'
         # v2 usage aggregates (Parquet), for the pipeline run that ends the demo
         f'[usage]\nenabled = true\ndirectory = "{workdir / "usage"}"\n'
+        # Both producers in one tenant, with no quota of its own: the records name it, and the
+        # pipeline's chargeback bills it.
+        f'[[tenants]]\nname = "{TENANT}"\nclient_ids = ["limited", "free"]\n'
     )
     log = (workdir / "quotagate.log").open("wb")
     process = subprocess.Popen(
@@ -101,7 +106,7 @@ def run_pipeline(workdir: Path) -> bool:
     started = time.monotonic()
     work = workdir / "pipeline"
     # No --config: the records name the quota in force (set with kafka-configs.sh) and the windows.
-    inputs = ["--input", str(workdir / "usage"), "--work", str(work)]
+    inputs = ["--input", str(workdir / "usage"), "--work", str(work), "--rates", str(RATES)]
     done = subprocess.run(
         [
             sys.executable,
@@ -139,8 +144,17 @@ def run_pipeline(workdir: Path) -> bool:
         )
     print("   recommended for it (it ran at its quota, so this is a floor):")
     print("   " + limited.strip().replace("\n", "\n   "))
+    bill = pd.read_csv(work / "chargeback" / "chargeback.csv")
+    print(f"   chargeback at the rates of {RATES.relative_to(REPO_ROOT)}:")
+    for row in bill.itertuples():
+        tenant = row.tenant if isinstance(row.tenant, str) else "no tenant"
+        print(
+            f"   {tenant} / {row.client_id}: {row.bytes_in_share:.1%} of the bytes in, "
+            f"{row.cost_total:.6f} {row.currency}"
+        )
     print(f"   report: {work / 'report.html'}")
-    return bool(limited) and current == QUOTA
+    billed = set(bill.loc[bill["tenant"] == TENANT, "client_id"])
+    return bool(limited) and current == QUOTA and {"limited", "free"} <= billed
 
 
 def main() -> int:

@@ -103,8 +103,9 @@ def with_current(recommendations: pd.DataFrame, table: QuotaTable | None) -> pd.
     records say (`current_source` "records"; always, for a tenant), else as `table` (the proxy's
     --config) gives it; and, at that quota, the recorded and shadow-observed time held at it
     (`current_recorded_held_ms`, `current_shadow_held_ms`: the amount over quota ÷ the quota, as
-    `current_throttled_time_ms`). The records do not say whether a tenant's quota was shadow: its
-    entry in `table` does (`current_shadow`), when given."""
+    `current_throttled_time_ms`). Whether a tenant's quota was shadow is what its records say; for
+    records written before they said it (`current_shadow` null), its entry in `table`, when given,
+    else binding."""
     out = recommendations.copy()
     out["recommended"] = [nice_quota(k, v) for k, v in zip(out["quota_key"], out["recommended"], strict=True)]
     for name in (*CURRENT_COLUMNS, "tenant"):
@@ -115,8 +116,9 @@ def with_current(recommendations: pd.DataFrame, table: QuotaTable | None) -> pd.
         shadow = row.current_shadow
         if not pd.isna(row.tenant):
             value, source = row.current_quota, row.current_source
-            declared = table.tenants.by_name.get(row.tenant) if table is not None else None
-            shadow = shadow if declared is None else declared.shadow
+            if pd.isna(shadow):  # records written before the tenant shadow flag
+                declared = table.tenants.by_name.get(row.tenant) if table is not None else None
+                shadow = declared is not None and declared.shadow
         elif row.current_source == "records":
             value, source = row.current_quota, row.current_source
         else:

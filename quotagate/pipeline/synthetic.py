@@ -113,6 +113,14 @@ def _rows(frame: DataFrame, second: Column, ts: Column, requests: Column, v: int
             if key in (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE)
             else F.lit(None)
         )
+        # binding tenants: false where a charged key's tenant quota is recorded (mutations are not charged)
+        values[f"tenant_quota_{key.value}_shadow"] = (
+            F.when(in_tenant & charged, F.lit(False))
+            if key in (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE)
+            else F.when(in_tenant, F.lit(False))
+            if key is QuotaKey.REQUEST_PERCENTAGE
+            else F.lit(None)
+        )
         if key in (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE):
             values[f"quota_{key.value}"] = F.when(charged, F.col("quota"))
             values[f"quota_{key.value}_shadow"] = F.when(charged & known, F.lit(False))

@@ -36,7 +36,8 @@ bytes held at the quota) and, for a shadow quota, what it observed it would have
 Tenants: a tenant's members (the records' `tenant`) are replayed together, one group per tenant:
 their series summed (a v2 interval's rows of every member merged into one aggregate, v1 requests
 each their own) and charged to one bucket per candidate, from the same QuotaEngine, against the
-tenant quotas the records name (`tenant_quota_<key>`). Its rows have `tenant` set and no user or
+tenant quotas the records name (`tenant_quota_<key>`, and whether shadow: `tenant_quota_<key>_shadow`;
+records written before that flag leave `current_shadow` null). Its rows have `tenant` set and no user or
 client id (an entity's rows: the reverse), and `members`, how many entities the tenant had. What
 this does and does not model with the members' own quotas: docs/pipeline.md, "Tenants".
 """
@@ -151,17 +152,23 @@ def counted(key: QuotaKey, api_key: np.ndarray) -> np.ndarray:
 
 
 def tenant_quota_code(table: DataFrame, key: str) -> Column:
-    """quota_code for the tenant's quota (`tenant_quota_<key>`): null where the records name no tenant
-    (or predate the field), 0 when the tenant has no quota for the key, the quota otherwise (the
-    records do not say whether a tenant's quota was shadow: taken as binding)."""
-    value = F.col(f"tenant_quota_{key}") if f"tenant_quota_{key}" in table.columns else F.lit(None)
+    """quota_code for the tenant's quota (`tenant_quota_<key>`, `tenant_quota_<key>_shadow`): null where
+    the records name no tenant (or predate the field), 0 when the tenant has no quota for the key,
+    minus the quota when shadow, the quota otherwise: records written before the shadow flag as binding
+    (Owners.tenant_flags says which tenants' records carry it)."""
+    value, shadow = (F.col(name) if name in table.columns else F.lit(None) for name in _tenant_columns(key))
     return (
         F.when(tenant_of(table).isNull(), F.lit(None))
         .when(value.isNull(), F.lit(0.0))
+        .when(shadow.isNotNull() & shadow, -value)
         .otherwise(value)
         .cast("double")
         .alias(f"quota_{key}")
     )
+
+
+def _tenant_columns(key: str) -> tuple[str, str]:
+    return f"tenant_quota_{key}", f"tenant_quota_{key}_shadow"
 
 
 def replay_input(table: DataFrame, keys: list[str], by_tenant: bool = False) -> DataFrame:
@@ -317,28 +324,38 @@ def _windows(row: dict) -> QuotaWindows:
 class Owners:
     """Who the records name, from one small job (four columns sent to every replay would cost more):
     per entity, the windows the proxy sized its bursts with, as its latest record carrying them says;
-    per tenant the same over its members, and how many members it had."""
+    per tenant the same over its members, how many members it had, and whether any of its records says
+    whether its quotas were shadow (`tenant_flags`: those written before the flag do not)."""
 
     entity_windows: dict[tuple[str, str], QuotaWindows]
     tenant_windows: dict[str, QuotaWindows]
     members: dict[str, int]
+    tenant_flags: frozenset[str] = frozenset()
 
 
 def recorded_owners(table: DataFrame) -> Owners:
     names = [window.name for window in WINDOW_COLUMNS]
     carried = F.when(F.col("quota_window_num").isNotNull(), F.col("ts"))
+    flags = [F.col(name).isNotNull() for name in (_tenant_columns(key)[1] for key in KEYS) if name in table.columns]
+    flagged = functools.reduce(lambda a, b: a | b, flags) if flags else F.lit(False)
     rows = (
         table.groupBy("user", "client_id", tenant_of(table).alias("tenant"))
-        .agg(F.max_by(F.struct(*names, F.col("ts").alias("at")), carried).alias("windows"))
+        .agg(
+            F.max_by(F.struct(*names, F.col("ts").alias("at")), carried).alias("windows"),
+            F.max(flagged).alias("flagged"),
+        )
         .collect()
     )
     entity_windows: dict[tuple[str, str], tuple[int, QuotaWindows]] = {}
     tenant_windows: dict[str, tuple[int, QuotaWindows]] = {}
     members: dict[str, set[tuple[str, str]]] = {}
+    tenant_flags: set[str] = set()
     for row in rows:
         entity, tenant, latest = (row["user"], row["client_id"]), row["tenant"], row["windows"]
         if tenant is not None:
             members.setdefault(tenant, set()).add(entity)
+            if row["flagged"]:
+                tenant_flags.add(tenant)
         if latest is None or latest["quota_window_num"] is None:
             continue
         found = (int(latest["at"]), _windows(latest.asDict()))
@@ -349,6 +366,7 @@ def recorded_owners(table: DataFrame) -> Owners:
         {entity: windows for entity, (_, windows) in entity_windows.items()},
         {tenant: windows for tenant, (_, windows) in tenant_windows.items()},
         {tenant: len(entities) for tenant, entities in members.items()},
+        frozenset(tenant_flags),
     )
 
 
@@ -382,15 +400,23 @@ def replay_tenant(
     candidates: pd.DataFrame | None,
     windows: QuotaWindows,
     keys: list[str],
+    shadow_recorded: bool = True,
 ) -> pa.Table:
     """One tenant's records (rows of `replay_input(by_tenant=True)`: its members' together) → one row
     per (quota key, candidate), the members' series summed into one bucket. Its current quota is
-    always the records' (a record naming a tenant names its quota: null when it has none)."""
+    always the records' (a record naming a tenant names its quota: null when it has none), and so is
+    whether it was shadow, unless no record says (`shadow_recorded` false: written before the flag):
+    then `current_shadow` is null, for recommend's --config to say."""
+
+    def current(tenant_series: dict[str, np.ndarray], key: QuotaKey) -> dict:
+        found = current_quota(tenant_series, key, None)
+        return found if shadow_recorded else found | {"current_shadow": None}
+
     return _replay_owner(
         {"user": None, "client_id": None, "tenant": tenant, "members": members},
         records,
         lambda key, peak: _tenant_candidates_for(candidates, tenant, key, peak),
-        lambda tenant_series, key: current_quota(tenant_series, key, None),
+        current,
         windows,
         keys,
     )
@@ -679,7 +705,8 @@ def whatif(
         tenant = group[0].as_py()
         tenant_windows = owners.tenant_windows.get(tenant, windows)
         members = owners.members.get(tenant)
-        return replay_tenant(tenant, members, records, candidates, tenant_windows, keys)
+        flagged = tenant in owners.tenant_flags
+        return replay_tenant(tenant, members, records, candidates, tenant_windows, keys, flagged)
 
     # Arrow, not pandas: the records reach the replay as numbers with no per-row Python objects
     entities = replay_input(table, keys).groupBy("user", "client_id").applyInArrow(replay_group, RESULT_SCHEMA)

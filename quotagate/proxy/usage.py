@@ -23,7 +23,8 @@ Every row also says which quota was in force for each key its API is charged to,
 entry was shadow (`quota_<key>`, `quota_<key>_shadow`): resolved when the rows are made, off the
 hot path, from the quota table in force at the row's interval (the file's and the Admin API's
 quotas alike: the server tells the recorder when the table changes), once per entity and interval;
-so are the entity's tenant and the tenant's quotas (`tenant`, `tenant_quota_<key>`).
+so are the entity's tenant, the tenant's quotas and whether its entry was shadow (`tenant`,
+`tenant_quota_<key>`, `tenant_quota_<key>_shadow`).
 
 Files are partitioned as DIRECTORY/date=YYYY-MM-DD/hour=HH/usage-<writer>-<n>.{parquet,jsonl} (UTC),
 the layout Spark reads as partition columns. Every row carries its writer (proxy, pid, start time)
@@ -84,7 +85,8 @@ Row = _collectors.Row
 # not charged to; for a charged key, quota null means unlimited and the shadow flag is false.
 # Then the windows that sized the quotas' bursts (Kafka's quota.window.* and controller.quota.window.*),
 # so that a replay from the records alone gives a quota the burst the proxy gave it (usage_fields).
-# Then the entity's tenant and the tenant's quotas (null: in no tenant, or no tenant quota for the key).
+# Then the entity's tenant, the tenant's quotas and their shadow flags (null: in no tenant, or a key the
+# row's API is not charged to; a tenant quota is also null where the tenant has none, its flag false).
 NO_QUOTA_FIELDS: Row = dict.fromkeys(RESOLVED_FIELDS)
 QUOTA_HISTORY_MS = 60_000  # how long a replaced quota table is kept for rows still to be made
 
@@ -142,6 +144,7 @@ def quota_fields(
         fields["tenant"] = tenant.name
         for key in keys_charged(api_key):
             fields[f"tenant_quota_{key.value}"] = tenant.quotas.get(key)
+            fields[f"tenant_quota_{key.value}_shadow"] = tenant.shadow and key in tenant.quotas
     return fields
 
 

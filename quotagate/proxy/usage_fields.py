@@ -60,6 +60,16 @@ class UsageField:
 AS_IN_V2 = "as in v2"
 
 
+def _quotas_per_key(prefix: str, value: tuple[str, str], shadow: tuple[str, str]) -> list[UsageField]:
+    """Per recorded key, `<prefix><key>` (the quota in force) and `<prefix><key>_shadow` (whether it
+    was shadow), each with its (v2, v1) meanings; added later to both versions."""
+    fields = []
+    for key in RECORDED_KEYS:
+        fields.append(UsageField(f"{prefix}{key.value}", DOUBLE, *value, QUOTA, later=VERSIONS))
+        fields.append(UsageField(f"{prefix}{key.value}_shadow", BOOL, *shadow, QUOTA, later=VERSIONS))
+    return fields
+
+
 def _quota_fields() -> tuple[UsageField, ...]:
     """Per recorded key, the quota in force and whether its entry was shadow; then the windows."""
     value = (
@@ -75,19 +85,11 @@ def _quota_fields() -> tuple[UsageField, ...]:
         "the windows that sized the quotas' bursts then (the proxy's `quota_window_*` settings), so that a replay "
         "from the records alone gives a quota the proxy's burst"
     )
-    fields = []
-    for key in RECORDED_KEYS:
-        fields.append(
-            UsageField(
-                f"quota_{key.value}", DOUBLE, value,
-                "as in v2: the quota in force when the record was made (its `ts`)", QUOTA, later=VERSIONS,
-            )
-        )  # fmt: skip
-        fields.append(
-            UsageField(
-                f"quota_{key.value}_shadow", BOOL, shadow, "as in v2: whether it was shadow", QUOTA, later=VERSIONS
-            )
-        )
+    fields = _quotas_per_key(
+        "quota_",
+        (value, "as in v2: the quota in force when the record was made (its `ts`)"),
+        (shadow, "as in v2: whether it was shadow"),
+    )
     for name, kind in (
         ("quota_window_num", INT32),
         ("quota_window_size_seconds", DOUBLE),
@@ -99,7 +101,8 @@ def _quota_fields() -> tuple[UsageField, ...]:
 
 
 def _tenant_fields() -> tuple[UsageField, ...]:
-    """The entity's tenant (docs/quotas.md "Tenants") and, per recorded key, the tenant's quota in force."""
+    """The entity's tenant (docs/quotas.md "Tenants") and, per recorded key, the tenant's quota in force
+    and whether it was shadow."""
     tenant = (
         "the tenant (`[[tenants]]`) whose members include the entity when the row was made; null when it is in "
         "no tenant"
@@ -109,17 +112,19 @@ def _tenant_fields() -> tuple[UsageField, ...]:
         "its members, held together with the entity's own `quota_<key>` (whichever binds first). Null when the "
         "entity is in no tenant, the tenant has no quota for the key, or the row's API is not charged to that key"
     )
-    fields = [
-        UsageField("tenant", STRING, tenant, "as in v2: the tenant when the record was made", IDENTITY, later=VERSIONS)
-    ]
-    for key in RECORDED_KEYS:
-        fields.append(
-            UsageField(
-                f"tenant_quota_{key.value}", DOUBLE, value,
-                "as in v2: the tenant's quota in force when the record was made", QUOTA, later=VERSIONS,
-            )
-        )  # fmt: skip
-    return tuple(fields)
+    shadow = (
+        "whether the tenant's quotas were shadow (its entry's `shadow = true`: tried, never applied). Null when "
+        "the entity is in no tenant or the row's API is not charged to the key; false for a charged key the "
+        "tenant has no quota for"
+    )
+    return (
+        UsageField("tenant", STRING, tenant, "as in v2: the tenant when the record was made", IDENTITY, later=VERSIONS),
+        *_quotas_per_key(
+            "tenant_quota_",
+            (value, "as in v2: the tenant's quota in force when the record was made"),
+            (shadow, "as in v2: whether the tenant's quota was shadow"),
+        ),
+    )
 
 
 FIELDS: tuple[UsageField, ...] = (

@@ -111,10 +111,11 @@ def test_three_principals_of_a_tenant_share_its_quota_across_two_proxies_and_a_f
     time.sleep(1.0)  # the last flush of the usage records
     rows = usage_rows(tmp_path / "usage-0") + usage_rows(tmp_path / "usage-1")
     produce = [row for row in rows if row["api_key"] == 0]
-    tenants = {(row["user"], row["tenant"], row["tenant_quota_producer_byte_rate"]) for row in produce}
+    tenant_fields = ("tenant", "tenant_quota_producer_byte_rate", "tenant_quota_producer_byte_rate_shadow")
+    tenants = {(row["user"], *(row[name] for name in tenant_fields)) for row in produce}
     assert tenants == {
-        ("alice", "team", QUOTA),
-        ("bob", "team", QUOTA),
-        ("carol", "team", QUOTA),
-        ("admin", None, None),
+        ("alice", "team", QUOTA, False),
+        ("bob", "team", QUOTA, False),
+        ("carol", "team", QUOTA, False),
+        ("admin", None, None, None),
     }

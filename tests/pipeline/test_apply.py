@@ -205,17 +205,22 @@ def test_pipeline_apply_and_promote_say_what_they_did_with_each_tenant(tmp_path:
     assert not parse_config(config.read_text()).tenants.by_name["payments"].shadow
 
 
-def test_a_shadow_tenant_quota_shows_as_shadow_from_its_entry_the_records_not_saying() -> None:
+def test_a_shadow_tenant_quota_shows_as_shadow_from_the_records_and_from_its_entry_for_older_ones() -> None:
     from quotagate.pipeline.recommend import with_current
     from quotagate.pipeline.report import _at_current, _current
 
     row = {**tenant_recommendation("payments", 400_000), "current_quota": 360_000.0, "current_source": "records"}
-    row |= {"current_shadow": False, "current_seconds_throttled": 12, "current_throttled_time_ms": 9_000.0}
+    row |= {"current_shadow": True, "current_seconds_throttled": 12, "current_throttled_time_ms": 9_000.0}
     row |= {"current_shadow_seconds_throttled": 11, "current_shadow_amount_delayed": 360_000 * 9.4}
-    tried = parse_config(apply_shadow(CONFIG + TENANTS, pd.DataFrame([tenant_recommendation("payments", 360_000)])))
-    (shown,) = with_current(pd.DataFrame([row]), tried.quotas).to_dict("records")
-    assert shown["current_shadow"] is True and shown["current"] == 360_000
+    (shown,) = with_current(pd.DataFrame([row]), None).to_dict("records")
+    assert shown["current_shadow"] is True and shown["current"] == 360_000, "the records alone say it"
     assert _current(pd.Series(shown)) == "360,000 (shadow)"
     assert _at_current(pd.Series(shown)) == ("12 s / observed 11 s", "9.0 s / observed 9.4 s")
-    (without,) = with_current(pd.DataFrame([row]), None).to_dict("records")
-    assert without["current_shadow"] is False, "without the file, as the records say (binding)"
+    # the records win over the file, as for an entity: binding when recorded, whatever the entry says now
+    tried = parse_config(apply_shadow(CONFIG + TENANTS, pd.DataFrame([tenant_recommendation("payments", 360_000)])))
+    binding = with_current(pd.DataFrame([row | {"current_shadow": False}]), tried.quotas)
+    assert binding["current_shadow"].tolist() == [False]
+    # records written before the flag (current_shadow null): the file's entry says, else binding
+    older = pd.DataFrame([row | {"current_shadow": None}])
+    assert with_current(older, tried.quotas)["current_shadow"].tolist() == [True]
+    assert with_current(older, None)["current_shadow"].tolist() == [False], "without the file: binding"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from quotagate.pipeline.ingest import ingest_files
@@ -18,6 +19,7 @@ from quotagate.pipeline.table import read_table
 from quotagate.pipeline.whatif import whatif
 from quotagate.proxy.usage_collectors import OTHER_TOPICS
 from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
+from quotagate.quotas.apis import RECORDED_KEYS
 
 QUOTA = 100_000.0  # bytes/s
 HEAVY = SyntheticEntity("alice", "heavy", 2 * QUOTA, requests_per_second=20)
@@ -261,16 +263,37 @@ TEAM = [
     for i, rate in enumerate((1.5 * QUOTA, QUOTA, 0.5 * QUOTA))
 ]
 SOLO = SyntheticEntity("dave", "solo", QUOTA, 20)
+# A tenant whose records say its quota was shadow, and one whose records predate that flag.
+TRIAL = SyntheticEntity("erin", "trial-0", 0.5 * QUOTA, 20, tenant="trial", tenant_quota=QUOTA)
+LEGACY = SyntheticEntity("fay", "legacy-0", 0.5 * QUOTA, 20, tenant="legacy", tenant_quota=QUOTA)
+ENTITIES = {"team-0", "team-1", "team-2", "solo", "trial-0", "legacy-0"}
+
+
+def with_tenant_shadow_flags(table: DataFrame) -> DataFrame:
+    """The synthetic records (binding tenants), trial's saying shadow, legacy's without the flag."""
+    for key in RECORDED_KEYS:
+        name = f"tenant_quota_{key.value}_shadow"
+        trial = F.when(F.col(name).isNotNull(), F.lit(True))  # null stays null: a key not charged
+        legacy = F.lit(None).cast("boolean")
+        tenant = F.col("tenant")
+        table = table.withColumn(
+            name, F.when(tenant == "legacy", legacy).when(tenant == "trial", trial).otherwise(F.col(name))
+        )
+    return table
 
 
 def test_a_tenant_is_replayed_and_recommended_as_its_members_summed(spark) -> None:
-    table = synthetic_aggregates(spark, [*TEAM, SOLO], SECONDS)
+    table = with_tenant_shadow_flags(synthetic_aggregates(spark, [*TEAM, SOLO, TRIAL, LEGACY], SECONDS))
     results = whatif(table, keys=["producer_byte_rate"]).toPandas()
     tenant = results[results["tenant"] == "team"]
     assert tenant["user"].isna().all() and set(tenant["members"]) == {3}
-    assert set(results[results["tenant"].isna()]["client_id"]) == {"team-0", "team-1", "team-2", "solo"}
+    assert set(results[results["tenant"].isna()]["client_id"]) == ENTITIES
     at_current = tenant[tenant["is_current"]].iloc[0]
     assert (at_current["quota"], at_current["current_source"]) == (2 * QUOTA, "records")
+    # whether a tenant's quota was shadow, as its records say; null where they predate the flag
+    shadows = {name: results[results["tenant"] == name]["current_shadow"] for name in ("team", "trial", "legacy")}
+    assert [set(shadows[name]) for name in ("team", "trial")] == [{False}, {True}]
+    assert shadows["legacy"].isna().all(), "records without the flag do not say"
     assert at_current["peak_second"] == 3 * QUOTA
     # 300 kB/s against 200 kB/s: the tenant's 11 s burst (2.2 MB) absorbs 22 s of the excess
     assert 36 <= at_current["seconds_throttled"] <= 40, at_current.to_dict()
@@ -281,7 +304,9 @@ def test_a_tenant_is_replayed_and_recommended_as_its_members_summed(spark) -> No
     team = found[found["tenant"] == "team"].iloc[0]
     assert team["met"] and team["meets_at"] == 3 * QUOTA and team["recommended"] == 3.6 * QUOTA, team.to_dict()
     assert team["current"] == 2 * QUOTA and team["current_seconds_throttled"] == at_current["seconds_throttled"]
-    assert set(found[found["tenant"].isna()]["client_id"]) == {"team-0", "team-1", "team-2", "solo"}
+    assert set(found[found["tenant"].isna()]["client_id"]) == ENTITIES
+    shadow = {row["tenant"]: row["current_shadow"] for _, row in found[found["tenant"].notna()].iterrows()}
+    assert shadow == {"team": False, "trial": True, "legacy": False}, "from the records alone; legacy's unknown"
     toml = to_toml(found)
     assert '# tenant "team": producer_byte_rate = 360000' in toml and 'name = "team"' not in toml, toml
     assert "team" not in to_kafka_configs(found).replace("team-", ""), "Kafka has no tenants"

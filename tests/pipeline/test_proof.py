@@ -173,6 +173,7 @@ def test_a_tenants_replay_agrees_with_the_throttle_the_proxy_gave_its_members(
     candidate = pd.DataFrame({"quota_key": ["producer_byte_rate"], "quota": [float(QUOTA)]})
     (team,) = [row.asDict() for row in whatif(rows, candidate, WINDOWS).where(f"tenant = '{TEAM}'").collect()]
     assert team["members"] == 2 and team["is_current"] and team["current_quota"] == QUOTA, team
+    assert team["current_shadow"] is False, "the records say the tenant's quota was binding"
     recorded_held = team["recorded_amount_delayed"] / QUOTA * 1000
     replayed_held = team["throttled_time_ms"]
     recorded_s, replayed_s = team["recorded_seconds_throttled"], team["seconds_throttled"]

@@ -201,9 +201,13 @@ def test_aggregates_name_the_quota_in_force_in_their_interval_per_charged_key_an
         "controller_quota_window_size_seconds": 1.0,
         # alice is in no tenant
         "tenant_quota_producer_byte_rate": None,
+        "tenant_quota_producer_byte_rate_shadow": None,
         "tenant_quota_consumer_byte_rate": None,
+        "tenant_quota_consumer_byte_rate_shadow": None,
         "tenant_quota_request_percentage": None,
+        "tenant_quota_request_percentage_shadow": None,
         "tenant_quota_controller_mutation_rate": None,
+        "tenant_quota_controller_mutation_rate_shadow": None,
     }
     second_6 = rows[(6000, 0)]
     assert second_6["quota_window_num"] == 2

@@ -258,29 +258,48 @@ def test_a_tenants_bucket_level_is_saved_and_restored_as_any_other(tmp_path: Pat
     assert math.isclose(restarted.buckets[("producer_byte_rate", "tenant", None, "team")].tokens, -1500)
 
 
-def test_usage_rows_carry_the_tenant_and_its_quotas_in_both_versions() -> None:
+def test_usage_rows_carry_the_tenant_its_quotas_and_whether_they_were_shadow_in_both_versions() -> None:
     team = Tenant("team", users=("alice",), quotas={PRODUCE: 3000, REQUEST: 20})
-    quotas = QuotasInForce(QuotaTable({QuotaEntity("alice", None): {PRODUCE: 1000}}, tenants=Tenants((team,))))
+    trial = Tenant("trial", users=("carol",), quotas={PRODUCE: 500}, shadow=True)
+    tenants = Tenants((team, trial))
+    quotas = QuotasInForce(QuotaTable({QuotaEntity("alice", None): {PRODUCE: 1000}}, tenants=tenants))
     aggregates = AggregateCollector(limit=100, interval_ms=1000)
     requests = RequestCollector(100)
     for collector in (aggregates, requests):
         collector.add(record(5_010))  # alice, a produce
         collector.add(UsageRecord(5_020, "bob", "c", 0, 9, ("orders",), 10, 60, 0, 1.0, 0, "ok"))
+        collector.add(UsageRecord(5_030, "carol", "c", 0, 9, ("orders",), 10, 60, 0, 1.0, 0, "ok"))
     for batch in (flushed(aggregates, quotas)[1], flushed(requests, quotas)[1]):
-        alice, bob = sorted(batch.rows(), key=lambda row: row["user"])
+        alice, bob, carol = sorted(batch.rows(), key=lambda row: row["user"])
         assert {k: alice[k] for k in alice if k.startswith("tenant")} == {
             "tenant": "team",
             "tenant_quota_producer_byte_rate": 3000,
+            "tenant_quota_producer_byte_rate_shadow": False,
             "tenant_quota_consumer_byte_rate": None,  # not charged by a produce
+            "tenant_quota_consumer_byte_rate_shadow": None,
             "tenant_quota_request_percentage": 20,
+            "tenant_quota_request_percentage_shadow": False,
             "tenant_quota_controller_mutation_rate": None,
+            "tenant_quota_controller_mutation_rate_shadow": None,
         }
         assert alice["quota_producer_byte_rate"] == 1000  # its own, beside the tenant's
+        assert {k: carol[k] for k in carol if k.startswith("tenant")} == {
+            "tenant": "trial",
+            "tenant_quota_producer_byte_rate": 500,
+            "tenant_quota_producer_byte_rate_shadow": True,  # its entry is shadow
+            "tenant_quota_consumer_byte_rate": None,
+            "tenant_quota_consumer_byte_rate_shadow": None,
+            "tenant_quota_request_percentage": None,  # charged, and the tenant has no quota for it
+            "tenant_quota_request_percentage_shadow": False,
+            "tenant_quota_controller_mutation_rate": None,
+            "tenant_quota_controller_mutation_rate_shadow": None,
+        }
+        keys = (PRODUCE, FETCH, REQUEST, MUTATION)
         assert {k: bob[k] for k in bob if k.startswith("tenant")} == dict.fromkeys(
-            ("tenant", *(f"tenant_quota_{key}" for key in (PRODUCE, FETCH, REQUEST, MUTATION)))
+            ("tenant", *(f"tenant_quota_{key}{shadow}" for key in keys for shadow in ("", "_shadow")))
         )
         lines = [json.loads(line) for line in batch.json_lines()]
-        assert sorted(lines, key=lambda row: row["user"]) == [alice, bob]
+        assert sorted(lines, key=lambda row: row["user"]) == [alice, bob, carol]
 
 
 def test_explain_says_which_tenant_a_client_is_in_and_how_its_quota_composes_with_the_clients_own() -> None:
