@@ -196,9 +196,10 @@ def test_the_1000th_connection_waits_as_max_connection_creation_rate_says(loop_k
     print(f"{loop_kind}: first answer {times[0]:.2f} s, 500th {times[499]:.2f} s, last {times[-1]:.2f} s "
           f"(rate: >= {expected_last:.2f} s), delayed {delayed:.0f}, connected by {last_connected:.2f} s")  # fmt: skip
     # How many wait depends on how fast the loop takes the accepts in, the rate refilling meanwhile (~700 of
-    # the 750 over the burst on a quiet machine, 394 in a make test at load 6): the answer times below are
-    # what the rate promises.
-    assert delayed > 0, (delayed, last_connected)
+    # the 750 over the burst on a quiet machine, 394 in a make test at load 6, none in one at load 10 whose
+    # loop took the accepts in no faster than the rate): the answer times below are what the rate promises;
+    # the counter is checked where the test sets the pace
+    # (test_connections_over_the_creation_rate_are_read_later_not_refused).
     assert times[-1] >= 0.9 * expected_last, f"the last connection was answered after {times[-1]:.2f} s"
     # Never more answered by time t than the burst plus t seconds of the rate.
     for k, at in enumerate(times):
