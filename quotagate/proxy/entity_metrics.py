@@ -27,11 +27,11 @@ labels are bounded in length (`quotas.entities.bounded_name`: a 32 KB id times e
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from quotagate import compiled
 from quotagate.quotas import QuotaEngine, QuotaKey
 from quotagate.quotas.engine import tokens_per_second
 from quotagate.quotas.entities import bounded_name
@@ -41,40 +41,9 @@ OTHER = "other"
 IDLE_SECONDS = 3600.0
 DROP_SCAN_SECONDS = 1.0  # at max_tracked, the least time between two scans for idle entities
 GROUPS = ("produce", "fetch", "request", "controller_mutation")
-
-
-@dataclass(slots=True)
-class EntityStats:
-    produce_bytes: float = 0.0
-    fetch_bytes: float = 0.0
-    request_seconds: float = 0.0
-    mutations: float = 0.0
-    produce_throttle_seconds: float = 0.0
-    fetch_throttle_seconds: float = 0.0
-    request_throttle_seconds: float = 0.0
-    mutation_throttle_seconds: float = 0.0
-    throttled_produce: int = 0
-    throttled_fetch: int = 0
-    throttled_request: int = 0
-    throttled_controller_mutation: int = 0
-    # Shadow quotas (tried, never applied): responses that would have been throttled, and by how much.
-    shadow_throttled: int = 0
-    shadow_throttle_seconds: float = 0.0
-    last_seen: float = 0.0
-    # The entity's tenant, resolved once for the tenants in force (EntityMetrics.tenant_of).
-    tenants: Tenants | None = None
-    tenant: Tenant | None = None
-
-    @property
-    def traffic(self) -> float:
-        return self.produce_bytes + self.fetch_bytes + self.request_seconds * 1e6 + self.mutations * 1e3
-
-    def add(self, other: EntityStats) -> None:
-        for name in _SUMMED:  # names worked out once: a scrape folds thousands of entities
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-
-_SUMMED = tuple(field.name for field in fields(EntityStats) if field.name not in ("last_seen", "tenants", "tenant"))
+# An entity's counters: a C type in the compiled build, so the session core counts an exchange with C
+# field additions (quotas/charging.py's count_exchange).
+EntityStats = compiled.load("quotagate.quotas.charging").EntityStats
 
 
 _COUNTERS = (

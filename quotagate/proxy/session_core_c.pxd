@@ -8,7 +8,7 @@ from quotagate.proxy.flow_control_c cimport FlowControl, new_flow_control
 from quotagate.protocol.produce_walk_c cimport _skip_tags, _uvarint, i32, produce_acks, produce_topics, usual_throttle_offset
 from quotagate.proxy.usage_collectors_c cimport AggregateCollector, RequestCollector
 from quotagate.protocol.rewrite_memo_c cimport RewriteMemo
-from quotagate.quotas.charging_c cimport charge_request, charge_response, count_exchange, fetch_throttle_ms, request_time_ms, shadow_throttle_ms
+from quotagate.quotas.charging_c cimport EntityStats, charge_request, charge_response, count_exchange, fetch_throttle_ms, request_time_ms, shadow_throttle_ms
 
 # Constants (their values and meaning: session_core.py, quotas/apis.py).
 cdef int KEYS, VERSIONS
@@ -163,8 +163,8 @@ cdef class SessionCore:
     @cython.locals(sent=list, names=dict, order=list, raw=bytes)
     cdef tuple _topic_order(self, const unsigned char* buf, Py_ssize_t body, Py_ssize_t end, int version)
     cdef object _buckets(self, object client_id, double now)
-    @cython.locals(key=tuple)
-    cdef object _entity_stats(self, object client_id, double now)
+    @cython.locals(key=tuple, stats=EntityStats)
+    cdef EntityStats _entity_stats(self, object client_id, double now)
     cdef void _local_turn(self, double now) except *
     cdef void _local_responses(self, double now) except *
 

@@ -20,6 +20,7 @@ charging_c.pxd), interpreted as it is (quotagate/compiled.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from quotagate.quotas.apis import BYTES_IN, BYTES_OUT, LONG_POLL, PARTITIONS_MUTATED
@@ -30,8 +31,8 @@ from quotagate.quotas.engine import MemberBucket
 from quotagate.quotas.token_bucket import bucket_charge, bucket_throttle_ms
 
 if TYPE_CHECKING:
-    from quotagate.proxy.entity_metrics import EntityStats
     from quotagate.quotas.engine import EntityBuckets
+    from quotagate.quotas.tenants import Tenant, Tenants
 
 
 def request_time_ms(policy: int, latency_ms: float, fetch_max_wait_ms: int) -> float:
@@ -112,6 +113,43 @@ def charge_response(
     if request_ms is not None and bucket is not None:
         throttle = _with_request_time(throttle, bucket_charge(bucket, request_ms, now), buckets.request_cap_ms)
     return throttle
+
+
+@dataclass
+class EntityStats:
+    """One entity's counters (quotagate_* per (user, client_id): proxy/entity_metrics.py). Compiled, a C
+    type (charging_c.pxd): count_exchange adds an exchange to its fields in C."""
+
+    produce_bytes: float = 0.0
+    fetch_bytes: float = 0.0
+    request_seconds: float = 0.0
+    mutations: float = 0.0
+    produce_throttle_seconds: float = 0.0
+    fetch_throttle_seconds: float = 0.0
+    request_throttle_seconds: float = 0.0
+    mutation_throttle_seconds: float = 0.0
+    throttled_produce: int = 0
+    throttled_fetch: int = 0
+    throttled_request: int = 0
+    throttled_controller_mutation: int = 0
+    # Shadow quotas (tried, never applied): responses that would have been throttled, and by how much.
+    shadow_throttled: int = 0
+    shadow_throttle_seconds: float = 0.0
+    last_seen: float = 0.0
+    # The entity's tenant, resolved once for the tenants in force (EntityMetrics.tenant_of).
+    tenants: Tenants | None = None
+    tenant: Tenant | None = None
+
+    @property
+    def traffic(self) -> float:
+        return self.produce_bytes + self.fetch_bytes + self.request_seconds * 1e6 + self.mutations * 1e3
+
+    def add(self, other: EntityStats) -> None:
+        for name in _SUMMED:  # names worked out once: a scrape folds thousands of entities
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+_SUMMED = tuple(field.name for field in fields(EntityStats) if field.name not in ("last_seen", "tenants", "tenant"))
 
 
 def count_exchange(
