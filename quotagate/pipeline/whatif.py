@@ -124,13 +124,14 @@ def quota_code(key: str) -> Column:
     null where the records do not say, 0 when unlimited, the quota when binding, minus it when shadow
     (quotas are positive)."""
     value, shadow = F.col(f"quota_{key}"), F.col(f"quota_{key}_shadow")
-    return (
-        F.when(shadow.isNull(), F.lit(None))
-        .when(value.isNull(), F.lit(0.0))
-        .when(shadow, -value)
-        .otherwise(value)
-        .cast("double")
-        .alias(f"quota_{key}")
+    return _coded(shadow.isNull(), value, shadow).alias(f"quota_{key}")
+
+
+def _coded(unknown: Column, value: Column, shadow: Column) -> Column:
+    """(quota, shadow) as one number: null where `unknown`, 0 unlimited, minus the quota when shadow, the
+    quota otherwise (a null shadow flag is no shadow: Spark's `when` takes null as false)."""
+    return (F.when(unknown, F.lit(None)).when(value.isNull(), F.lit(0.0)).when(shadow, -value).otherwise(value)).cast(
+        "double"
     )
 
 
@@ -157,14 +158,7 @@ def tenant_quota_code(table: DataFrame, key: str) -> Column:
     minus the quota when shadow, the quota otherwise: records written before the shadow flag as binding
     (Owners.tenant_flags says which tenants' records carry it)."""
     value, shadow = (F.col(name) if name in table.columns else F.lit(None) for name in _tenant_columns(key))
-    return (
-        F.when(tenant_of(table).isNull(), F.lit(None))
-        .when(value.isNull(), F.lit(0.0))
-        .when(shadow.isNotNull() & shadow, -value)
-        .otherwise(value)
-        .cast("double")
-        .alias(f"quota_{key}")
-    )
+    return _coded(tenant_of(table).isNull(), value, shadow.cast("boolean")).alias(f"quota_{key}")
 
 
 def _tenant_columns(key: str) -> tuple[str, str]:
@@ -646,29 +640,26 @@ def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> flo
 
 
 def _candidates_for(candidates: pd.DataFrame | None, user: str, client_id: str, key: str, peak: float) -> list[float]:
-    if candidates is None:
-        return sorted({_round_quota(peak * step) for step in GRID_STEPS if peak * step > 0})
-    rows = candidates[candidates["quota_key"] == key]
-    if "tenant" in rows:  # a tenant's candidates are the tenant's
-        rows = rows[rows["tenant"].isna()]
-    if "user" in rows:
-        rows = rows[rows["user"].isna() | (rows["user"] == user)]
-    if "client_id" in rows:
-        rows = rows[rows["client_id"].isna() | (rows["client_id"] == client_id)]
-    return sorted(set(rows["quota"].astype(float)))
+    """An entity's candidates: the grid around its peak second, or the table's rows for the key that
+    name this user and client id or leave them out (not those naming a tenant)."""
+    return _candidates(candidates, key, peak, {"tenant": None, "user": user, "client_id": client_id})
 
 
 def _tenant_candidates_for(candidates: pd.DataFrame | None, tenant: str, key: str, peak: float) -> list[float]:
     """A tenant's candidates: the grid around its members' summed peak second, or the table's rows for
     the key that name this tenant or no one (not those naming a user or client id)."""
+    return _candidates(candidates, key, peak, {"tenant": tenant, "user": None, "client_id": None})
+
+
+def _candidates(candidates: pd.DataFrame | None, key: str, peak: float, owner: dict[str, str | None]) -> list[float]:
+    """The grid around `peak` without a table; else the table's rows for `key` whose owner columns are
+    empty or, where `owner` names a value, that value (a column `owner` maps to None must be empty)."""
     if candidates is None:
-        return _candidates_for(None, "", "", key, peak)
+        return sorted({_round_quota(peak * step) for step in GRID_STEPS if peak * step > 0})
     rows = candidates[candidates["quota_key"] == key]
-    for name in ("user", "client_id"):
+    for name, value in owner.items():
         if name in rows:
-            rows = rows[rows[name].isna()]
-    if "tenant" in rows:
-        rows = rows[rows["tenant"].isna() | (rows["tenant"] == tenant)]
+            rows = rows[rows[name].isna() | (rows[name] == value)] if value is not None else rows[rows[name].isna()]
     return sorted(set(rows["quota"].astype(float)))
 
 
