@@ -103,7 +103,8 @@ test: venv kafka-jars spark-kafka-jars spark-delta-jars storage-test-jars promet
 	wait $$slice || status=1; cat build/slice/all.log; exit $$status
 
 # The version_slice tests against each Kafka of KAFKA_SLICE, all at once: each run's ports SLICE_PORT_STEP above
-# the one before (QUOTAGATE_TEST_PORT_OFFSET + SLICE_FIRST_OFFSET for the first), its output in
+# the one before (QUOTAGATE_TEST_PORT_OFFSET + SLICE_FIRST_OFFSET for the first), the ports it picks in a lane of
+# its own (QUOTAGATE_TEST_PORT_LANE 1 to 5: tests/support/proxy_fixtures.py), its output in
 # build/slice/VARIANT.log, printed when all are done.
 SLICE_PORT_STEP ?= 25
 SLICE_FIRST_OFFSET ?= 0
@@ -111,9 +112,9 @@ SLICE_FIRST_OFFSET ?= 0
 test-slice: venv franz-go-suite
 	$(RIG) fetch $(KAFKA_SLICE)
 	mkdir -p build/slice
-	offset=$$(( $${QUOTAGATE_TEST_PORT_OFFSET:-0} + $(SLICE_FIRST_OFFSET) )); pids=""; for kafka in $(KAFKA_SLICE); do \
-		QUOTAGATE_TEST_PORT_OFFSET=$$offset KAFKA_RIG_KAFKA=$$kafka $(PY) -m pytest -q -rs -p no:cacheprovider \
-			-m version_slice tests/integration > build/slice/$$kafka.log 2>&1 & pids="$$pids $$!"; offset=$$((offset + $(SLICE_PORT_STEP))); \
+	offset=$$(( $${QUOTAGATE_TEST_PORT_OFFSET:-0} + $(SLICE_FIRST_OFFSET) )); lane=1; pids=""; for kafka in $(KAFKA_SLICE); do \
+		QUOTAGATE_TEST_PORT_LANE=$$lane QUOTAGATE_TEST_PORT_OFFSET=$$offset KAFKA_RIG_KAFKA=$$kafka $(PY) -m pytest -q -rs -p no:cacheprovider \
+			-m version_slice tests/integration > build/slice/$$kafka.log 2>&1 & pids="$$pids $$!"; offset=$$((offset + $(SLICE_PORT_STEP))); lane=$$((lane + 1)); \
 	done; status=0; for pid in $$pids; do wait $$pid || status=1; done; \
 	for kafka in $(KAFKA_SLICE); do echo "--- Kafka $$kafka"; cat build/slice/$$kafka.log; done; exit $$status
 

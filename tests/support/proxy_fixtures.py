@@ -35,20 +35,23 @@ def port_is_free(port: int) -> bool:
 # Ports the tests pick for themselves: above Linux's ephemeral range (32768-60999), where no client's
 # connection can take a port between the pick and the bind, and below the fixed ports of other runs
 # (Kafka 29092+, soak and chaos 21xxx-22xxx, bench 16xxx, demo 19xxx) there is nothing else of ours.
-# Each pytest-xdist worker picks in its own slice, so two workers never pick the same block.
-PICKED_PORTS = range(61000, 65500)
+# A run picks in its own lane (QUOTAGATE_TEST_PORT_LANE: 0 for the whole run, 1-5 for the version
+# slices make test starts beside it), and each pytest-xdist worker in its own slice of the lane, so
+# no two processes of one make test ever pick the same block.
+PORT_LANES = (range(61000, 64000), *(range(64000 + 300 * i, 64300 + 300 * i) for i in range(5)))
 
 
 def worker_port_slice() -> range:
-    """This process's slice of PICKED_PORTS: all of it alone, 1/n of it on each of n xdist workers."""
+    """This process's slice of its lane: all of it alone, 1/n of it on each of n xdist workers."""
+    lane = PORT_LANES[int(os.environ.get("QUOTAGATE_TEST_PORT_LANE", "0"))]
     workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % workers
-    width = len(PICKED_PORTS) // workers
-    return range(PICKED_PORTS.start + index * width, PICKED_PORTS.start + (index + 1) * width)
+    width = len(lane) // workers
+    return range(lane.start + index * width, lane.start + (index + 1) * width)
 
 
 def free_port_block(size: int) -> int:
-    """First port of `size` consecutive free ports, picked at random in this worker's slice of PICKED_PORTS."""
+    """First port of `size` consecutive free ports, picked at random in this worker's slice of its lane."""
     ports = worker_port_slice()
     for _ in range(200):
         first = random.randrange(ports.start, ports.stop - size)
