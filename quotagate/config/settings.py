@@ -34,6 +34,7 @@ from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.entities import (
     DEFAULT,
     MAX_NAME_CHARS,
+    MAX_PREFIX_CHARS,
     IpQuotaKey,
     client_id_prefix_problem,
     connection_creation_rate_problem,
@@ -722,7 +723,12 @@ TENANT_ENTRY_KEYS: dict[str, tuple[str, str]] = {
         'result is the tenant\'s name, e.g. `"RULE:^svc-payments-.*$/payments/"` in tenant "payments".',
     ),
     "client_ids": ("array of strings", "Members by client.id, exactly."),
-    "client_id_prefixes": ("array of strings", "Members by client.id: every client.id that starts with one of these."),
+    "client_id_prefixes": (
+        "array of strings",
+        f"Members by client.id: every client.id that starts with one of these (each at most {MAX_PREFIX_CHARS} "
+        "characters, as a "
+        "`[[quotas]]` prefix).",
+    ),
     **{str(key): QUOTA_ENTRY_KEYS[key] for key in QuotaKey},
     "shadow": (
         "boolean",
@@ -1059,6 +1065,8 @@ def _parse_tenants(entries: Any) -> Tenants:
                         f"{DEFAULT} is no one's name here (in [[quotas]] it is the default entity); to make "
                         f'every user a member write user_rules = ["RULE:^.*$/{name}/"]',
                     )
+                if key == "client_id_prefixes" and (problem := client_id_prefix_problem(value)) is not None:
+                    raise ConfigError(f"{prefix}.{key}", f"{value!r} {problem}")
                 other = named.setdefault((key, value), name)
                 if other != name:
                     raise ConfigError(f"{prefix}.{key}", f"{value!r} is already a member rule of tenant {other!r}")

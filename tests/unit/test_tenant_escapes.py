@@ -3,13 +3,52 @@ rules that can never apply, and what explain says of a quota that holds no one."
 
 import pytest
 
+from quotagate.config import ConfigError, parse_config
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
+from quotagate.quotas.entities import MAX_PREFIX_CHARS, bounded_name
 from quotagate.quotas.explain import explain, explain_text
 from quotagate.quotas.tenants import Tenant, Tenants
 
 PRODUCE = QuotaKey.PRODUCER_BYTE_RATE
 BASE = '[proxy]\nbootstrap_servers = ["k:1"]\n'
 WINDOWS = QuotaWindows(quota_window_num=1)  # burst = 1 s of quota
+
+
+@pytest.mark.parametrize("tenant_first", [False, True])
+def test_a_forged_bounded_client_id_does_not_take_a_long_client_id_out_of_its_prefix(tenant_first: bool) -> None:
+    """A client id over 128 characters is kept as its bounded form, which a client can also send as a
+    client id of its own: both must match the same prefixes, or the one resolved first answers (from
+    the caches keyed by the bounded form) for the other."""
+    prefix = "p" * MAX_PREFIX_CHARS
+    long_id = prefix + "-worker-" + "x" * 100
+    forged = bounded_name(long_id)
+    assert len(forged) == 128 and forged != long_id
+    table = QuotaTable(
+        {QuotaEntity(None, None, prefix): {PRODUCE: 1000.0}},
+        tenants=Tenants((Tenant("fleet", client_id_prefixes=(prefix,), quotas={PRODUCE: 4000.0}),)),
+    )
+    first, then = (forged, long_id) if tenant_first else (long_id, forged)
+    for client_id in (first, then):
+        found = table.tenants.tenant_of("mallory", client_id)
+        assert (found.name if found else None) == "fleet", client_id
+        resolution = table.resolve("mallory", client_id, PRODUCE)
+        assert resolution is not None and resolution.entity.client_id_prefix == prefix, client_id
+
+
+@pytest.mark.parametrize(
+    ("entry", "key"),
+    [
+        ('[[quotas]]\nclient_id_prefix = "{p}"\nproducer_byte_rate = 1\n', "quotas[0].client_id_prefix"),
+        ('[[tenants]]\nname = "t"\nclient_id_prefixes = ["{p}"]\n', "tenants[0].client_id_prefixes"),
+    ],
+)
+def test_a_prefix_longer_than_a_bounded_client_id_keeps_is_refused_naming_the_key(entry: str, key: str) -> None:
+    parse_config(BASE + entry.format(p="x" * MAX_PREFIX_CHARS))
+    with pytest.raises(ConfigError) as info:
+        parse_config(BASE + entry.format(p="x" * (MAX_PREFIX_CHARS + 1)))
+    assert (info.value.key, f"at most {MAX_PREFIX_CHARS} characters" in info.value.problem) == (key, True), (
+        info.value.problem
+    )
 
 
 @pytest.mark.parametrize(
