@@ -14,6 +14,28 @@ BASE = '[proxy]\nbootstrap_servers = ["k:1"]\n'
 WINDOWS = QuotaWindows(quota_window_num=1)  # burst = 1 s of quota
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="quotas/tenants.py (member-c's file this session): Tenants.resolve puts an entity in the first tenant in "
+    "the file whose rules match, so a tenant earlier in the file that matches by client id takes an authenticated "
+    "member of a later tenant named by its user; Kafka's precedence puts every user level (1-6) before the "
+    "client-id ones (7, 8) because a client picks its own client id",
+)
+def test_an_authenticated_member_cannot_leave_its_tenant_by_sending_another_tenants_client_id() -> None:
+    tenants = Tenants(
+        (
+            Tenant("consoles", client_id_prefixes=("console-",)),  # a label only: no quota
+            Tenant("payments", users=("alice",), quotas={PRODUCE: 1000.0}),
+        )
+    )
+    engine = QuotaEngine(QuotaTable({}, tenants=tenants), WINDOWS)
+    assert engine.charge("alice", "app", PRODUCE, 3000, now=0.0) == 2000  # held by payments' 1000 B/s
+    found = tenants.tenant_of("alice", "console-1")
+    assert (found.name if found else None) == "payments"
+    # the same bytes under a client id of her choosing: still payments' bucket, still held
+    assert engine.charge("alice", "console-1", PRODUCE, 3000, now=0.0) == 5000
+
+
 @pytest.mark.parametrize("tenant_first", [False, True])
 def test_a_forged_bounded_client_id_does_not_take_a_long_client_id_out_of_its_prefix(tenant_first: bool) -> None:
     """A client id over 128 characters is kept as its bounded form, which a client can also send as a
@@ -49,6 +71,34 @@ def test_a_prefix_longer_than_a_bounded_client_id_keeps_is_refused_naming_the_ke
     assert (info.value.key, f"at most {MAX_PREFIX_CHARS} characters" in info.value.problem) == (key, True), (
         info.value.problem
     )
+
+
+FIRST = '[[tenants]]\nname = "a"\nuser_rules = ["RULE:^svc-.*$/a/"]\nclient_id_prefixes = ["app-"]\n'
+
+
+@pytest.mark.parametrize(
+    ("second", "key", "rule"),
+    [
+        ('users = ["svc-x"]', "tenants[1].users", "user_rule=RULE:^svc-.*$/a/"),
+        ('client_ids = ["app-web"]', "tenants[1].client_ids", "client_id_prefix=app-"),
+        ('client_id_prefixes = ["app-batch-"]', "tenants[1].client_id_prefixes", "client_id_prefix=app-"),
+    ],
+)
+def test_a_member_rule_an_earlier_tenant_takes_every_entity_of_is_refused_naming_the_key(
+    second: str, key: str, rule: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(BASE + FIRST + '[[tenants]]\nname = "b"\n' + second + "\n")
+    problem = info.value.problem
+    assert (info.value.key, "tenant 'a', earlier in the file" in problem, rule in problem) == (key, True, True), problem
+
+
+def test_member_rules_an_earlier_tenant_only_overlaps_are_accepted() -> None:
+    second = '[[tenants]]\nname = "b"\nusers = ["svc"]\nclient_ids = ["app"]\nclient_id_prefixes = ["ap"]\n'
+    tenants = parse_config(BASE + FIRST + second).tenants
+    assert [t.name for t in tenants.tenants] == ["a", "b"]
+    found = tenants.tenant_of("carol", "apx")
+    assert (found.name if found else None) == "b"
 
 
 @pytest.mark.parametrize(
