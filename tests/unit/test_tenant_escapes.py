@@ -127,3 +127,15 @@ def test_explain_never_says_a_shadow_quota_holds_the_client(
     assert answer["quotas"]["producer_byte_rate"]["held_by"].startswith(held_by)
     if tenant_shadow is not None:
         assert f"held by: {held_by}" in explain_text(answer)
+
+
+def test_a_tenants_producer_ids_rate_refuses_ids_new_to_it_while_in_debt_and_passes_ids_it_has_seen() -> None:
+    """KIP-936 per bucket: an ID a bucket saw within its window costs it nothing, so a tenant in debt
+    refuses a member's new ID, not one another member already used (docs/quotas.md, "Tenants")."""
+    ids = QuotaKey.PRODUCER_IDS_RATE
+    team = Tenant("team", users=("a", "b"), quotas={ids: 2.0})  # burst: 2 IDs
+    engine = QuotaEngine(QuotaTable({QuotaEntity("b", None): {ids: 100.0}}, tenants=Tenants((team,))), WINDOWS)
+    assert [engine.admit_producer_id("a", "c", pid, now=0.0) for pid in (1, 2, 3, 4)] == [0, 0, 0, 500]
+    assert engine.admit_producer_id("b", "c", 9, now=0.0) == 500  # new to the tenant, in debt: refused
+    assert engine.admit_producer_id("b", "c", 1, now=0.0) == 0  # the tenant saw 1 (a's); b's own is not in debt
+    assert engine.admit_producer_id("a", "c", 4, now=0.5) == 0  # paid off at 2 IDs/s
