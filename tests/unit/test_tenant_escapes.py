@@ -4,6 +4,7 @@ rules that can never apply, and what explain says of a quota that holds no one."
 import pytest
 
 from quotagate.config import ConfigError, parse_config
+from quotagate.proxy.entity_metrics import EntityMetrics
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.entities import MAX_PREFIX_CHARS, bounded_name
 from quotagate.quotas.explain import explain, explain_text
@@ -139,3 +140,25 @@ def test_a_tenants_producer_ids_rate_refuses_ids_new_to_it_while_in_debt_and_pas
     assert engine.admit_producer_id("b", "c", 9, now=0.0) == 500  # new to the tenant, in debt: refused
     assert engine.admit_producer_id("b", "c", 1, now=0.0) == 0  # the tenant saw 1 (a's); b's own is not in debt
     assert engine.admit_producer_id("a", "c", 4, now=0.5) == 0  # paid off at 2 IDs/s
+
+
+def test_a_member_beyond_max_tracked_still_counts_in_its_tenants_sums_and_in_other() -> None:
+    """A client inventing client ids fills the tracked entities; another tenant's new member is then
+    counted without its name ("other"), but its tenant's sums (quotagate_tenant_*, top's tenant row)
+    must not lose it: one tenant's names must not blind the operator to another's traffic."""
+    team = Tenant("team", users=("a",), quotas={PRODUCE: 1000.0})
+    engine = QuotaEngine(QuotaTable({}, tenants=Tenants((team,))), WINDOWS)
+    metrics = EntityMetrics(lambda: engine, lambda: 1.0, max_entities=10)
+    for i in range(metrics.max_tracked):
+        metrics.entity("mallory", f"invented-{i}", 0.0).produce_bytes += 1
+    metrics.entity("a", "new-deployment", 1.0).produce_bytes += 500  # not tracked: no room, none idle
+    assert ("a", "new-deployment") not in metrics.stats
+    total, members = metrics.tenant_sums()["team"]
+    assert (total.produce_bytes, members) == (500, 0)
+    _, other = metrics.ranked()
+    assert other.produce_bytes == metrics.max_tracked - metrics.max_entities + 500
+    # a reload that drops the tenant: its untracked bytes stay in "other" (monotonic), in no tenant's sums
+    engine.update(QuotaTable({}), WINDOWS, now=2.0)
+    metrics.expire_idle(2.0, idle_seconds=10.0)
+    assert metrics.tenant_sums() == {}
+    assert metrics.ranked()[1].produce_bytes == other.produce_bytes
