@@ -138,8 +138,7 @@ class MemberBucket:
     def tokens(self) -> float:
         """The lower balance as last refilled: below zero when either is in debt (the tenant's may
         have gone there through another member's charge since; charging reads it, not a copy)."""
-        own: float = self.own.tokens
-        tenant: float = self.tenant.tokens
+        own, tenant = self.own.tokens, self.tenant.tokens
         return own if own < tenant else tenant
 
     def charge(self, amount: float, now: float) -> int:
@@ -165,8 +164,8 @@ class MemberBucket:
         self.tenant.give_back(amount, now)
 
     def tokens_at(self, now: float) -> float:
-        own: float = self.own.tokens_at(now)
-        tenant: float = self.tenant.tokens_at(now)
+        own = self.own.tokens_at(now)  # C doubles, compiled (token_bucket_c.pxd)
+        tenant = self.tenant.tokens_at(now)
         return own if own < tenant else tenant
 
     def take_held_ms(self) -> int:
