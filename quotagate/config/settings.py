@@ -773,7 +773,8 @@ class Config:
         metadata={
             "doc": "Tenants: named groups of entities (by user, user rule, client.id or client.id prefix) with one "
             "quota per key shared by all their members, held together with each member's own quota: whichever binds "
-            'first holds it (docs/quotas.md, "Tenants"). An entity two tenants match is in the first of them. Each '
+            'first holds it (docs/quotas.md, "Tenants"). An entity two tenants match is in the first that takes it '
+            "by its user, else in the first that takes it by its client id. Each "
             "entry needs a name and at least one member rule; quotas are optional (a tenant without any only labels "
             "its members' usage and metrics).",
             "toml": "array of tables",
@@ -1032,8 +1033,8 @@ def _parse_quotas(entries: Any, tenants: Tenants | None = None) -> QuotaTable:
 
 def _parse_tenants(entries: Any) -> Tenants:
     """[[tenants]]: each a name, member rules, optional quotas (the keys of [[quotas]]) and shadow. An
-    exact user, client id or prefix named by two tenants is refused (an entity two rules match is in
-    the first tenant: docs/quotas.md)."""
+    exact user, client id or prefix named by two tenants is refused (an entity two tenants match is in
+    the first by its user, else the first by its client id: docs/quotas.md)."""
     if not isinstance(entries, list):
         raise ConfigError("tenants", "must be an array of tables ([[tenants]])")
     tenants: list[Tenant] = []
@@ -1075,7 +1076,7 @@ def _parse_tenants(entries: Any) -> Tenants:
                         f"{prefix}.{key}",
                         f"{value!r} can never make anyone a member of {name!r}: tenant {shadowing[0]!r}, earlier in "
                         f"the file, takes every entity it names (by {shadowing[1]}; an entity is in the first tenant "
-                        "that matches it)",
+                        "that takes it by this kind of rule)",
                     )
             members[key] = tuple(values)
         if not any(members.values()):

@@ -107,6 +107,9 @@ class EntityMetrics(Collector):
                     stats = self.untracked_by_tenant[tenant.name] = EntityStats()
                 return stats
             stats = self.stats[key] = EntityStats()
+            # Its tenant now, from the whole names (a scrape has only the bounded ones kept in `key`).
+            tenants = self._engine().table.tenants
+            stats.tenant, stats.tenants = tenants.tenant_of(user, client_id), tenants
         stats.last_seen = now
         return stats
 
@@ -197,9 +200,9 @@ class EntityMetrics(Collector):
     def tenant_of(key: tuple[str, str], stats: EntityStats, tenants: Tenants) -> Tenant | None:
         """The tenant of a tracked entity, resolved once per tenants in force and kept on its stats: a
         scrape sums every tracked entity, more than the loop's resolution cache holds, and must neither
-        empty that cache nor run the member rules again."""
-        if stats.tenants is not tenants:
-            stats.tenant, stats.tenants = tenants.resolve(*key), tenants
+        empty nor write that cache, nor run the member rules again."""
+        if stats.tenants is not tenants:  # tenants reloaded since the entity was first seen
+            stats.tenant, stats.tenants = tenants.resolve(*key, remember=False), tenants
         return stats.tenant
 
     def tenant_sums(self) -> dict[str, tuple[EntityStats, int]]:

@@ -71,7 +71,7 @@ def explain(
     table = engine.table
     candidates = table.candidates(user, client_id)
     keys: dict[str, Any] = {}
-    tenants = table.tenants.matching(user, client_id)  # in file order: the first is the entity's
+    tenants = table.tenants.matching(user, client_id)  # the first is the entity's
     tenant = tenants[0][0] if tenants else None
     for key in QuotaKey:
         winner: Resolution | None = None
@@ -157,14 +157,20 @@ def _tenant_membership(tenants: list[tuple[Tenant, str]]) -> dict[str, Any] | No
     if not tenants:
         return None
     (tenant, rule), later = tenants[0], tenants[1:]
+    by_user = not rule.startswith("client_id")
     return {
         "name": tenant.name,
         "rule": rule,
         "lost": [
-            {"name": other.name, "rule": why, "why": f"tenant {tenant.name!r} comes first in the file"}
-            for other, why in later
+            {"name": other.name, "rule": why, "why": _lost_because(tenant.name, by_user, why)} for other, why in later
         ],
     }
+
+
+def _lost_because(winner: str, winner_by_user: bool, rule: str) -> str:
+    if winner_by_user and rule.startswith("client_id"):
+        return f"tenant {winner!r} takes the client by its user, which comes before any client id"
+    return f"tenant {winner!r} comes first in the file"
 
 
 def _tenant_quota(engine: QuotaEngine, resolution: Resolution, now: float | None) -> dict[str, Any]:

@@ -15,13 +15,6 @@ BASE = '[proxy]\nbootstrap_servers = ["k:1"]\n'
 WINDOWS = QuotaWindows(quota_window_num=1)  # burst = 1 s of quota
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="quotas/tenants.py (member-c's file this session): Tenants.resolve puts an entity in the first tenant in "
-    "the file whose rules match, so a tenant earlier in the file that matches by client id takes an authenticated "
-    "member of a later tenant named by its user; Kafka's precedence puts every user level (1-6) before the "
-    "client-id ones (7, 8) because a client picks its own client id",
-)
 def test_an_authenticated_member_cannot_leave_its_tenant_by_sending_another_tenants_client_id() -> None:
     tenants = Tenants(
         (
@@ -35,15 +28,19 @@ def test_an_authenticated_member_cannot_leave_its_tenant_by_sending_another_tena
     assert (found.name if found else None) == "payments"
     # the same bytes under a client id of her choosing: still payments' bucket, still held
     assert engine.charge("alice", "console-1", PRODUCE, 3000, now=0.0) == 5000
+    membership = explain(engine, "alice", "console-1", now=0.0)["tenant"]
+    assert (membership["name"], membership["rule"]) == ("payments", "user=alice")
+    assert membership["lost"] == [
+        {
+            "name": "consoles",
+            "rule": "client_id_prefix=console-",
+            "why": "tenant 'payments' takes the client by its user, which comes before any client id",
+        }
+    ]
+    found = tenants.tenant_of("bob", "console-1")  # in no tenant by user: the client id's
+    assert (found.name if found else None) == "consoles"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="quotas/tenants.py (member-c's file this session): Tenants.resolve and matching run the user rules on "
-    "bounded_name(user), the first 103 characters and a hash for a user over 128, so a rule that tells members by "
-    "a part past character 103 (a certificate DN's OU) matches none of them; the user is authenticated, so the "
-    "rules can run on the whole name, only the cache being keyed by the bounded one",
-)
 def test_a_user_rule_matches_a_principal_longer_than_128_characters_on_its_whole_name() -> None:
     dn = (
         "CN=payments-api.prod.svc.cluster.local,OU=Platform Engineering,O=Acme Corporation International,"

@@ -136,12 +136,15 @@ def test_tenants_must_be_an_array_of_tables() -> None:
         ("carol", "indexer", "search"),  # exact client id
         ("svc-search-1", "x", "search"),  # the payments rule does not apply; search's does
         ("svc-payments-7", "indexer", "payments"),  # two tenants match: the first in the file
-        ("svc-search-1", "pay-web", "payments"),  # the first by its prefix, before search's user rule
+        ("svc-search-1", "pay-web", "search"),  # by its user, before payments' prefix: its own choice
+        ("carol", "pay-web", "payments"),  # in no tenant by user: the first by its client id
         ("carol", "pa", None),
         ("PAYMENTSx", "x", None),  # the pattern must match the whole user
     ],
 )
-def test_an_entity_is_in_the_first_tenant_whose_rules_match_it(user: str, client_id: str, tenant: str | None) -> None:
+def test_an_entity_is_in_the_first_tenant_by_its_user_else_the_first_by_its_client_id(
+    user: str, client_id: str, tenant: str | None
+) -> None:
     tenants = parse_config(BASE + TENANTS).tenants
     found = tenants.tenant_of(user, client_id)
     assert (found.name if found else None) == tenant
@@ -175,7 +178,7 @@ def test_a_client_inventing_client_ids_under_one_user_runs_the_user_rules_once()
     found = {tenants.tenant_of("svc-x", f"invented-{n}") for n in range(1000)}
     assert [t.name for t in found if t] == ["search"]  # by search's user rule, after payments' two
     assert len(calls) == 3, f"{len(calls)} rule applications for 1000 client ids of one user"
-    assert tenants.tenant_of("svc-x", "pay-1").name == "payments"  # an earlier tenant's prefix still wins
+    assert tenants.tenant_of("svc-x", "pay-1").name == "search"  # an earlier tenant's prefix does not take it
 
 
 def _engine(quotas: dict | None = None, *tenants: Tenant) -> QuotaEngine:
@@ -424,7 +427,9 @@ def test_tenant_metrics_sum_the_members_and_stay_monotonic_when_idle_members_are
 
 def test_a_scrape_resolves_each_tracked_entitys_tenant_once_and_leaves_the_loops_cache_alone() -> None:
     """Scrapes and /quotas sum every tracked entity (10 000 by default, more than the 4 096 resolutions
-    cached): through the loop's cache they emptied it twice a scrape and ran the rules again each time."""
+    cached): through the loop's cache they emptied it twice a scrape and ran the rules again each time.
+    An entity's tenant is found on the loop when it is first seen (from its whole names) and kept on its
+    stats; a scrape resolves again only after the tenants were reloaded, without writing the cache."""
     engine = _engine(None, Tenant("team", client_id_prefixes=("t-",)))
     metrics = EntityMetrics(lambda: engine, lambda: 1.0, max_entities=10)
     count = MAX_CACHED_CLIENTS + 1000
@@ -432,17 +437,23 @@ def test_a_scrape_resolves_each_tracked_entitys_tenant_once_and_leaves_the_loops
         metrics.entity("u", f"t-{n}" if n % 2 else f"x-{n}", 1.0).produce_bytes += 1
     tenants = engine.table.tenants
     resolve, calls = tenants.resolve, []
-    tenants.resolve = lambda *key: calls.append(key) or resolve(*key)
+    tenants.resolve = lambda *key, **options: calls.append(key) or resolve(*key, **options)
+    loops_cache = dict(tenants._cache)
     for _ in range(4):
         assert metrics.tenant_sums()["team"][1] == count // 2
-    assert len(calls) == count, f"{len(calls)} resolutions for {count} entities over 4 scrapes"
-    assert tenants._cache == {}  # the loop's cache: untouched
+    assert calls == [], f"{len(calls)} resolutions for {count} entities over 4 scrapes"
+    assert tenants._cache == loops_cache and dict(tenants._by_user) == {"u": 1}  # the loop's caches: untouched
     moved = Tenants((Tenant("team", client_id_prefixes=("t-",)), Tenant("x", client_id_prefixes=("x-",))))
     engine.update(QuotaTable(tenants=moved), WINDOWS, now=1.0)
-    assert {name: members for name, (_, members) in metrics.tenant_sums().items()} == {
-        "team": count // 2,
-        "x": count // 2,
-    }
+    moved_resolve, moved_calls = moved.resolve, []
+    moved.resolve = lambda *key, **options: moved_calls.append(options) or moved_resolve(*key, **options)
+    for _ in range(2):
+        assert {name: members for name, (_, members) in metrics.tenant_sums().items()} == {
+            "team": count // 2,
+            "x": count // 2,
+        }
+    assert len(moved_calls) == count and all(options == {"remember": False} for options in moved_calls)
+    assert moved._cache == {} and moved._by_user == {}, "the scrape thread writes none of the loop's caches"
 
 
 def test_a_reload_that_changes_only_the_tenants_reports_that_key_and_applies_it_with_the_quotas() -> None:
