@@ -703,7 +703,8 @@ QUOTA_ENTRY_KEYS: dict[str, tuple[str, str]] = {
         "boolean",
         "Try this entry's quotas without applying them: clients are charged and the time they would be held is "
         "reported (/metrics quotagate_shadow_*, usage records' shadow_throttle_ms), but never applied. Default false; "
-        "set false (or remove) to make them binding: the debt run up meanwhile is kept.",
+        "set false (or remove) to make them binding: the debt run up meanwhile is kept (in one process: a "
+        "shared quota's binding bucket starts from the shared level, docs/quotas.md).",
     ),
 }
 
