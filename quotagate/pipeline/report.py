@@ -139,7 +139,9 @@ def _clean(value: float) -> float | None:
 
 
 def _curves(rows: pd.DataFrame, recs: pd.DataFrame) -> list[dict]:
-    """The what-if curves of one entity or tenant (its rows of whatif, its recommendations): per key."""
+    """The what-if curves of one entity or tenant (its rows of whatif, its recommendations): per key
+    (a tenant member's row at no own quota is a point of no curve)."""
+    rows = rows[rows["quota"].notna()]
     return [
         {
             "key": key,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -310,3 +311,50 @@ def test_a_tenant_is_replayed_and_recommended_as_its_members_summed(spark) -> No
     toml = to_toml(found)
     assert '# tenant "team": producer_byte_rate = 360000' in toml and 'name = "team"' not in toml, toml
     assert "team" not in to_kafka_configs(found).replace("team-", ""), "Kafka has no tenants"
+
+
+# A tenant of two members at 150 + 100 kB/s under 200 kB/s, the first with its own quota of 60 kB/s
+# too (both bind), and an entity whose records put it in that tenant for its last 15 s only.
+PAIR = [
+    SyntheticEntity("gus", "pair-0", 1.5 * QUOTA, 20, quota=0.6 * QUOTA, tenant="pair", tenant_quota=2 * QUOTA),
+    SyntheticEntity("hal", "pair-1", QUOTA, 20, tenant="pair", tenant_quota=2 * QUOTA),
+]
+MOVER = SyntheticEntity("ida", "mover", 0.5 * QUOTA, 20)
+
+
+def test_a_tenants_members_are_replayed_through_their_own_quota_and_the_tenants_together(spark) -> None:
+    moved = synthetic_aggregates(spark, [MOVER], 15).unionByName(
+        synthetic_aggregates(
+            spark, [replace(MOVER, tenant="pair", tenant_quota=2 * QUOTA)], 15, start_ms=START_MS + 15_000
+        ).withColumn("writer", F.lit("later"))
+    )
+    table = synthetic_aggregates(spark, PAIR, 30).unionByName(moved)
+    results = whatif(table, windows=QuotaWindows(quota_window_num=2), keys=["producer_byte_rate"]).toPandas()
+    entities = results[results["tenant"].isna()]
+    assert not entities.duplicated(["user", "client_id", "quota"]).any(), "each entity replayed once"
+    mover = entities[entities["client_id"] == "mover"]
+    assert set(mover["active_seconds"]) == {30} and mover["quota"].notna().all(), "in and out: replayed alone"
+
+    def at(client_id: str | None, quota: float | None, tenant: str | None = None) -> dict:
+        rows = results[(results["client_id"] == client_id) if tenant is None else (results["tenant"] == tenant)]
+        (found,) = [
+            row for _, row in rows.iterrows() if (pd.isna(row["quota"]) if quota is None else row["quota"] == quota)
+        ]
+        return found.to_dict()
+
+    team, own, held = at(None, 2 * QUOTA, "pair"), at("pair-0", 0.6 * QUOTA), at("pair-1", None)
+    assert team["is_current"] and own["is_current"] and held["is_current"], "as the proxy held them"
+    # the mover's last 15 s are the tenant's too (its rows are its own: it was in no tenant before)
+    assert team["amount_delayed"] >= own["amount_delayed"] + held["amount_delayed"] > 0
+    assert held["seconds_throttled"] >= 15, "the tenant holds the member with no own quota"
+    top = entities[entities["client_id"] == "pair-0"]["quota"].max()
+    assert at("pair-0", top)["seconds_throttled"] == at("pair-0", None)["seconds_throttled"] >= 15, "the tenant's"
+
+    found = recommend(spark.createDataFrame(results)).toPandas()
+    rows = {(row["tenant"], row["client_id"]): row for _, row in found.iterrows()}
+    member, tenant = rows[(None, "pair-0")], rows[("pair", None)]
+    # judged by what each adds to the other's throttle: both can be met
+    assert member["met"] and member["throttled_share_without"] > 0.4, member.to_dict()
+    assert QUOTA <= member["meets_at"] <= 2 * QUOTA, member.to_dict()
+    assert tenant["met"] and tenant["throttled_share_without"] > 0.4, tenant.to_dict()
+    assert pd.isna(rows[(None, "mover")]["throttled_share_without"])
