@@ -1,8 +1,9 @@
 """whatif: each entity's recorded series replayed against candidate quotas.
 
-The replay runs the proxy's own quota engine (quotagate.quotas) inside applyInArrow, one entity per
-group, so there is one definition of a token bucket: each candidate gets a QuotaEngine, and the
-loop charges the bucket that engine gives the entity. Each request is charged as the proxy charges
+The replay runs the proxy's own quota engine (quotagate.quotas) inside applyInArrow, one entity (or
+one tenant with its members) per group, so there is one definition of a token bucket and of how a
+member's quotas compose: each candidate gets a QuotaEngine, and the loop charges the bucket that
+engine gives the entity. Each request is charged as the proxy charges
 it: a produce (and a mutation) when read, with the throttle its response carries read from the
 bucket when the response goes back; a fetch and request time when the response is back.
 
@@ -33,13 +34,20 @@ a table of quotas (the proxy's --config) stands in only for entities whose recor
 the current quota the row also carries what the proxy recorded (throttle, seconds throttled,
 bytes held at the quota) and, for a shadow quota, what it observed it would have done.
 
-Tenants: a tenant's members (the records' `tenant`) are replayed together, one group per tenant:
-their series summed (a v2 interval's rows of every member merged into one aggregate, v1 requests
-each their own) and charged to one bucket per candidate, from the same QuotaEngine, against the
-tenant quotas the records name (`tenant_quota_<key>`, and whether shadow: `tenant_quota_<key>_shadow`;
-records written before that flag leave `current_shadow` null). Its rows have `tenant` set and no user or
-client id (an entity's rows: the reverse), and `members`, how many entities the tenant had. What
-this does and does not model with the members' own quotas: docs/pipeline.md, "Tenants".
+Tenants: a tenant's members (the records' `tenant`) are replayed together, one group per tenant,
+as the proxy holds them: every member's charges, in one time order, go to the bucket the proxy
+charges for it, its own entity quota's and the tenant's at once (quotas/engine.py's MemberBucket,
+from one QuotaEngine holding both; the throttle the larger). The tenant's rows try its candidates
+with every member's own quota as the records name it; a member's rows (its user and client id, no
+tenant, as an entity's) try its own candidates with the tenant's quota as the records name it
+(`tenant_quota_<key>`, and whether shadow: `tenant_quota_<key>_shadow`; records written before that
+flag leave the tenant's `current_shadow` null). A row with a null `quota` is the other side's
+quota alone: for a member without an own quota it is what the proxy did (`is_current`), and it is
+the throttle no candidate can lift, which recommend measures candidates from. A tenant's rows have
+`tenant` set, no user or client id, and `members`, how many entities the tenant had. An entity whose
+records put it in more than one tenant, or in one and in none (a reload moved it), is replayed
+alone, as an entity in no tenant, while its charges still count for the tenants it was in.
+docs/pipeline.md, "Tenants".
 """
 
 from __future__ import annotations
@@ -698,13 +706,11 @@ def throttles(
     by_time = np.argsort(respond_at, kind="stable")
     last_charge = np.searchsorted(charge_at, respond_at[by_time], side="right") - 1
     after = np.searchsorted(last_charge, np.arange(n + 1), side="left").tolist()
-    own_last = last_charge.copy()  # per response: its entity's last charge before it
-    if len(calls) > 1:
-        of = member[by_time]
-        for m in range(len(calls)):
-            mine = np.flatnonzero(member == m)
-            where = of == m
-            own_last[where] = mine[np.searchsorted(mine, last_charge[where], side="right") - 1]
+    own_last = last_charge  # per response: its entity's last charge before it (its own charge at the latest)
+    if len(calls) > 1:  # one search over the charges ordered by (member, time)
+        owned = np.sort(member * (n + 1) + np.arange(n))
+        of = member[by_time] * (n + 1)
+        own_last = owned[np.searchsorted(owned, of + last_charge, side="right") - 1] - of
     by_time_list, respond_list, own_list = by_time.tolist(), respond_at[by_time].tolist(), own_last.tolist()
     now_fns, member_list = [now for _, now in calls], member.tolist()
     charged = [0] * n

@@ -184,3 +184,50 @@ def test_a_tenants_replay_agrees_with_the_throttle_the_proxy_gave_its_members(
     assert recorded_s >= 4, f"the tenant's quota must have bitten ({recorded_s} s throttled)"
     assert abs(replayed_held - recorded_held) <= AGGREGATE_TOLERANCE * recorded_held, "time held at the quota"
     assert abs(replayed_s - recorded_s) <= max(TOLERANCE * recorded_s, 2), "seconds throttled"
+
+
+OWN = 70_000  # bytes/s: proof-java-like's own quota, below its share of the tenant's QUOTA
+
+
+@pytest.mark.long_only
+def test_a_members_own_quota_and_its_tenants_replayed_together_agree_with_the_proxy(
+    spark, proxy_factory, kafka, tmp_path: Path
+) -> None:
+    # The tenant's two producers, one of them (librdkafka, honouring throttle_time_ms) also under its
+    # own quota below its share: the proxy holds it by both (MemberBucket), the other (kafka-python) by
+    # the tenant's. The replay of the members' records, each through its own quota and the tenant's.
+    usage_dir = tmp_path / "usage"
+    config = (
+        "quota_window_num = 2\n"
+        f'[[quotas]]\nclient_id = "proof-java-like"\nproducer_byte_rate = {OWN}\n'
+        f'[[tenants]]\nname = "{TEAM}"\nclient_ids = ["proof-java-like", "proof-ignores-throttle"]\n'
+        f"producer_byte_rate = {QUOTA}\n"
+        f'[usage]\nenabled = true\nflush_interval_seconds = 0.5\ndirectory = "{usage_dir}"\n'
+    )
+    proxy = proxy_factory(kafka.bootstrap, config)
+    produce_through(proxy.bootstrap, kafka.bootstrap)
+    proxy.stop()
+    found = read_usage_files(spark, [str(usage_dir)])
+    assert found.problems == []
+    rows = usable_rows(found.raw)
+    candidates = pd.DataFrame({"quota_key": ["producer_byte_rate"] * 2, "quota": [float(OWN), float(QUOTA)]})
+    current = whatif(rows, candidates, WINDOWS).where("is_current").collect()
+    by_owner = {row["tenant"] or row["client_id"]: row.asDict() for row in current}
+    team, own, other = by_owner[TEAM], by_owner["proof-java-like"], by_owner["proof-ignores-throttle"]
+    assert (team["quota"], own["quota"], other["quota"]) == (QUOTA, OWN, None), by_owner
+    # time held: the bytes over either quota at the owner's quota (the tenant's for a member without one)
+    for name, row, rate in (
+        (TEAM, team, QUOTA),
+        ("proof-java-like", own, OWN),
+        ("proof-ignores-throttle", other, QUOTA),
+    ):
+        recorded_held = row["recorded_amount_delayed"] / rate * 1000
+        replayed_held = row["amount_delayed"] / rate * 1000
+        recorded_s, replayed_s = row["recorded_seconds_throttled"], row["seconds_throttled"]
+        print(
+            f"together {name}: held proxy {recorded_held:.0f} ms replay {replayed_held:.0f} ms "
+            f"({replayed_held / max(recorded_held, 1):.3f}×); throttled seconds proxy {recorded_s} replay {replayed_s}"
+        )
+        assert recorded_s >= 4, f"{name}: the quotas must have bitten ({recorded_s} s throttled)"
+        assert abs(replayed_held - recorded_held) <= AGGREGATE_TOLERANCE * recorded_held, f"{name}: time held"
+        assert abs(replayed_s - recorded_s) <= max(TOLERANCE * recorded_s, 2), f"{name}: seconds throttled"
