@@ -418,8 +418,10 @@ def replay_tenant(
       (else `stand_in`'s); the figures over all members' charges, the records' figures summed.
     - A settled member's rows (`settled`: the entities whose records all name this tenant; None:
       every member): each candidate own quota, with the tenant's quota as its records say; the
-      figures over that member's charges. A member with no own quota under a binding tenant quota
-      has one more row, `quota` null (is_current): what the tenant's quota did to it alone.
+      figures over that member's charges.
+    - A row with `quota` null where the other side has a binding quota in force: no quota on this
+      side, the other's alone (the tenant's with the members' own quotas only; a member's with the
+      tenant's quota only). For a member without an own quota it is what the proxy did (is_current).
 
     The tenant's bucket is charged every member's charges whatever the members' own quotas (the
     replay charges the traffic the records show), so the members' own candidates are replayed side

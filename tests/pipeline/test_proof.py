@@ -13,7 +13,9 @@ through the usage topic), and on per-request records (v1):
   depends on when each request came back from its mute (docs/pipeline.md).
 
 And per tenant (long_only): the same two producers as the members of one tenant, held together by
-its quota, their summed records replayed against the tenant's quota (docs/pipeline.md, "Tenants").
+its quota, their records replayed against the tenant's quota; and with one member also under its own
+quota below its share, both binding, each member replayed through its own quota and the tenant's
+together, compared per member and for the tenant (docs/pipeline.md, "Tenants").
 """
 
 from __future__ import annotations
@@ -149,17 +151,15 @@ def test_the_usage_topic_ingests_and_replays_the_same(spark, proxy_factory, kafk
 
 
 TEAM = "proof-team"
+OWN = 70_000  # bytes/s: proof-java-like's own quota in the second tenant proof, below its share of QUOTA
 
 
-@pytest.mark.long_only
-def test_a_tenants_replay_agrees_with_the_throttle_the_proxy_gave_its_members(
-    spark, proxy_factory, kafka, tmp_path: Path
-) -> None:
-    # The same two producers, with no quota of their own, as the two members of a tenant holding
-    # them together to QUOTA: the replay of their summed records against the tenant's quota.
+def tenant_records(spark, proxy_factory, kafka, tmp_path: Path, quotas: str = ""):  # type: ignore[no-untyped-def]
+    """The proof's two producers as the two members of TEAM, held together to QUOTA, with `quotas`
+    ([[quotas]] entries) beside it, through a real proxy: the records it wrote, ingested."""
     usage_dir = tmp_path / "usage"
     config = (
-        "quota_window_num = 2\n"
+        f"quota_window_num = 2\n{quotas}"
         f'[[tenants]]\nname = "{TEAM}"\nclient_ids = ["proof-java-like", "proof-ignores-throttle"]\n'
         f"producer_byte_rate = {QUOTA}\n"
         f'[usage]\nenabled = true\nflush_interval_seconds = 0.5\ndirectory = "{usage_dir}"\n'
@@ -169,24 +169,37 @@ def test_a_tenants_replay_agrees_with_the_throttle_the_proxy_gave_its_members(
     proxy.stop()
     found = read_usage_files(spark, [str(usage_dir)])
     assert found.problems == []
-    rows = usable_rows(found.raw)
+    return usable_rows(found.raw)
+
+
+def assert_held_alike(name: str, row: dict, rate: float) -> None:
+    """The time held at `rate` (the bytes over quota at it) and the seconds throttled, replayed and
+    recorded, within the aggregates' bounds."""
+    recorded_held = row["recorded_amount_delayed"] / rate * 1000
+    replayed_held = row["amount_delayed"] / rate * 1000
+    recorded_s, replayed_s = row["recorded_seconds_throttled"], row["seconds_throttled"]
+    print(
+        f"{name}: held at {rate:.0f} B/s proxy {recorded_held:.0f} ms replay {replayed_held:.0f} ms "
+        f"({replayed_held / max(recorded_held, 1):.3f}×); throttled seconds proxy {recorded_s} replay {replayed_s}"
+    )
+    assert recorded_s >= 4, f"{name}: the quota must have bitten ({recorded_s} s throttled)"
+    assert abs(replayed_held - recorded_held) <= AGGREGATE_TOLERANCE * recorded_held, f"{name}: time held"
+    assert abs(replayed_s - recorded_s) <= max(TOLERANCE * recorded_s, 2), f"{name}: seconds throttled"
+
+
+@pytest.mark.long_only
+def test_a_tenants_replay_agrees_with_the_throttle_the_proxy_gave_its_members(
+    spark, proxy_factory, kafka, tmp_path: Path
+) -> None:
+    # The same two producers, with no quota of their own, as the two members of a tenant holding
+    # them together to QUOTA: the replay of their records against the tenant's quota.
+    rows = tenant_records(spark, proxy_factory, kafka, tmp_path)
     candidate = pd.DataFrame({"quota_key": ["producer_byte_rate"], "quota": [float(QUOTA)]})
     (team,) = [row.asDict() for row in whatif(rows, candidate, WINDOWS).where(f"tenant = '{TEAM}'").collect()]
     assert team["members"] == 2 and team["is_current"] and team["current_quota"] == QUOTA, team
     assert team["current_shadow"] is False, "the records say the tenant's quota was binding"
-    recorded_held = team["recorded_amount_delayed"] / QUOTA * 1000
-    replayed_held = team["throttled_time_ms"]
-    recorded_s, replayed_s = team["recorded_seconds_throttled"], team["seconds_throttled"]
-    print(
-        f"tenant {TEAM}: held at its quota proxy {recorded_held:.0f} ms replay {replayed_held:.0f} ms "
-        f"({replayed_held / max(recorded_held, 1):.3f}×); throttled seconds proxy {recorded_s} replay {replayed_s}"
-    )
-    assert recorded_s >= 4, f"the tenant's quota must have bitten ({recorded_s} s throttled)"
-    assert abs(replayed_held - recorded_held) <= AGGREGATE_TOLERANCE * recorded_held, "time held at the quota"
-    assert abs(replayed_s - recorded_s) <= max(TOLERANCE * recorded_s, 2), "seconds throttled"
-
-
-OWN = 70_000  # bytes/s: proof-java-like's own quota, below its share of the tenant's QUOTA
+    assert team["throttled_time_ms"] == pytest.approx(team["amount_delayed"] / QUOTA * 1000)
+    assert_held_alike(f"tenant {TEAM}", team, QUOTA)
 
 
 @pytest.mark.long_only
@@ -196,38 +209,14 @@ def test_a_members_own_quota_and_its_tenants_replayed_together_agree_with_the_pr
     # The tenant's two producers, one of them (librdkafka, honouring throttle_time_ms) also under its
     # own quota below its share: the proxy holds it by both (MemberBucket), the other (kafka-python) by
     # the tenant's. The replay of the members' records, each through its own quota and the tenant's.
-    usage_dir = tmp_path / "usage"
-    config = (
-        "quota_window_num = 2\n"
-        f'[[quotas]]\nclient_id = "proof-java-like"\nproducer_byte_rate = {OWN}\n'
-        f'[[tenants]]\nname = "{TEAM}"\nclient_ids = ["proof-java-like", "proof-ignores-throttle"]\n'
-        f"producer_byte_rate = {QUOTA}\n"
-        f'[usage]\nenabled = true\nflush_interval_seconds = 0.5\ndirectory = "{usage_dir}"\n'
-    )
-    proxy = proxy_factory(kafka.bootstrap, config)
-    produce_through(proxy.bootstrap, kafka.bootstrap)
-    proxy.stop()
-    found = read_usage_files(spark, [str(usage_dir)])
-    assert found.problems == []
-    rows = usable_rows(found.raw)
+    own_quota = f'[[quotas]]\nclient_id = "proof-java-like"\nproducer_byte_rate = {OWN}\n'
+    rows = tenant_records(spark, proxy_factory, kafka, tmp_path, own_quota)
     candidates = pd.DataFrame({"quota_key": ["producer_byte_rate"] * 2, "quota": [float(OWN), float(QUOTA)]})
     current = whatif(rows, candidates, WINDOWS).where("is_current").collect()
     by_owner = {row["tenant"] or row["client_id"]: row.asDict() for row in current}
     team, own, other = by_owner[TEAM], by_owner["proof-java-like"], by_owner["proof-ignores-throttle"]
     assert (team["quota"], own["quota"], other["quota"]) == (QUOTA, OWN, None), by_owner
     # time held: the bytes over either quota at the owner's quota (the tenant's for a member without one)
-    for name, row, rate in (
-        (TEAM, team, QUOTA),
-        ("proof-java-like", own, OWN),
-        ("proof-ignores-throttle", other, QUOTA),
-    ):
-        recorded_held = row["recorded_amount_delayed"] / rate * 1000
-        replayed_held = row["amount_delayed"] / rate * 1000
-        recorded_s, replayed_s = row["recorded_seconds_throttled"], row["seconds_throttled"]
-        print(
-            f"together {name}: held proxy {recorded_held:.0f} ms replay {replayed_held:.0f} ms "
-            f"({replayed_held / max(recorded_held, 1):.3f}×); throttled seconds proxy {recorded_s} replay {replayed_s}"
-        )
-        assert recorded_s >= 4, f"{name}: the quotas must have bitten ({recorded_s} s throttled)"
-        assert abs(replayed_held - recorded_held) <= AGGREGATE_TOLERANCE * recorded_held, f"{name}: time held"
-        assert abs(replayed_s - recorded_s) <= max(TOLERANCE * recorded_s, 2), f"{name}: seconds throttled"
+    assert_held_alike(f"together {TEAM}", team, QUOTA)
+    assert_held_alike("together proof-java-like", own, OWN)
+    assert_held_alike("together proof-ignores-throttle", other, QUOTA)
