@@ -8,7 +8,8 @@ bench/floor_forwarder.py (the least a Python proxy on uvloop does per request), 
 - haproxy: TCP mode, the L4 hop the targets are stated against;
 - floor: forward each read, nothing else: what the asyncio glue costs before any Kafka logic;
 - A and B: quotagate from two package directories (default: this checkout for both, which measures
-  the noise), each with quotas that never bind (every request resolved and charged), and with
+  the noise), each with quotas that never bind (every request resolved and charged), set through the Admin
+  API (kafka-configs.sh against the proxy, as operators set them), and with
   `--usage` usage records on as operators run them (v2 aggregates to Parquet).
 
 Workloads: the small produce requests of `make bench` (4 producers, one 100 B record per request),
@@ -110,6 +111,7 @@ def main() -> None:
                 config = config.replace("broker_node_ids = [1, 8]\n", "")
             children[name] = harness.launch_quotagate(workdir, name, config, base + 9, base + 1, package)
             stack.callback(children[name].stop)  # at once: a later start that fails must not leave it running
+            harness.set_non_binding_quotas(f"{HOST}:{base}")
         harness.create_topics({"bench-small": 1 << 30})
         paths = [
             BenchPath(HAPROXY, f"{HOST}:{harness.HAPROXY_PORT}", harness.HAPROXY_PORT, children[HAPROXY].pid),

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafka_rig import Cluster, fresh_cluster
+from kafka_rig import Cluster, fresh_cluster, run_tool
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,14 +58,16 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
 # Quotas on the default entities, far above anything this machine can move: every request goes
 # through resolution, charging and the throttle check, and nothing is ever throttled.
-NON_BINDING_QUOTAS = """
-[[quotas]]
-user = "<default>"
-client_id = "<default>"
-producer_byte_rate = 10000000000   # 10 GB/s
-consumer_byte_rate = 10000000000
-request_percentage = 10000         # 100 threads' worth of request time
-"""
+NON_BINDING_QUOTA_VALUES = {
+    "producer_byte_rate": 10_000_000_000,  # 10 GB/s
+    "consumer_byte_rate": 10_000_000_000,
+    "request_percentage": 10_000,  # 100 threads' worth of request time
+}
+# The same quotas as a file's entry, for the runs whose proxies share buckets through Redis
+# (bench/shared.py), where every process must hold them from its start.
+NON_BINDING_QUOTAS = '\n[[quotas]]\nuser = "<default>"\nclient_id = "<default>"\n' + "".join(
+    f"{key} = {value}\n" for key, value in NON_BINDING_QUOTA_VALUES.items()
+)
 
 
 # How long the soak and chaos runs wait for their proxy: with the load average at 40 on the 2 cores
@@ -301,23 +303,46 @@ def start_haproxy(workdir: Path) -> Child:
 
 
 def quotagate_config(base: int, quotas: bool, usage_directory: Path | None = None) -> str:
-    """A bench quotagate's configuration: no quotas, or quotas that never bind, with or without usage
-    records (v2 aggregates to Parquet, the default an operator running the pipeline has)."""
+    """A bench quotagate's configuration: with `quotas`, ANONYMOUS may set quotas through the Admin API
+    (set_non_binding_quotas sets them once the proxy is up, as an operator does); with or without
+    usage records (v2 aggregates to Parquet, the default an operator running the pipeline has)."""
     return (
         f'[proxy]\nbootstrap_servers = ["{HOST}:{KAFKA_PORT}"]\nlisten_host = "{HOST}"\n'
         f'advertised_host = "{HOST}"\nport = {base}\nbroker_port_base = {base}\nbroker_node_ids = [1, 8]\n'
         f'[metrics]\nhost = "{HOST}"\nport = {base + 9}\n'
-        + (NON_BINDING_QUOTAS if quotas else "")
+        + ('[admin]\nalter_principals = ["ANONYMOUS"]\n' if quotas else "")
         + (f'[usage]\nenabled = true\ndirectory = "{usage_directory}"\n' if usage_directory is not None else "")
     )
 
 
+def set_non_binding_quotas(bootstrap: str) -> None:
+    """NON_BINDING_QUOTA_VALUES on the default (user, client-id) entity, set as operators set quotas:
+    kafka-configs.sh against the proxy, which answers AlterClientQuotas itself and keeps them in its
+    state file beside the configuration. Raises if the proxy does not then describe them."""
+    entity = ["--entity-type", "users", "--entity-default", "--entity-type", "clients", "--entity-default"]
+    settings = ",".join(f"{key}={value}" for key, value in NON_BINDING_QUOTA_VALUES.items())
+    run_tool("configs", "--bootstrap-server", bootstrap, *entity, "--alter", "--add-config", settings)
+    described = run_tool("configs", "--bootstrap-server", bootstrap, *entity, "--describe").stdout
+    missing = [key for key in NON_BINDING_QUOTA_VALUES if f"{key}=" not in described]
+    if missing:
+        raise BenchError(f"the proxy at {bootstrap} does not describe {missing} after kafka-configs.sh set them")
+
+
 def start_quotagate(workdir: Path, name: str, package_dir: Path | None = None) -> Child:
-    """One bench quotagate from the venv, or from package_dir's copy of the package (a patch under test)."""
+    """One bench quotagate from the venv, or from package_dir's copy of the package (a patch under test);
+    its non-binding quotas (all but quotagate_no_quota) set through the Admin API."""
     base = QUOTAGATE_BASES[name]
     usage = workdir / f"{name}-usage" if name == "quotagate_usage" else None
-    config = quotagate_config(base, quotas=name != "quotagate_no_quota", usage_directory=usage)
-    return launch_quotagate(workdir, name, config, base + 9, base + 1, package_dir)
+    quotas = name != "quotagate_no_quota"
+    config = quotagate_config(base, quotas=quotas, usage_directory=usage)
+    child = launch_quotagate(workdir, name, config, base + 9, base + 1, package_dir)
+    if quotas:
+        try:
+            set_non_binding_quotas(f"{HOST}:{base}")
+        except BaseException:
+            child.stop()
+            raise
+    return child
 
 
 def launch_quotagate(

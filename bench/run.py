@@ -2,7 +2,8 @@
 """quotagate against direct and against haproxy (L4), on one broker, in one run.
 
 Paths: direct; haproxy in TCP mode; quotagate without quotas; quotagate with quotas that never bind
-(every request resolved and charged, nothing throttled). Workloads, each on every path:
+(every request resolved and charged, nothing throttled), set through the Admin API as operators set
+them, without and with usage records. Workloads, each on every path:
 
 1. produce: Java producer perf test, 1 KiB records, acks=1, as fast as it goes (MB/s, p50/p99);
 2. consume: Java consumer perf test reading the same records (MB/s);
