@@ -10,6 +10,10 @@ with producer_ids_rate set too (KIP-936: every produce hooked, its producer ID r
 - metadata: ApiVersions v3 then Metadata v4, alternately, the 200-connections workload's exchange;
 - fetch: a Fetch v12 request and a 1 MB response arriving in 64 KiB reads (cut through).
 
+Each also with the client a tenant's member (quotas not binding, its own and its tenant's), and the
+charges alone: an exchange's charge_request and charge_response on an entity's buckets, in no tenant
+and a member (`charges_us`).
+
 The socket workloads add the syscalls (about half of their proxy CPU); this isolates the other half,
 deterministically enough to compare two versions of the code. Figures only, nothing asserted.
 
@@ -20,7 +24,7 @@ slice, and the file write) is counted too, every 10 000 exchanges, since it is C
 The figures, and the usage ones over usage off, go to bench/results/hot_path.json
 (`usage.produce.usage_off_us`, `.aggregates_us`, `.per_request_us`, ...).
 
-    .venv/bin/python -m bench.hot_path [--exchanges N] [--profile produce] [--out FILE]
+    .venv/bin/python -m bench.hot_path [--exchanges N] [--profile produce] [--out FILE] [--charges-only]
 """
 
 from __future__ import annotations
@@ -54,7 +58,17 @@ NON_BINDING = (
 # producer_ids_rate (KIP-936) set too: every produce is hooked and its producer ID (seen after the
 # first) looked up in the entity's Bloom filters.
 PRODUCER_IDS = NON_BINDING + "producer_ids_rate = 1000\n"
-CONFIGS = {"no_quota": "", "quotas_not_binding": NON_BINDING, "producer_ids_rate": PRODUCER_IDS}
+# The bench client a tenant's member too: every charge goes to its own bucket and its tenant's.
+TENANT_MEMBER = NON_BINDING + (
+    '[[tenants]]\nname = "bench"\nclient_ids = ["bench-client"]\n'
+    "producer_byte_rate = 1e10\nconsumer_byte_rate = 1e10\nrequest_percentage = 10000\n"
+)
+CONFIGS = {
+    "no_quota": "",
+    "quotas_not_binding": NON_BINDING,
+    "producer_ids_rate": PRODUCER_IDS,
+    "tenant_member": TENANT_MEMBER,
+}
 # A RecordBatch v2 header from producer 4242 and 39 bytes standing for its records: 100 bytes.
 RECORD_BATCH = pack(">qiibIhiqqqhii", 0, 88, 0, 2, 0, 0, 0, 0, 0, 4242, 0, 0, 1) + b"r" * 39
 
@@ -155,6 +169,27 @@ def run(config: str, exchange: list[tuple[bytes, list[bytes]]], count: int, prof
     return asyncio.run(main())
 
 
+def charges(config: str, count: int) -> float:
+    """µs for one produce exchange's charges alone (charge_request, then charge_response with its
+    request time), on the buckets of the bench client under `config`, in the build that runs."""
+    from quotagate import compiled
+    from quotagate.quotas import QuotaEngine
+    from quotagate.quotas.apis import policy
+    from quotagate.quotas.entities import ANONYMOUS
+
+    charging = compiled.load("quotagate.quotas.charging")
+    settings = parse_config('[proxy]\nbootstrap_servers = ["127.0.0.1:1"]\nport = 1\n' + config)
+    buckets = QuotaEngine(settings.quotas, settings.windows).entity_buckets(ANONYMOUS, "bench-client", 0.0)
+    produce = policy(0)
+    charge_request, charge_response = charging.charge_request, charging.charge_response
+    started = time.process_time()
+    for i in range(count):
+        now = i * 1e-4
+        charge_request(buckets, produce, 100, now)
+        charge_response(buckets, produce, 50, 0.5, now)
+    return (time.process_time() - started) / count * 1e6
+
+
 def broker_answers() -> tuple[bytes, bytes]:
     """A Metadata v4 and an ApiVersions v3 answer as a broker gives them (one broker, every API)."""
     from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
@@ -188,6 +223,7 @@ def main() -> int:
     parser.add_argument("--profile", choices=("produce", "metadata", "fetch"), help="cProfile this one (quotas)")
     parser.add_argument("--profile-usage", choices=[name for name, _ in USAGE_CONFIGS], help="with these usage records")
     parser.add_argument("--out", type=Path, default=RESULTS / "hot_path.json")
+    parser.add_argument("--charges-only", action="store_true", help="only the charges, printed (no file written)")
     args = parser.parse_args()
     results: dict = {"exchanges": args.exchanges, "load_average_before": list(os.getloadavg()), "exchange_us": {}}
     metadata, api_versions = broker_answers()
@@ -196,15 +232,23 @@ def main() -> int:
         "metadata": lambda: metadata_exchange(metadata, api_versions),
         "fetch": fetch_exchange,
     }
-    print(f"{'µs per exchange':<16}" + "".join(f"{name:>22}" for name in CONFIGS))
-    for name, build in workloads.items():
-        count = args.exchanges if name != "fetch" else max(args.exchanges // 20, 500)
-        # min of 5: this machine's speed swings by up to 1.7x within seconds; the minimum is the code's cost
-        figures = [min(run(config, build(), count, False) for _ in range(5)) for config in CONFIGS.values()]
-        print(f"{name:<16}" + "".join(f"{figure:>22.2f}" for figure in figures))
-        results["exchange_us"][name] = {
-            config: round(figure, 3) for config, figure in zip(CONFIGS, figures, strict=True)
-        }
+    charge_configs = {"no_tenant": NON_BINDING, "tenant_member": TENANT_MEMBER}
+    if not args.charges_only:
+        print(f"{'µs per exchange':<16}" + "".join(f"{name:>22}" for name in CONFIGS))
+        for name, build in workloads.items():
+            count = args.exchanges if name != "fetch" else max(args.exchanges // 20, 500)
+            # min of 5: this machine's speed swings by up to 1.7x within seconds; the minimum is the code's cost
+            figures = [min(run(config, build(), count, False) for _ in range(5)) for config in CONFIGS.values()]
+            print(f"{name:<16}" + "".join(f"{figure:>22.2f}" for figure in figures))
+            results["exchange_us"][name] = {
+                config: round(figure, 3) for config, figure in zip(CONFIGS, figures, strict=True)
+            }
+    figures = [min(charges(config, args.exchanges * 4) for _ in range(5)) for config in charge_configs.values()]
+    print(f"\n{'µs per charges':<16}" + "".join(f"{name:>22}" for name in charge_configs))
+    print(f"{'produce':<16}" + "".join(f"{figure:>22.3f}" for figure in figures))
+    results["charges_us"] = {name: round(figure, 4) for name, figure in zip(charge_configs, figures, strict=True)}
+    if args.charges_only:
+        return 0
     print(f"\n{'usage records':<16}" + "".join(f"{name:>22}" for name, _ in USAGE_CONFIGS))
     results["usage"] = {}
     for name in ("produce", "metadata"):

@@ -7,7 +7,8 @@ machine; callgrind counts the instructions they execute, which do not. Each case
 the figure is the difference over N: start-up, imports and warm-up cancel out. The cases are
 hot_path's exchanges (a Produce v9 of one 100-byte batch and its answer; ApiVersions v3 + Metadata
 v4, alternately) with no quota, with quotas that never bind, and with usage records on (v2
-aggregates, quotas not binding; no flush: its cost is hot_path's figure). The glue's clock moves
+aggregates, quotas not binding; no flush: its cost is hot_path's figure), and with the client a
+tenant's member (quotas not binding: its own bucket and its tenant's charged). The glue's clock moves
 100 us an exchange, so that what depends on time (usage windows) is the same in every run.
 
     .venv/bin/python -m bench.instructions [--exchanges 5000] [--cases produce/no_quota,...]
@@ -27,12 +28,12 @@ import tempfile
 from pathlib import Path
 
 WORKLOADS = ("produce", "metadata")
-CONFIGS = ("no_quota", "quotas_not_binding", "usage_aggregates", "usage_per_request")
+CONFIGS = ("no_quota", "quotas_not_binding", "usage_aggregates", "tenant_member", "usage_per_request")
 WARM_UP = 2000
 
 
 def config_text(config: str) -> str:
-    from bench.hot_path import NON_BINDING, USAGE_CONFIGS
+    from bench.hot_path import NON_BINDING, TENANT_MEMBER, USAGE_CONFIGS
 
     usage = {name: text for (name, _), text in USAGE_CONFIGS.items()}
     return {
@@ -40,6 +41,7 @@ def config_text(config: str) -> str:
         "quotas_not_binding": NON_BINDING,
         "usage_aggregates": NON_BINDING + usage["aggregates_parquet"],
         "usage_per_request": NON_BINDING + usage["per_request_jsonl"],
+        "tenant_member": TENANT_MEMBER,
     }[config]
 
 
@@ -98,7 +100,7 @@ def instructions(workload: str, config: str, count: int) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--exchanges", type=int, default=5000, help="N: the runs make N and 2N exchanges")
-    parser.add_argument("--cases", default=",".join(f"{w}/{c}" for w in WORKLOADS for c in CONFIGS[:3]))
+    parser.add_argument("--cases", default=",".join(f"{w}/{c}" for w in WORKLOADS for c in CONFIGS[:4]))
     parser.add_argument("--drive", nargs=3, metavar=("WORKLOAD", "CONFIG", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.drive:

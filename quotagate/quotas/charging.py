@@ -24,8 +24,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from quotagate.quotas.apis import BYTES_IN, BYTES_OUT, LONG_POLL, PARTITIONS_MUTATED
-from quotagate.quotas.bucket import ShadowTokenBucket
-from quotagate.quotas.engine import MemberBucket
+from quotagate.quotas.bucket import MemberBucket, ShadowTokenBucket
 
 # Compiled, these are cimported (charging_c.pxd): C calls into token_bucket_c.
 from quotagate.quotas.token_bucket import bucket_charge, bucket_throttle_ms
@@ -64,10 +63,10 @@ def fetch_throttle_ms(buckets: EntityBuckets, now: float) -> int:
     # (an attribute read, where throttle_ms is a call: this runs for every fetch under a quota).
     bucket = buckets.fetch
     if bucket is not None and bucket.tokens < 0:
-        throttle = bucket.throttle_ms(now)
+        throttle = bucket_throttle_ms(bucket, now)
     bucket = buckets.request
     if bucket is not None and bucket.tokens < 0:
-        throttle = _with_request_time(throttle, bucket.throttle_ms(now), buckets.request_cap_ms)
+        throttle = _with_request_time(throttle, bucket_throttle_ms(bucket, now), buckets.request_cap_ms)
     return throttle
 
 

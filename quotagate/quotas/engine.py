@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from quotagate.quotas.bucket import ShadowTokenBucket, TokenBucket
+from quotagate.quotas.bucket import MemberBucket, ShadowTokenBucket, TokenBucket
 from quotagate.quotas.entities import IpQuotaKey, QuotaKey, QuotaTable, Resolution
 from quotagate.quotas.lease import LeasedBucket
 from quotagate.quotas.producer_ids import ProducerIdMemory
@@ -134,60 +134,6 @@ class EntityBuckets:
     # The most a fetch may ask for (QuotaWindows.fetch_max_bytes); FETCH_MAX_BYTES_LIMIT without a
     # binding consumer_byte_rate (none, or a shadow one: a quota being tried changes no request).
     fetch_max_bytes: int = FETCH_MAX_BYTES_LIMIT
-
-
-class MemberBucket:
-    """A tenant member's charges for one key: its own entity's bucket and its tenant's, both charged
-    every time, the throttle the larger of the two (a member is held by whichever binds first).
-    Answers what the session's charging reads of a bucket (charge, throttle_ms, tokens, ...)."""
-
-    __slots__ = ("own", "tenant")
-
-    def __init__(self, own: Bucket, tenant: Bucket) -> None:
-        self.own = own
-        self.tenant = tenant
-
-    @property
-    def tokens(self) -> float:
-        """The lower balance as last refilled: below zero when either is in debt (the tenant's may
-        have gone there through another member's charge since; charging reads it, not a copy)."""
-        own, tenant = self.own.tokens, self.tenant.tokens
-        return own if own < tenant else tenant
-
-    def charge(self, amount: float, now: float) -> int:
-        own = self.own.charge(amount, now)
-        tenant = self.tenant.charge(amount, now)
-        return own if own > tenant else tenant
-
-    def record(self, amount: float, now: float) -> None:
-        self.own.record(amount, now)
-        self.tenant.record(amount, now)
-
-    def refill(self, now: float) -> None:
-        self.own.refill(now)
-        self.tenant.refill(now)
-
-    def throttle_ms(self, now: float) -> int:
-        return max(self.own.throttle_ms(now), self.tenant.throttle_ms(now))
-
-    def give_back(self, amount: float, now: float) -> None:
-        self.own.give_back(amount, now)
-        self.tenant.give_back(amount, now)
-
-    def tokens_at(self, now: float) -> float:
-        return min(self.own.tokens_at(now), self.tenant.tokens_at(now))
-
-    def take_held_ms(self) -> int:
-        """What the shadow one of the two would have held the member (charging.shadow_throttle_ms)."""
-        held = 0
-        for bucket in (self.own, self.tenant):
-            if isinstance(bucket, ShadowTokenBucket):
-                held = max(held, bucket.take_held_ms())
-        return held
-
-    @property
-    def shadow(self) -> bool:
-        return isinstance(self.own, ShadowTokenBucket) or isinstance(self.tenant, ShadowTokenBucket)
 
 
 def tokens_per_second(key: QuotaKey, value: float) -> float:

@@ -13,7 +13,9 @@ listed by two tenants is refused when the file is read, since that is always a m
 A tenant's quota for a key is one bucket shared by all its members (bucket id (key, "tenant", None,
 name)), drawn on as well as the member's own entity quota (Kafka's 8-level precedence, unchanged):
 every charge goes to both, and the member is held by whichever binds first (the throttle is the
-larger of the two). quotas/engine.py composes them; this module only says who is in which tenant.
+larger of the two). quotas/engine.py composes them into a MemberBucket (quotas/token_bucket.py,
+compiled with the token bucket: a member's charge is a C call as an entity's); this module only
+says who is in which tenant.
 
 Pure, no I/O. Resolution is cached per bounded (user, client id), and the user rules' answer per
 bounded user, MAX_CACHED_CLIENTS entries each at most (emptied when full): whatever names a client

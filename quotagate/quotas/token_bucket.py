@@ -1,11 +1,12 @@
-"""A token bucket whose tokens may go negative (KIP-599's TokenBucket).
+"""A token bucket whose tokens may go negative (KIP-599's TokenBucket), and a tenant member's pair.
 
 Tokens accrue at `rate` per second up to `burst`. Recording an amount always succeeds and may drive
 the tokens below zero; a negative balance K means the caller is in debt and must wait −K / rate
-seconds before it is back at zero. That wait is the throttle time.
+seconds before it is back at zero. That wait is the throttle time. A tenant member draws on two
+buckets for a key, its own entity's and its tenant's: `MemberBucket` charges both.
 
 Compiled as token_bucket_c with the exchange core (quotagate/compiled.py), so a charge on the hot
-path is a C call; quotas.bucket gives the build that runs.
+path is a C call, a member's too; quotas.bucket gives the build that runs.
 """
 
 from __future__ import annotations
@@ -121,12 +122,74 @@ class ShadowTokenBucket(TokenBucket):
         return whole
 
 
+class MemberBucket:
+    """A tenant member's charges for one key: its own entity's bucket and its tenant's, both charged
+    every time, the throttle the larger of the two (a member is held by whichever binds first).
+    Answers what the session's charging reads of a bucket (charge, throttle_ms, tokens, ...). Either
+    may be a TokenBucket (C calls, compiled) or a Redis-leased bucket (Python calls)."""
+
+    __slots__ = ("own", "tenant")
+
+    def __init__(self, own: Any, tenant: Any) -> None:
+        self.own = own
+        self.tenant = tenant
+
+    @property
+    def tokens(self) -> float:
+        """The lower balance as last refilled: below zero when either is in debt (the tenant's may
+        have gone there through another member's charge since; charging reads it, not a copy)."""
+        own, tenant = self.own.tokens, self.tenant.tokens
+        return own if own < tenant else tenant
+
+    def charge(self, amount: float, now: float) -> int:
+        own = bucket_charge(self.own, amount, now)
+        tenant = bucket_charge(self.tenant, amount, now)
+        return own if own > tenant else tenant
+
+    def record(self, amount: float, now: float) -> None:
+        self.own.record(amount, now)
+        self.tenant.record(amount, now)
+
+    def refill(self, now: float) -> None:
+        self.own.refill(now)
+        self.tenant.refill(now)
+
+    def throttle_ms(self, now: float) -> int:
+        own = bucket_throttle_ms(self.own, now)
+        tenant = bucket_throttle_ms(self.tenant, now)
+        return own if own > tenant else tenant
+
+    def give_back(self, amount: float, now: float) -> None:
+        self.own.give_back(amount, now)
+        self.tenant.give_back(amount, now)
+
+    def tokens_at(self, now: float) -> float:
+        own = self.own.tokens_at(now)  # C doubles, compiled (token_bucket_c.pxd)
+        tenant = self.tenant.tokens_at(now)
+        return own if own < tenant else tenant
+
+    def take_held_ms(self) -> int:
+        """What the shadow one of the two would have held the member (charging.shadow_throttle_ms)."""
+        held = 0
+        for bucket in (self.own, self.tenant):
+            if isinstance(bucket, ShadowTokenBucket):
+                held = max(held, bucket.take_held_ms())
+        return held
+
+    @property
+    def shadow(self) -> bool:
+        return isinstance(self.own, ShadowTokenBucket) or isinstance(self.tenant, ShadowTokenBucket)
+
+
 def bucket_charge(bucket: Any, amount: float, now: float) -> int:
     """`bucket.charge(amount, now)` for any of the engine's buckets. Compiled, a TokenBucket's (or a
-    ShadowTokenBucket's) is a C call; a tenant member's or a Redis-leased bucket's stays a Python one."""
+    ShadowTokenBucket's) and a tenant member's are C calls; a Redis-leased bucket's stays a Python one."""
     if isinstance(bucket, TokenBucket):
         token = bucket  # typed TokenBucket when compiled (token_bucket_c.pxd)
         return token.charge(amount, now)
+    if isinstance(bucket, MemberBucket):
+        member = bucket  # typed MemberBucket when compiled
+        return member.charge(amount, now)
     return bucket.charge(amount, now)
 
 
@@ -135,4 +198,7 @@ def bucket_throttle_ms(bucket: Any, now: float) -> int:
     if isinstance(bucket, TokenBucket):
         token = bucket
         return token.throttle_ms(now)
+    if isinstance(bucket, MemberBucket):
+        member = bucket
+        return member.throttle_ms(now)
     return bucket.throttle_ms(now)

@@ -25,7 +25,20 @@ cdef class ShadowTokenBucket(TokenBucket):
     cpdef object throttle_ms(self, double now)
 
 
-@cython.locals(token=TokenBucket)
+# A tenant member's pair: its own bucket and its tenant's (TokenBuckets, or Redis-leased ones).
+cdef class MemberBucket:
+    cdef public object own
+    cdef public object tenant
+    cpdef object charge(self, double amount, double now)
+    cpdef void record(self, double amount, double now) except *
+    cpdef void refill(self, double now) except *
+    cpdef object throttle_ms(self, double now)
+    cpdef void give_back(self, double amount, double now) except *
+    @cython.locals(own=double, tenant=double)
+    cpdef double tokens_at(self, double now) except? -1.0
+
+
+@cython.locals(token=TokenBucket, member=MemberBucket)
 cpdef object bucket_charge(object bucket, double amount, double now)
-@cython.locals(token=TokenBucket)
+@cython.locals(token=TokenBucket, member=MemberBucket)
 cpdef object bucket_throttle_ms(object bucket, double now)

@@ -1,6 +1,7 @@
 """Tenants: [[tenants]] parsing, who is in which tenant, and how a tenant's bucket composes with a
 member's own quota (quotas/tenants.py, quotas/engine.py)."""
 
+import importlib
 import json
 import math
 from pathlib import Path
@@ -9,6 +10,7 @@ from struct import unpack_from
 import pytest
 from prometheus_client import CollectorRegistry
 
+from quotagate import compiled
 from quotagate.config import ConfigError, parse_config
 from quotagate.config.quota_state import load_levels, save_levels
 from quotagate.config.reference import effective_toml
@@ -20,6 +22,7 @@ from quotagate.proxy.metrics import ProxyMetrics
 from quotagate.proxy.usage import AggregateCollector, QuotasInForce, RequestCollector, UsageRecord
 from quotagate.quotas import QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.apis import policy
+from quotagate.quotas.bucket import MemberBucket, TokenBucket
 from quotagate.quotas.charging import charge_request, shadow_throttle_ms
 from quotagate.quotas.entities import MAX_CACHED_CLIENTS
 from quotagate.quotas.explain import explain, explain_text
@@ -34,6 +37,9 @@ REQUEST = QuotaKey.REQUEST_PERCENTAGE
 MUTATION = QuotaKey.CONTROLLER_MUTATION_RATE
 BASE = '[proxy]\nbootstrap_servers = ["k:1"]\n'
 WINDOWS = QuotaWindows(quota_window_num=1, controller_quota_window_num=1)  # burst = 1 s of quota
+# The builds of the buckets' and the charging's one sources in this process (quotagate/compiled.py).
+BUCKET_BUILDS = ["quotagate.quotas.token_bucket"] + (["quotagate.quotas.token_bucket_c"] if compiled.COMPILED else [])
+CHARGING_BUILDS = ["quotagate.quotas.charging"] + (["quotagate.quotas.charging_c"] if compiled.COMPILED else [])
 
 TENANTS = """
 [[tenants]]
@@ -213,6 +219,49 @@ def test_entity_buckets_of_a_member_charge_both_and_cap_fetches_by_the_smaller_q
     assert engine.entity_buckets("b", "c", now=0.0).fetch.throttle_ms(0.0) == 500  # b shares the tenant's debt
     assert buckets.request is engine.entity_buckets("b", "c", now=0.0).request  # a tenant-only key: its bucket
     assert buckets.fetch_max_bytes == WINDOWS.fetch_max_bytes(2000)
+
+
+def test_a_members_bucket_is_compiled_with_the_token_bucket_unless_told_not_to() -> None:
+    """A member's charge is a C call as an entity's is (token_bucket.py's one source, both builds)."""
+    build = "quotagate.quotas.token_bucket_c" if compiled.COMPILED else "quotagate.quotas.token_bucket"
+    assert MemberBucket.__module__ == TokenBucket.__module__ == build
+
+
+@pytest.mark.parametrize("name", BUCKET_BUILDS)
+def test_a_members_charge_and_throttle_are_the_larger_of_its_own_and_its_tenants_in_either_build(name: str) -> None:
+    buckets = importlib.import_module(name)
+    own, tenant = buckets.TokenBucket.full(1000, 1000, 0.0), buckets.TokenBucket.full(4000, 2000, 0.0)
+    member = buckets.MemberBucket(own, tenant)
+    assert buckets.bucket_charge(member, 1500, 0.0) == 500  # own: -500 at 1000/s; the tenant 500 above 0
+    assert buckets.bucket_charge(member, 1500, 0.0) == 2000  # own -2000 (2 s), the tenant -1000 (0.25 s)
+    assert (own.tokens, tenant.tokens, member.tokens) == (-2000, -1000, -2000)
+    assert buckets.bucket_throttle_ms(member, 0.25) == 1750  # reads only: the tenant is back at 0 by then
+    assert member.tokens_at(1.0) == -1000  # own -2000 + 1000; the tenant full (2000)
+    member.give_back(500, 1.0)
+    assert (own.tokens, tenant.tokens) == (-500, 2000)
+    shadow = buckets.MemberBucket(
+        buckets.TokenBucket.full(1000, 1000, 0.0), buckets.ShadowTokenBucket.full(100, 100, 0.0)
+    )
+    assert shadow.shadow and not member.shadow
+    assert buckets.bucket_charge(shadow, 300, 0.0) == 0  # the shadow tenant never holds
+    assert shadow.take_held_ms() == 2000  # 200 below zero at 100/s
+
+
+@pytest.mark.parametrize("name", CHARGING_BUILDS)
+def test_a_member_whose_buckets_are_shared_between_processes_is_charged_through_either_build(name: str) -> None:
+    """Leased buckets (quotas shared through Redis, or 1/N of them without it) are Python objects: the
+    compiled member charges them through their Python methods."""
+    charging = importlib.import_module(name)
+    shared = SharedQuotas(ClusterConfig(processes=3), 3, ProxyMetrics(CollectorRegistry()), lambda: 0.0)
+    table = QuotaTable(
+        {QuotaEntity("a", None): {PRODUCE: 3000}}, tenants=Tenants((Tenant("t", users=("a",), quotas={PRODUCE: 6000}),))
+    )
+    buckets = QuotaEngine(table, WINDOWS, shared.bucket).entity_buckets("a", "c", now=0.0)
+    assert isinstance(buckets.produce, MemberBucket)
+    # this process's third: own 1000/s (burst 1000), the tenant's 2000/s (burst 2000)
+    assert charging.charge_request(buckets, policy(0), 1500, 0.0) == 500  # own -500
+    assert charging.charge_request(buckets, policy(0), 1500, 0.0) == 2000  # own -2000, the tenant -1000 (0.5 s)
+    assert charging.charge_response(buckets, policy(0), 0, None, 0.5) == 1500
 
 
 def test_a_strict_mutation_is_refused_while_the_tenant_is_in_debt_and_refunds_reach_both() -> None:
