@@ -36,7 +36,7 @@ bytes held at the quota) and, for a shadow quota, what it observed it would have
 
 Tenants: a tenant's members (the records' `tenant`) are replayed together, one group per tenant,
 as the proxy holds them: every member's charges, in one time order, go to the bucket the proxy
-charges for it, its own entity quota's and the tenant's at once (quotas/engine.py's MemberBucket,
+charges for it, its own entity quota's and the tenant's at once (quotas/token_bucket.py's MemberBucket,
 from one QuotaEngine holding both; the throttle the larger). The tenant's rows try its candidates
 with every member's own quota as the records name it; a member's rows (its user and client id, no
 tenant, as an entity's) try its own candidates with the tenant's quota as the records name it
@@ -412,7 +412,7 @@ def replay_tenant(
     """One tenant's records (rows of `replay_input(by_tenant=True)`: its members' apart) → its rows and
     its settled members' rows, one per (quota key, candidate). Every member's charges go, in time
     order, to the bucket the proxy charges for it: its own entity quota and the tenant's together
-    (quotas/engine.py's MemberBucket, from a QuotaEngine holding both), the throttle the larger.
+    (quotas/token_bucket.py's MemberBucket, from a QuotaEngine holding both), the throttle the larger.
 
     - The tenant's rows: each candidate tenant quota, with every member's own quota as its records say
       (else `stand_in`'s); the figures over all members' charges, the records' figures summed.

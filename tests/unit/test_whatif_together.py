@@ -18,7 +18,7 @@ from quotagate.pipeline.whatif import (
     traffic,
 )
 from quotagate.quotas import QuotaKey, QuotaWindows
-from quotagate.quotas.engine import MemberBucket
+from quotagate.quotas.bucket import MemberBucket
 
 WINDOWS = QuotaWindows(quota_window_num=2)  # 2 s bursts: held within seconds, not after 11
 KEY = "producer_byte_rate"
