@@ -175,7 +175,7 @@ def tenant_records(spark, proxy_factory, kafka, tmp_path: Path, quotas: str = ""
 
 # From per-request records, a member held only by its tenant's bucket: which of two clients' requests
 # lands on the tenant's debt turns on their order within a millisecond, which v1's ms timestamps do
-# not keep (1.011-1.047× in three runs, the tenant's total 1.007-1.027×).
+# not keep (1.011-1.047× in four runs, the tenant's total 1.007-1.027×).
 SHARED_TOLERANCE = 0.10
 
 
