@@ -34,6 +34,7 @@ from quotagate.quotas import QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
 from quotagate.quotas.entities import (
     DEFAULT,
     MAX_NAME_CHARS,
+    MAX_PREFIX_CHARS,
     IpQuotaKey,
     client_id_prefix_problem,
     connection_creation_rate_problem,
@@ -722,7 +723,11 @@ TENANT_ENTRY_KEYS: dict[str, tuple[str, str]] = {
         'result is the tenant\'s name, e.g. `"RULE:^svc-payments-.*$/payments/"` in tenant "payments".',
     ),
     "client_ids": ("array of strings", "Members by client.id, exactly."),
-    "client_id_prefixes": ("array of strings", "Members by client.id: every client.id that starts with one of these."),
+    "client_id_prefixes": (
+        "array of strings",
+        f"Members by client.id: every client.id that starts with one of these (each at most {MAX_PREFIX_CHARS} "
+        "characters, as a `[[quotas]]` prefix).",
+    ),
     **{str(key): QUOTA_ENTRY_KEYS[key] for key in QuotaKey},
     "shadow": (
         "boolean",
@@ -1059,9 +1064,19 @@ def _parse_tenants(entries: Any) -> Tenants:
                         f"{DEFAULT} is no one's name here (in [[quotas]] it is the default entity); to make "
                         f'every user a member write user_rules = ["RULE:^.*$/{name}/"]',
                     )
+                if key == "client_id_prefixes" and (problem := client_id_prefix_problem(value)) is not None:
+                    raise ConfigError(f"{prefix}.{key}", f"{value!r} {problem}")
                 other = named.setdefault((key, value), name)
                 if other != name:
                     raise ConfigError(f"{prefix}.{key}", f"{value!r} is already a member rule of tenant {other!r}")
+                shadowing = _earlier_tenant_matching(tenants, key, value)
+                if shadowing is not None:
+                    raise ConfigError(
+                        f"{prefix}.{key}",
+                        f"{value!r} can never make anyone a member of {name!r}: tenant {shadowing[0]!r}, earlier in "
+                        f"the file, takes every entity it names (by {shadowing[1]}; an entity is in the first tenant "
+                        "that matches it)",
+                    )
             members[key] = tuple(values)
         if not any(members.values()):
             raise ConfigError(prefix, f"has no members (give one of: {', '.join(TENANT_LISTS)})")
@@ -1077,6 +1092,23 @@ def _parse_tenants(entries: Any) -> Tenants:
         except ValueError as exc:  # a user rule that is not one
             raise ConfigError(f"{prefix}.user_rules", str(exc)) from exc
     return Tenants(tuple(tenants))
+
+
+def _earlier_tenant_matching(tenants: list[Tenant], key: str, value: str) -> tuple[str, str] | None:
+    """The earlier tenant, and its rule, that takes every entity an exact user, client id or prefix
+    names (making it a dead rule), or None. A user rule's users cannot be listed, so it is not checked."""
+    for tenant in tenants:
+        if key == "users":
+            rule = tenant.matches_user(value)
+        elif key == "client_ids":
+            rule = tenant.matches_client_id(value)
+        elif key == "client_id_prefixes":  # every id with `value` also starts with an earlier, shorter prefix
+            rule = next((f"client_id_prefix={p}" for p in tenant.client_id_prefixes if value.startswith(p)), None)
+        else:
+            rule = None
+        if rule is not None:
+            return tenant.name, rule
+    return None
 
 
 def _parse_ip_quota(entry: dict[str, Any], prefix: str) -> tuple[QuotaEntity, dict[IpQuotaKey, float]]:

@@ -15,7 +15,8 @@ Tenants (docs/quotas.md): the same counters summed over each tenant's members, l
 (quotagate_tenant_*), and the tenant buckets' tokens and quotas: one series per configured tenant
 and key, whatever entities exist. A member's counts move with it when a reload moves it to another
 tenant, so a tenant's counters can step (Prometheus reads a step down as a reset). Entities beyond
-max_tracked, counted into "other" without their names, are in no tenant's sums.
+max_tracked, counted into "other" without their names, still count in their tenant's sums: one per
+configured tenant at most, so a client inventing names cannot take another tenant's traffic out of them.
 
 Recording is a dict lookup and a few float additions per response, on the event loop. The
 collector runs in a worker thread (a scrape of many entities must not stall every client): it only
@@ -81,6 +82,8 @@ class EntityMetrics(Collector):
         self.max_tracked = max(10 * max_entities, 10_000)
         self.stats: dict[tuple[str, str], EntityStats] = {}
         self.untracked = EntityStats()  # entities beyond max_tracked, always in "other"
+        # Those of them in a tenant, per tenant: in "other" too, and in their tenant's sums.
+        self.untracked_by_tenant: dict[str, EntityStats] = {}
         # What idle entities, forgotten, had counted in their tenant: keeps the tenant sums monotonic.
         self.retired_by_tenant: dict[str, EntityStats] = {}
         self.exempt_request_seconds = 0.0
@@ -96,7 +99,13 @@ class EntityMetrics(Collector):
             stats = self.stats.get(key)
         if stats is None:
             if len(self.stats) >= self.max_tracked and not self._drop_idle(now):
-                return self.untracked
+                tenant = self._engine().table.tenants.tenant_of(user, client_id)  # the loop's cache
+                if tenant is None:
+                    return self.untracked
+                stats = self.untracked_by_tenant.get(tenant.name)
+                if stats is None:
+                    stats = self.untracked_by_tenant[tenant.name] = EntityStats()
+                return stats
             stats = self.stats[key] = EntityStats()
         stats.last_seen = now
         return stats
@@ -137,6 +146,8 @@ class EntityMetrics(Collector):
                 self.retired_by_tenant.setdefault(tenant.name, EntityStats()).add(stats)
         for name in [name for name in self.retired_by_tenant if name not in tenants.by_name]:
             del self.retired_by_tenant[name]  # a tenant a reload removed: no series to keep monotonic
+        for name in [name for name in self.untracked_by_tenant if name not in tenants.by_name]:
+            self.untracked.add(self.untracked_by_tenant.pop(name))  # still in "other", in no tenant's sums
         return len(idle)
 
     def ranked(self) -> tuple[list[tuple[tuple[str, str], EntityStats]], EntityStats]:
@@ -147,6 +158,8 @@ class EntityMetrics(Collector):
         exported = ranked[: self.max_entities]
         other = EntityStats()
         other.add(self.untracked)
+        for stats in list(self.untracked_by_tenant.values()):
+            other.add(stats)
         for _, stats in ranked[self.max_entities :]:
             other.add(stats)
         self.exported, self.folded = len(exported), len(ranked) - len(exported)
@@ -194,9 +207,10 @@ class EntityMetrics(Collector):
         how many members are tracked now. Read from a worker thread, as ranked()."""
         tenants = self._engine().table.tenants
         sums = {tenant.name: (EntityStats(), [0]) for tenant in tenants.tenants}
-        for name, stats in list(self.retired_by_tenant.items()):
-            if name in sums:
-                sums[name][0].add(stats)
+        for forgotten in (self.retired_by_tenant, self.untracked_by_tenant):
+            for name, stats in list(forgotten.items()):
+                if name in sums:
+                    sums[name][0].add(stats)
         for key, stats in list(self.stats.items()):
             tenant = self.tenant_of(key, stats, tenants)
             if tenant is not None:

@@ -92,6 +92,12 @@ MAX_CACHED_CLIENTS = 4096
 # long names apart (and a configured long name matches the same bounded name).
 MAX_NAME_CHARS = 128
 _HASH_CHARS = 24  # 96 bits of blake2b
+_KEPT_CHARS = MAX_NAME_CHARS - _HASH_CHARS - 1  # of a longer name, before "~" and the hash
+# Longest client-id prefix: no longer than what a bounded name keeps whole, so that a long client id
+# and its bounded form (which a client may also send, 128 characters) match the same prefixes, and
+# the resolutions cached under the bounded form answer both alike (a longer prefix matched the long
+# id but not its bounded form: sent first, the form cached "no prefix quota, no tenant" for the id).
+MAX_PREFIX_CHARS = _KEPT_CHARS
 
 
 def bounded_name(name: str) -> str:
@@ -100,7 +106,7 @@ def bounded_name(name: str) -> str:
     if len(name) <= MAX_NAME_CHARS:
         return name
     digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=_HASH_CHARS // 2).hexdigest()
-    return f"{name[: MAX_NAME_CHARS - _HASH_CHARS - 1]}~{digest}"
+    return f"{name[:_KEPT_CHARS]}~{digest}"
 
 
 INTEGER_KEYS = frozenset({QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE})
@@ -160,8 +166,8 @@ def client_id_prefix_problem(prefix: str) -> str | None:
         return "must be a non-empty string"
     if prefix == DEFAULT:
         return f"has no default entity ({DEFAULT} is for user and client-id)"
-    if len(prefix) > MAX_NAME_CHARS:
-        return f"must be at most {MAX_NAME_CHARS} characters, got {len(prefix)}"
+    if len(prefix) > MAX_PREFIX_CHARS:
+        return f"must be at most {MAX_PREFIX_CHARS} characters, got {len(prefix)}"
     return None
 
 

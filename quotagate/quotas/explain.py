@@ -180,18 +180,25 @@ def _tenant_quota(engine: QuotaEngine, resolution: Resolution, now: float | None
 
 
 def _held_by(own: dict[str, Any] | None, tenant: dict[str, Any] | None) -> str:
-    """How the client's own quota and its tenant's compose for one key (docs/quotas.md, "Tenants")."""
-    if tenant is None:
-        return "its own quota" if own is not None else "nothing: unlimited"
-    if own is None:
-        return f"the quota of tenant {tenant['tenant']!r} alone (no entry of its own sets the key)"
-    # A shadow quota's throttle is what it would give: it holds nobody (the engine's throttle is 0).
-    throttles = tuple(0 if part["shadow"] else part["bucket"].get("throttle_ms") for part in (own, tenant))
+    """How the client's own quota and its tenant's compose for one key (docs/quotas.md, "Tenants"). A
+    shadow quota is charged but holds no one (the engine's throttle from it is 0): it is named as tried."""
+    binding = [part for part in (own, tenant) if part is not None and not part["shadow"]]
+    tried = [_quota_name(part, own) for part in (own, tenant) if part is not None and part["shadow"]]
+    shadow = f" ({' and '.join(tried)}: shadow, tried and never applied)" if tried else ""
+    if not binding:
+        return f"nothing: unlimited{shadow}"
+    if len(binding) == 1:
+        alone = " alone (no entry of its own sets the key)" if own is None else ""
+        return f"{_quota_name(binding[0], own)}{alone}{shadow}"
+    throttles = tuple(part["bucket"].get("throttle_ms") for part in binding)
     rule = "both are charged; the larger throttle holds it (whichever binds first)"
     if None in throttles or throttles == (0, 0):
         return rule
-    binding = "its own quota" if throttles[0] >= throttles[1] else f"the quota of tenant {tenant['tenant']!r}"
-    return f"{rule}: now {binding}"
+    return f"{rule}: now {_quota_name(binding[0] if throttles[0] >= throttles[1] else binding[1], own)}"
+
+
+def _quota_name(part: dict[str, Any], own: dict[str, Any] | None) -> str:
+    return "its own quota" if part is own else f"the quota of tenant {part['tenant']!r}"
 
 
 def _explain_ip(engine: QuotaEngine, address: str, now: float | None, source: Source) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from quotagate.config.quota_state import load_state, save_state
 from quotagate.config.reference import toml_data
 from quotagate.config.settings import ConfigError
 from quotagate.quotas import DEFAULT, QuotaEngine, QuotaEntity, QuotaKey, QuotaTable, QuotaWindows
-from quotagate.quotas.entities import MAX_NAME_CHARS
+from quotagate.quotas.entities import MAX_PREFIX_CHARS
 from tests.support.quota_ladder import LADDER, prefix
 
 PRODUCE = QuotaKey.PRODUCER_BYTE_RATE
@@ -109,7 +109,7 @@ def test_the_file_takes_client_id_prefix_and_check_config_writes_it_back() -> No
         ("client_id_prefix = 5", "quotas[0].client_id_prefix", "non-empty string"),
         ('client_id_prefix = "<default>"', "quotas[0].client_id_prefix", "no default entity"),
         ('client_id_prefix = "a"\nclient_id = "b"', "quotas[0].client_id_prefix", "cannot be given with client_id"),
-        (f'client_id_prefix = "{"x" * (MAX_NAME_CHARS + 1)}"', "quotas[0].client_id_prefix", "at most 128"),
+        (f'client_id_prefix = "{"x" * (MAX_PREFIX_CHARS + 1)}"', "quotas[0].client_id_prefix", "at most 103"),
     ],
 )
 def test_the_file_refuses_a_bad_prefix_naming_the_key(entry: str, key: str, words: str) -> None:

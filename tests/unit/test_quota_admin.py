@@ -20,7 +20,7 @@ from quotagate.proxy.quota_admin import QuotaAdmin
 from quotagate.proxy.session import Session
 from quotagate.quotas import DEFAULT, QuotaEntity, QuotaKey, QuotaTable
 from quotagate.quotas.admin import effective
-from quotagate.quotas.entities import MAX_NAME_CHARS, IpQuotaKey
+from quotagate.quotas.entities import MAX_PREFIX_CHARS, IpQuotaKey
 from tests.support.admin_quotas import alter_request, describe_request
 from tests.support.builds import Build
 from tests.support.session_double import services_for
@@ -435,7 +435,7 @@ def test_alter_client_quotas_sets_a_prefix_quota_and_describe_filters_match_it(b
         ([("client-id-prefix", None)], "client-id-prefix has no default entity"),
         ([("client-id-prefix", "")], "Empty client-id-prefix not supported"),
         ([("client-id-prefix", "a"), ("client-id", "b")], "cannot be combined"),
-        ([("client-id-prefix", "x" * (MAX_NAME_CHARS + 1))], "at most 128 characters"),
+        ([("client-id-prefix", "x" * (MAX_PREFIX_CHARS + 1))], "at most 103 characters"),
     ],
 )
 def test_alter_refuses_a_bad_prefix_entity_with_invalid_request(entity: list, message: str, build: Build) -> None:
