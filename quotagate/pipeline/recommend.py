@@ -1,6 +1,7 @@
 """recommend: per entity and quota key, the smallest candidate meeting an objective, plus headroom.
 
-Objective (default): throttled in at most 1 % of active seconds. The recommendation is that
+Objective (default): throttled in at most 1 % of active seconds (for a tenant or its member, beyond
+those the other's quota throttles anyway: recommend). The recommendation is that
 candidate × (1 + headroom), rounded up to three significant digits (byte rates to whole bytes); when
 no candidate meets the objective, the largest one is taken and `met` is false. Written as the proxy's
 TOML [[quotas]] and as kafka-configs.sh commands.
@@ -34,16 +35,32 @@ def recommend(whatif: DataFrame, objective: float = 0.01, headroom: float = 0.2)
     quota; beside it the current quota and, at it, the replay's figures and the records'. An entity's
     rows have a null tenant, a tenant's a null user and client id (as whatif's).
 
+    A tenant and its members are replayed together (whatif.replay_tenant): a candidate is judged by
+    the share of active seconds it throttles beyond those the other side's quota, at its current
+    value, throttles anyway (`throttled_share_without`, the what-if's row at no quota; null for an
+    entity in no tenant, and then 0): a member its tenant holds half the time can still be given an
+    own quota, and a tenant whose member's own quota holds it a tenant quota.
+
     One pass of window functions over the what-if rows (no join): a what-if not yet written runs its
     replay once."""
     if "tenant" not in whatif.columns:  # a what-if written before tenants
         whatif = whatif.withColumn("tenant", F.lit(None).cast("string")).withColumn("members", F.lit(None).cast("long"))
     owner = Window.partitionBy("tenant", "user", "client_id", "quota_key")  # nulls are one group
     first = functools.partial(F.first, ignorenulls=True)
-    ranked = whatif.withColumn("meets", F.col("throttled_share") <= objective).select(
+    # A tenant member's (or a tenant's) row at no quota (quota null): what the other side throttles anyway
+    without = first(F.when(F.col("quota").isNull(), F.col("throttled_share"))).over(owner)
+    added = F.col("throttled_share") - F.coalesce(F.col("throttled_share_without"), F.lit(0.0))
+    ranked = whatif.withColumn("throttled_share_without", without)
+    ranked = ranked.withColumn("meets", F.col("quota").isNotNull() & (added <= objective)).select(
         "*",
         F.row_number()
-        .over(owner.orderBy(F.col("meets").desc(), F.when(F.col("meets"), F.col("quota")).otherwise(-F.col("quota"))))
+        .over(
+            owner.orderBy(
+                F.col("quota").isNull(),  # a member's row at no own quota (whatif.replay_tenant): no candidate
+                F.col("meets").desc(),
+                F.when(F.col("meets"), F.col("quota")).otherwise(-F.col("quota")),
+            )
+        )
         .alias("rank"),
         *(first(name).over(owner).alias(f"_{name}") for name in CURRENT_COLUMNS),
         *(first(F.when(F.col("is_current"), F.col(name))).over(owner).alias(alias) for name, alias in AT_CURRENT),
@@ -56,6 +73,7 @@ def recommend(whatif: DataFrame, objective: float = 0.01, headroom: float = 0.2)
         "members",
         F.col("quota").alias("meets_at"),
         F.col("throttled_share").alias("throttled_share_at"),
+        "throttled_share_without",
         F.col("meets").alias("met"),
         "peak_second",
         "mean_rate",

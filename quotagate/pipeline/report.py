@@ -8,7 +8,7 @@ prediction beside what the proxy recorded (or, for a shadow quota, observed), an
 produce topic by topic (the topics a proxy did not name, beyond its usage.topics_per_entity, in a
 row that says so), and the chargeback over the records' whole span (each entity's share of the
 cluster's bytes, request time and mutations, and with rates its costs: chargeback.py), and per tenant
-(its members summed: usage and peaks, the what-if curves, the recommendations). The charts
+(its members' usage summed and its peaks, its what-if curves, its recommendations). The charts
 are SVG drawn by a small inline script from JSON embedded in the page; each chart says how many
 lines it drew in its data-drawn attribute. Every axis is labelled (clock time in UTC, quota ticks in
 the key's unit) and every line is named at its end, so no colour needs the legend.
@@ -139,7 +139,9 @@ def _clean(value: float) -> float | None:
 
 
 def _curves(rows: pd.DataFrame, recs: pd.DataFrame) -> list[dict]:
-    """The what-if curves of one entity or tenant (its rows of whatif, its recommendations): per key."""
+    """The what-if curves of one entity or tenant (its rows of whatif, its recommendations): per key
+    (a tenant member's row at no own quota is a point of no curve)."""
+    rows = rows[rows["quota"].notna()]
     return [
         {
             "key": key,
@@ -401,8 +403,10 @@ quota the second figure is what it observed on live traffic (it never throttled 
 <h2>Tenants (members summed)</h2>
 __TENANTS__
 <p>A tenant's quota is one bucket its members share, beside their own quotas (a member is held by
-whichever binds first). Its what-if replays the members' summed traffic against candidate tenant
-quotas; "recorded" is what the members' records say (throttled by the tenant's quota or their own).</p>
+whichever binds first). Its what-if replays the members' traffic, each member through its own quota
+and the tenant's together, against candidate tenant quotas; "recorded" is what the members' records
+say (throttled by the tenant's quota or their own). A member's own curves are its entity's, with its
+tenant's quota in force.</p>
 <div class="grid" id="whatif-tenants"></div>
 <h2>Chargeback: shares of the cluster</h2>
 __CHARGEBACK__

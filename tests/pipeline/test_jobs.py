@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -266,7 +267,14 @@ SOLO = SyntheticEntity("dave", "solo", QUOTA, 20)
 # A tenant whose records say its quota was shadow, and one whose records predate that flag.
 TRIAL = SyntheticEntity("erin", "trial-0", 0.5 * QUOTA, 20, tenant="trial", tenant_quota=QUOTA)
 LEGACY = SyntheticEntity("fay", "legacy-0", 0.5 * QUOTA, 20, tenant="legacy", tenant_quota=QUOTA)
-ENTITIES = {"team-0", "team-1", "team-2", "solo", "trial-0", "legacy-0"}
+# A tenant of two members at 150 + 100 kB/s under 200 kB/s, the first with its own quota of 60 kB/s
+# too (both bind), and an entity whose records put it in that tenant for its last 30 s only.
+PAIR = [
+    SyntheticEntity("gus", "pair-0", 1.5 * QUOTA, 20, quota=0.6 * QUOTA, tenant="pair", tenant_quota=2 * QUOTA),
+    SyntheticEntity("hal", "pair-1", QUOTA, 20, tenant="pair", tenant_quota=2 * QUOTA),
+]
+MOVER = SyntheticEntity("ida", "mover", 0.5 * QUOTA, 20)
+ENTITIES = {"team-0", "team-1", "team-2", "solo", "trial-0", "legacy-0", "pair-0", "pair-1", "mover"}
 
 
 def with_tenant_shadow_flags(table: DataFrame) -> DataFrame:
@@ -282,9 +290,26 @@ def with_tenant_shadow_flags(table: DataFrame) -> DataFrame:
     return table
 
 
-def test_a_tenant_is_replayed_and_recommended_as_its_members_summed(spark) -> None:
-    table = with_tenant_shadow_flags(synthetic_aggregates(spark, [*TEAM, SOLO, TRIAL, LEGACY], SECONDS))
-    results = whatif(table, keys=["producer_byte_rate"]).toPandas()
+def tenants_table(spark) -> DataFrame:  # type: ignore[no-untyped-def]
+    half = SECONDS // 2
+    moved = synthetic_aggregates(
+        spark, [replace(MOVER, tenant="pair", tenant_quota=2 * QUOTA)], half, START_MS + half * 1000
+    )
+    everyone = synthetic_aggregates(spark, [*TEAM, SOLO, TRIAL, LEGACY, *PAIR], SECONDS)
+    everyone = everyone.unionByName(synthetic_aggregates(spark, [MOVER], half))
+    return with_tenant_shadow_flags(everyone.unionByName(moved.withColumn("writer", F.lit("later"))))
+
+
+def test_a_tenant_and_its_members_are_replayed_together_and_recommended(spark) -> None:
+    results = whatif(tenants_table(spark), keys=["producer_byte_rate"]).toPandas()
+    found = with_current(recommend(spark.createDataFrame(results)).toPandas(), None)
+    assert_a_tenant_is_replayed_and_recommended_as_its_members_summed(results, found)
+    assert_a_members_own_quota_and_its_tenants_are_replayed_together(results, found)
+
+
+def assert_a_tenant_is_replayed_and_recommended_as_its_members_summed(
+    results: pd.DataFrame, found: pd.DataFrame
+) -> None:
     tenant = results[results["tenant"] == "team"]
     assert tenant["user"].isna().all() and set(tenant["members"]) == {3}
     assert set(results[results["tenant"].isna()]["client_id"]) == ENTITIES
@@ -297,16 +322,48 @@ def test_a_tenant_is_replayed_and_recommended_as_its_members_summed(spark) -> No
     assert at_current["peak_second"] == 3 * QUOTA
     # 300 kB/s against 200 kB/s: the tenant's 11 s burst (2.2 MB) absorbs 22 s of the excess
     assert 36 <= at_current["seconds_throttled"] <= 40, at_current.to_dict()
-    member = results[(results["client_id"] == "team-0") & (results["quota"] == 2 * QUOTA)]
-    assert member.empty or member["seconds_throttled"].iloc[0] == 0, "a member alone fits the tenant's quota"
+    # no member has an own quota: each one's row at none is what the tenant did to it
+    held = results[(results["client_id"] == "team-0") & results["quota"].isna()].iloc[0]
+    assert held["is_current"] and 0 < held["seconds_throttled"] <= at_current["seconds_throttled"]
 
-    found = with_current(recommend(spark.createDataFrame(results)).toPandas(), None)
     team = found[found["tenant"] == "team"].iloc[0]
     assert team["met"] and team["meets_at"] == 3 * QUOTA and team["recommended"] == 3.6 * QUOTA, team.to_dict()
     assert team["current"] == 2 * QUOTA and team["current_seconds_throttled"] == at_current["seconds_throttled"]
+    assert pd.isna(team["throttled_share_without"]), "no member has an own quota"
     assert set(found[found["tenant"].isna()]["client_id"]) == ENTITIES
     shadow = {row["tenant"]: row["current_shadow"] for _, row in found[found["tenant"].notna()].iterrows()}
-    assert shadow == {"team": False, "trial": True, "legacy": False}, "from the records alone; legacy's unknown"
+    assert shadow == {"team": False, "trial": True, "legacy": False, "pair": False}, "from the records alone"
     toml = to_toml(found)
     assert '# tenant "team": producer_byte_rate = 360000' in toml and 'name = "team"' not in toml, toml
     assert "team" not in to_kafka_configs(found).replace("team-", ""), "Kafka has no tenants"
+
+
+def assert_a_members_own_quota_and_its_tenants_are_replayed_together(
+    results: pd.DataFrame, found: pd.DataFrame
+) -> None:
+    entities = results[results["tenant"].isna()]
+    assert not entities.duplicated(["user", "client_id", "quota"]).any(), "each entity replayed once"
+    mover = entities[entities["client_id"] == "mover"]
+    assert set(mover["active_seconds"]) == {SECONDS} and mover["quota"].notna().all(), "in and out: alone"
+
+    def at(client_id: str | None, quota: float | None, tenant: str | None = None) -> dict:
+        rows = results[(results["client_id"] == client_id) if tenant is None else (results["tenant"] == tenant)]
+        rows = rows[rows["quota"].isna()] if quota is None else rows[rows["quota"] == quota]
+        (row,) = [row.to_dict() for _, row in rows.iterrows()]
+        return row
+
+    team, own, held = at(None, 2 * QUOTA, "pair"), at("pair-0", 0.6 * QUOTA), at("pair-1", None)
+    assert team["is_current"] and own["is_current"] and held["is_current"], "as the proxy held them"
+    # the mover's last 30 s are the tenant's too (its rows are its own: it was in no tenant before)
+    assert team["amount_delayed"] >= own["amount_delayed"] + held["amount_delayed"] > 0
+    assert held["seconds_throttled"] >= 15, "the tenant holds the member with no own quota"
+    top = entities[entities["client_id"] == "pair-0"]["quota"].max()
+    assert at("pair-0", top)["seconds_throttled"] == at("pair-0", None)["seconds_throttled"] >= 15, "the tenant's"
+
+    rows = {(row["tenant"], row["client_id"]): row for _, row in found.iterrows()}
+    member, tenant = rows[(None, "pair-0")], rows[("pair", None)]
+    # judged by what each adds to the other's throttle: both can be met
+    assert member["met"] and member["throttled_share_without"] > 0.25, member.to_dict()
+    assert QUOTA <= member["meets_at"] <= 1.5 * QUOTA, member.to_dict()
+    assert tenant["met"] and tenant["throttled_share_without"] > 0.5, tenant.to_dict()
+    assert pd.isna(rows[(None, "mover")]["throttled_share_without"])

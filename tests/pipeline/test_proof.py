@@ -13,7 +13,9 @@ through the usage topic), and on per-request records (v1):
   depends on when each request came back from its mute (docs/pipeline.md).
 
 And per tenant (long_only): the same two producers as the members of one tenant, held together by
-its quota, their summed records replayed against the tenant's quota (docs/pipeline.md, "Tenants").
+its quota, their records replayed against the tenant's quota; and with one member also under its own
+quota below its share, both binding, each member replayed through its own quota and the tenant's
+together, compared per member and for the tenant (docs/pipeline.md, "Tenants").
 """
 
 from __future__ import annotations
@@ -149,6 +151,49 @@ def test_the_usage_topic_ingests_and_replays_the_same(spark, proxy_factory, kafk
 
 
 TEAM = "proof-team"
+OWN = 70_000  # bytes/s: proof-java-like's own quota in the second tenant proof, below its share of QUOTA
+
+
+def tenant_records(spark, proxy_factory, kafka, tmp_path: Path, quotas: str = "", usage: str = ""):  # type: ignore[no-untyped-def]
+    """The proof's two producers as the two members of TEAM, held together to QUOTA, with `quotas`
+    ([[quotas]] entries) beside it, through a real proxy writing usage records (`usage`: more of
+    [usage]): the records it wrote, ingested."""
+    usage_dir = tmp_path / "usage"
+    config = (
+        f"quota_window_num = 2\n{quotas}"
+        f'[[tenants]]\nname = "{TEAM}"\nclient_ids = ["proof-java-like", "proof-ignores-throttle"]\n'
+        f"producer_byte_rate = {QUOTA}\n"
+        f'[usage]\nenabled = true\nflush_interval_seconds = 0.5\ndirectory = "{usage_dir}"\n{usage}'
+    )
+    proxy = proxy_factory(kafka.bootstrap, config)
+    produce_through(proxy.bootstrap, kafka.bootstrap)
+    proxy.stop()
+    found = read_usage_files(spark, [str(usage_dir)])
+    assert found.problems == []
+    return usable_rows(found.raw)
+
+
+# From per-request records, a member held only by its tenant's bucket: which of two clients' requests
+# lands on the tenant's debt turns on their order within a millisecond, which v1's ms timestamps do
+# not keep (1.011-1.047× in four runs, the tenant's total 1.007-1.027×).
+SHARED_TOLERANCE = 0.10
+
+
+def assert_held_alike(name: str, row: dict, rate: float, per_request: bool = False, shared: bool = False) -> None:
+    """The time held at `rate` (the bytes over quota at it) and the seconds throttled, replayed and
+    recorded, within the bounds of the records' kind (as assert_agrees; `shared`: SHARED_TOLERANCE)."""
+    recorded_held = row["recorded_amount_delayed"] / rate * 1000
+    replayed_held = row["amount_delayed"] / rate * 1000
+    recorded_s, replayed_s = row["recorded_seconds_throttled"], row["seconds_throttled"]
+    print(
+        f"{name}: held at {rate:.0f} B/s proxy {recorded_held:.0f} ms replay {replayed_held:.0f} ms "
+        f"({replayed_held / max(recorded_held, 1):.3f}×); throttled seconds proxy {recorded_s} replay {replayed_s}"
+    )
+    assert recorded_s >= 4, f"{name}: the quota must have bitten ({recorded_s} s throttled)"
+    per_request_tolerance = SHARED_TOLERANCE if shared else TOLERANCE
+    tolerance, seconds_slack = (per_request_tolerance, 1) if per_request else (AGGREGATE_TOLERANCE, 2)
+    assert abs(replayed_held - recorded_held) <= tolerance * recorded_held, f"{name}: time held"
+    assert abs(replayed_s - recorded_s) <= max(TOLERANCE * recorded_s, seconds_slack), f"{name}: seconds throttled"
 
 
 @pytest.mark.long_only
@@ -156,31 +201,35 @@ def test_a_tenants_replay_agrees_with_the_throttle_the_proxy_gave_its_members(
     spark, proxy_factory, kafka, tmp_path: Path
 ) -> None:
     # The same two producers, with no quota of their own, as the two members of a tenant holding
-    # them together to QUOTA: the replay of their summed records against the tenant's quota.
-    usage_dir = tmp_path / "usage"
-    config = (
-        "quota_window_num = 2\n"
-        f'[[tenants]]\nname = "{TEAM}"\nclient_ids = ["proof-java-like", "proof-ignores-throttle"]\n'
-        f"producer_byte_rate = {QUOTA}\n"
-        f'[usage]\nenabled = true\nflush_interval_seconds = 0.5\ndirectory = "{usage_dir}"\n'
-    )
-    proxy = proxy_factory(kafka.bootstrap, config)
-    produce_through(proxy.bootstrap, kafka.bootstrap)
-    proxy.stop()
-    found = read_usage_files(spark, [str(usage_dir)])
-    assert found.problems == []
-    rows = usable_rows(found.raw)
+    # them together to QUOTA: the replay of their records against the tenant's quota.
+    rows = tenant_records(spark, proxy_factory, kafka, tmp_path)
     candidate = pd.DataFrame({"quota_key": ["producer_byte_rate"], "quota": [float(QUOTA)]})
     (team,) = [row.asDict() for row in whatif(rows, candidate, WINDOWS).where(f"tenant = '{TEAM}'").collect()]
     assert team["members"] == 2 and team["is_current"] and team["current_quota"] == QUOTA, team
     assert team["current_shadow"] is False, "the records say the tenant's quota was binding"
-    recorded_held = team["recorded_amount_delayed"] / QUOTA * 1000
-    replayed_held = team["throttled_time_ms"]
-    recorded_s, replayed_s = team["recorded_seconds_throttled"], team["seconds_throttled"]
-    print(
-        f"tenant {TEAM}: held at its quota proxy {recorded_held:.0f} ms replay {replayed_held:.0f} ms "
-        f"({replayed_held / max(recorded_held, 1):.3f}×); throttled seconds proxy {recorded_s} replay {replayed_s}"
-    )
-    assert recorded_s >= 4, f"the tenant's quota must have bitten ({recorded_s} s throttled)"
-    assert abs(replayed_held - recorded_held) <= AGGREGATE_TOLERANCE * recorded_held, "time held at the quota"
-    assert abs(replayed_s - recorded_s) <= max(TOLERANCE * recorded_s, 2), "seconds throttled"
+    assert team["throttled_time_ms"] == pytest.approx(team["amount_delayed"] / QUOTA * 1000)
+    assert_held_alike(f"tenant {TEAM}", team, QUOTA)
+
+
+@pytest.mark.long_only
+@pytest.mark.parametrize(
+    "usage", ["", 'records = "request"\nsink = "jsonl"\n'], ids=["default_aggregates_parquet", "per_request_jsonl"]
+)
+def test_a_members_own_quota_and_its_tenants_replayed_together_agree_with_the_proxy(
+    spark, proxy_factory, kafka, tmp_path: Path, usage: str
+) -> None:
+    # The tenant's two producers, one of them (librdkafka, honouring throttle_time_ms) also under its
+    # own quota below its share: the proxy holds it by both (MemberBucket), the other (kafka-python) by
+    # the tenant's. The replay of the members' records, each through its own quota and the tenant's.
+    own_quota = f'[[quotas]]\nclient_id = "proof-java-like"\nproducer_byte_rate = {OWN}\n'
+    rows = tenant_records(spark, proxy_factory, kafka, tmp_path, own_quota, usage)
+    candidates = pd.DataFrame({"quota_key": ["producer_byte_rate"] * 2, "quota": [float(OWN), float(QUOTA)]})
+    current = whatif(rows, candidates, WINDOWS).where("is_current").collect()
+    by_owner = {row["tenant"] or row["client_id"]: row.asDict() for row in current}
+    team, own, other = by_owner[TEAM], by_owner["proof-java-like"], by_owner["proof-ignores-throttle"]
+    assert (team["quota"], own["quota"], other["quota"]) == (QUOTA, OWN, None), by_owner
+    # time held: the bytes over either quota at the owner's quota (the tenant's for a member without one)
+    kind = "v1" if usage else "v2"
+    assert_held_alike(f"together {kind} {TEAM}", team, QUOTA, bool(usage))
+    assert_held_alike(f"together {kind} proof-java-like", own, OWN, bool(usage))
+    assert_held_alike(f"together {kind} proof-ignores-throttle", other, QUOTA, bool(usage), shared=True)
