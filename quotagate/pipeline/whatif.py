@@ -324,9 +324,6 @@ class Owners:
     tenant_flags: frozenset[str] = frozenset()
     settled: dict[tuple[str, str], str] = field(default_factory=dict)
 
-    def settled_in(self, tenant: str) -> frozenset[tuple[str, str]]:
-        return frozenset(entity for entity, name in self.settled.items() if name == tenant)
-
 
 def recorded_owners(table: DataFrame) -> Owners:
     names = [window.name for window in WINDOW_COLUMNS]
@@ -492,19 +489,22 @@ def _at(arrays, mask: np.ndarray):
     return tuple(values[mask] for values in arrays)
 
 
+def quota_in_force(current: dict) -> float | None:
+    """The value of the quota current_quota found, None when there is none (unknown or unlimited)."""
+    value = current["current_quota"]
+    return None if value is None or value <= 0 else float(value)
+
+
 def in_force(current: dict) -> tuple[float, bool] | None:
     """The quota current_quota found, as the engine is given it: (value, shadow), None if none."""
-    value = current["current_quota"]
-    return None if value is None or value <= 0 else (float(value), bool(current["current_shadow"]))
+    value = quota_in_force(current)
+    return None if value is None else (value, bool(current["current_shadow"]))
 
 
 def _with_current(quotas: list[float], current: dict) -> list[float]:
     """The candidates and the current quota, once each, in order."""
-    at_current = current["current_quota"]
-    found = set(quotas)
-    if at_current is not None and at_current > 0:
-        found.add(float(at_current))
-    return sorted(found)
+    value = quota_in_force(current)
+    return sorted(set(quotas) if value is None else {*quotas, value})
 
 
 def by_member(records: pa.Table) -> list[tuple[tuple[str, str], pa.Table]]:
@@ -535,7 +535,10 @@ class Traffic:
     active: dict[str, np.ndarray]
     charges: dict[str, np.ndarray]
     recorded: dict
-    peak: float
+
+    @property
+    def peak(self) -> float:
+        return self.recorded["peak_second"]
 
 
 def traffic(records: pa.Table, key: QuotaKey) -> Traffic | None:
@@ -557,7 +560,7 @@ def traffic(records: pa.Table, key: QuotaKey) -> Traffic | None:
         rows["g"],
         rows["o"],
     )
-    return Traffic(found, rows, charges, *_recorded(rows, key))
+    return Traffic(found, rows, charges, _recorded(rows, key))
 
 
 def together(members: list[Traffic], key: QuotaKey) -> tuple[Traffic, np.ndarray]:
@@ -574,10 +577,10 @@ def together(members: list[Traffic], key: QuotaKey) -> tuple[Traffic, np.ndarray
     member = np.concatenate([np.full(len(t.charges["amount"]), i, np.int64) for i, t in enumerate(members)])
     order = np.argsort(np.concatenate([t.charges["charge_at"] for t in members]), kind="stable")
     charges = {name: np.concatenate([t.charges[name] for t in members])[order] for name in members[0].charges}
-    return Traffic(joined([t.series for t in members]), rows, charges, *_recorded(rows, key)), member[order]
+    return Traffic(joined([t.series for t in members]), rows, charges, _recorded(rows, key)), member[order]
 
 
-def _recorded(rows: dict[str, np.ndarray], key: QuotaKey) -> tuple[dict, float]:
+def _recorded(rows: dict[str, np.ndarray], key: QuotaKey) -> dict:
     """What an owner's active rows say: the recorded throttle (summed, and the seconds it was in),
     bytes held at the quota, what a shadow quota observed; the peak second and the mean rate, in the
     key's quota unit (request time, ms a second, as percent of one thread)."""
@@ -597,11 +600,10 @@ def _recorded(rows: dict[str, np.ndarray], key: QuotaKey) -> tuple[dict, float]:
         "recorded_shadow_throttle_ms": float(np.nansum(shadow_throttle)),
         "recorded_shadow_seconds_throttled": len(np.unique(seconds[shadow_rows])),
         "recorded_shadow_amount_delayed": float(amounts[shadow_rows].sum()),
-    }, peak
+    }
 
 
 def _row(owner: dict, key: QuotaKey, quota: float | None, found: Traffic, current: dict, result: dict) -> dict:
-    at_current = current["current_quota"]
     return {
         **owner,
         "quota_key": key.value,
@@ -610,7 +612,7 @@ def _row(owner: dict, key: QuotaKey, quota: float | None, found: Traffic, curren
         **found.recorded,
         **current,
         # quota None: no quota for this owner, the other side's alone (replay_tenant)
-        "is_current": quota == (None if at_current is None or at_current <= 0 else float(at_current)),
+        "is_current": quota == quota_in_force(current),
     }
 
 
@@ -852,14 +854,16 @@ def whatif(
         entity_windows = owners.entity_windows.get((user, client_id), windows)
         return replay_entity(user, client_id, records, candidates, entity_windows, keys, stand_in)
 
-    settled = {tenant: owners.settled_in(tenant) for tenant in owners.members}
+    settled: dict[str, set[tuple[str, str]]] = {}  # per tenant, its settled members: one pass
+    for entity, name in owners.settled.items():
+        settled.setdefault(name, set()).add(entity)
 
     def replay_tenant_group(group: tuple[pa.Scalar], records: pa.Table) -> pa.Table:
         tenant = group[0].as_py()
         tenant_windows = owners.tenant_windows.get(tenant, windows)
         members = owners.members.get(tenant)
         flagged = tenant in owners.tenant_flags
-        in_it = settled.get(tenant, frozenset())
+        in_it = frozenset(settled.get(tenant, ()))
         return replay_tenant(tenant, members, records, candidates, tenant_windows, keys, flagged, stand_in, in_it)
 
     # Arrow, not pandas: the records reach the replay as numbers with no per-row Python objects
