@@ -51,18 +51,13 @@ from quotagate.proxy.usage import SLICE_ROWS, QuotasInForce, UsageRecorder, make
 from tests.support.in_process import connected_pair
 from tests.support.messages import produce_response
 
-NON_BINDING = (
-    '[[quotas]]\nuser = "<default>"\nclient_id = "<default>"\n'
-    "producer_byte_rate = 1e10\nconsumer_byte_rate = 1e10\nrequest_percentage = 10000\n"
-)
+NON_BINDING_VALUES = "producer_byte_rate = 1e10\nconsumer_byte_rate = 1e10\nrequest_percentage = 10000\n"
+NON_BINDING = '[[quotas]]\nuser = "<default>"\nclient_id = "<default>"\n' + NON_BINDING_VALUES
 # producer_ids_rate (KIP-936) set too: every produce is hooked and its producer ID (seen after the
 # first) looked up in the entity's Bloom filters.
 PRODUCER_IDS = NON_BINDING + "producer_ids_rate = 1000\n"
 # The bench client a tenant's member too: every charge goes to its own bucket and its tenant's.
-TENANT_MEMBER = NON_BINDING + (
-    '[[tenants]]\nname = "bench"\nclient_ids = ["bench-client"]\n'
-    "producer_byte_rate = 1e10\nconsumer_byte_rate = 1e10\nrequest_percentage = 10000\n"
-)
+TENANT_MEMBER = NON_BINDING + '[[tenants]]\nname = "bench"\nclient_ids = ["bench-client"]\n' + NON_BINDING_VALUES
 CONFIGS = {
     "no_quota": "",
     "quotas_not_binding": NON_BINDING,
