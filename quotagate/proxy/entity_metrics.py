@@ -18,7 +18,9 @@ tenant, so a tenant's counters can step (Prometheus reads a step down as a reset
 max_tracked, counted into "other" without their names, still count in their tenant's sums: one per
 configured tenant at most, so a client inventing names cannot take another tenant's traffic out of them.
 
-Recording is a dict lookup and a few float additions per response, on the event loop. The
+Recording is a dict lookup and a few float additions per response, on the event loop (an entity
+beyond max_tracked: and its tenant, from the loop's resolution cache; a new one's is resolved once,
+from its whole names, and kept on its stats). The
 collector runs in a worker thread (a scrape of many entities must not stall every client): it only
 reads, from a copy of the entity table, so the hot path still takes no lock. User and client id
 labels are bounded in length (`quotas.entities.bounded_name`: a 32 KB id times every series made a
