@@ -83,6 +83,9 @@ class EntityMetrics(Collector):
         self.max_entities = max_entities
         self.max_tracked = max(10 * max_entities, 10_000)
         self.stats: dict[tuple[str, str], EntityStats] = {}
+        # The whole names of a tracked entity whose key is cut to 128 characters (bounded_name): its
+        # tenant is resolved from them after a reload, as a user rule may look past the cut.
+        self.whole_names: dict[tuple[str, str], tuple[str, str]] = {}
         self.untracked = EntityStats()  # entities beyond max_tracked, always in "other"
         # Those of them in a tenant, per tenant: in "other" too, and in their tenant's sums.
         self.untracked_by_tenant: dict[str, EntityStats] = {}
@@ -109,6 +112,8 @@ class EntityMetrics(Collector):
                     stats = self.untracked_by_tenant[tenant.name] = EntityStats()
                 return stats
             stats = self.stats[key] = EntityStats()
+            if key[0] is not user or key[1] is not client_id:
+                self.whole_names[key] = (user, client_id)
             # Its tenant now, from the whole names (a scrape has only the bounded ones kept in `key`).
             tenants = self._engine().table.tenants
             stats.tenant, stats.tenants = tenants.tenant_of(user, client_id), tenants
@@ -147,6 +152,7 @@ class EntityMetrics(Collector):
             stats = self.stats.pop(key)
             self.untracked.add(stats)
             tenant = self.tenant_of(key, stats, tenants)
+            self.whole_names.pop(key, None)
             if tenant is not None:
                 self.retired_by_tenant.setdefault(tenant.name, EntityStats()).add(stats)
         for name in [name for name in self.retired_by_tenant if name not in tenants.by_name]:
@@ -198,13 +204,12 @@ class EntityMetrics(Collector):
         yield GaugeMetricFamily("quotagate_entities_exported", "Entities with series of their own", value=self.exported)
         yield GaugeMetricFamily("quotagate_entities_folded", "Entities summed into user=other", value=self.folded)
 
-    @staticmethod
-    def tenant_of(key: tuple[str, str], stats: EntityStats, tenants: Tenants) -> Tenant | None:
+    def tenant_of(self, key: tuple[str, str], stats: EntityStats, tenants: Tenants) -> Tenant | None:
         """The tenant of a tracked entity, resolved once per tenants in force and kept on its stats: a
         scrape sums every tracked entity, more than the loop's resolution cache holds, and must neither
         empty nor write that cache, nor run the member rules again."""
         if stats.tenants is not tenants:  # tenants reloaded since the entity was first seen
-            stats.tenant, stats.tenants = tenants.resolve(*key, remember=False), tenants
+            stats.tenant, stats.tenants = tenants.resolve(*self.whole_names.get(key, key), remember=False), tenants
         return stats.tenant
 
     def tenant_sums(self) -> dict[str, tuple[EntityStats, int]]:

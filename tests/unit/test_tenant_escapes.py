@@ -53,6 +53,25 @@ def test_a_user_rule_matches_a_principal_longer_than_128_characters_on_its_whole
     assert (found.name if found else None) == "payments"
 
 
+def test_a_principal_over_128_characters_stays_in_its_tenants_sums_after_a_reload() -> None:
+    """The metrics keep an entity under its names cut to 128 characters; after a reload a scrape
+    resolves its tenant again, from its whole names (the rule below looks past the cut)."""
+    dn = (
+        "CN=payments-api.prod.svc.cluster.local,OU=Platform Engineering,O=Acme Corporation International,"
+        "L=San Francisco,ST=California,C=US,OU=Payments"
+    )
+    rule = "RULE:^CN=[^,]+,.*,OU=Payments$/payments/"
+    engine = QuotaEngine(QuotaTable({}, tenants=Tenants((Tenant("payments", user_rules=(rule,)),))), WINDOWS)
+    metrics = EntityMetrics(lambda: engine, lambda: 1.0, max_entities=10)
+    metrics.entity(dn, "app", 1.0).produce_bytes += 100
+    assert metrics.tenant_sums()["payments"][1] == 1
+    reloaded = Tenants((Tenant("payments", user_rules=(rule,), quotas={PRODUCE: 5000.0}),))
+    engine.update(QuotaTable({}, tenants=reloaded), WINDOWS, now=1.0)
+    sums = metrics.tenant_sums()["payments"]
+    assert (sums[1], sums[0].produce_bytes) == (1, 100)
+    assert metrics.expire_idle(now=10_000.0) == 1 and metrics.whole_names == {}
+
+
 @pytest.mark.parametrize("tenant_first", [False, True])
 def test_a_forged_bounded_client_id_does_not_take_a_long_client_id_out_of_its_prefix(tenant_first: bool) -> None:
     """A client id over 128 characters is kept as its bounded form, which a client can also send as a
