@@ -41,7 +41,7 @@ from quotagate.quotas.entities import (
     ip_entity_name,
     quota_value_problem,
 )
-from quotagate.quotas.tenants import TENANT_LISTS, Tenant, Tenants
+from quotagate.quotas.tenants import TENANT_LISTS, Tenant, Tenants, rule_text
 from quotagate.quotas.topic_thresholds import TopicThresholds
 from quotagate.security.tls_settings import ListenerTlsConfig, UpstreamTlsConfig
 
@@ -1105,7 +1105,8 @@ def _earlier_tenant_matching(tenants: list[Tenant], key: str, value: str) -> tup
         elif key == "client_ids":
             rule = tenant.matches_client_id(value)
         elif key == "client_id_prefixes":  # every id with `value` also starts with an earlier, shorter prefix
-            rule = next((f"client_id_prefix={p}" for p in tenant.client_id_prefixes if value.startswith(p)), None)
+            shorter = (prefix for prefix in tenant.client_id_prefixes if value.startswith(prefix))
+            rule = next((rule_text("client_id_prefix", prefix) for prefix in shorter), None)
         else:
             rule = None
         if rule is not None:

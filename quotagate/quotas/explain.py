@@ -32,7 +32,7 @@ from quotagate.quotas.entities import (
     Resolution,
 )
 from quotagate.quotas.lease import LeasedBucket
-from quotagate.quotas.tenants import Tenant
+from quotagate.quotas.tenants import Tenant, by_client_id
 
 # What each level is, as the docs name it (docs/quotas.md, "Which quota applies").
 LEVEL_NAMES = {
@@ -157,7 +157,7 @@ def _tenant_membership(tenants: list[tuple[Tenant, str]]) -> dict[str, Any] | No
     if not tenants:
         return None
     (tenant, rule), later = tenants[0], tenants[1:]
-    by_user = not rule.startswith("client_id")
+    by_user = not by_client_id(rule)
     return {
         "name": tenant.name,
         "rule": rule,
@@ -168,7 +168,7 @@ def _tenant_membership(tenants: list[tuple[Tenant, str]]) -> dict[str, Any] | No
 
 
 def _lost_because(winner: str, winner_by_user: bool, rule: str) -> str:
-    if winner_by_user and rule.startswith("client_id"):
+    if winner_by_user and by_client_id(rule):
         return f"tenant {winner!r} takes the client by its user, which comes before any client id"
     return f"tenant {winner!r} comes first in the file"
 

@@ -51,6 +51,17 @@ from quotagate.security.principal_mapping import MappingRule, parse_rule
 TENANT_LISTS = ("users", "user_rules", "client_ids", "client_id_prefixes")
 
 
+def rule_text(kind: str, value: str) -> str:
+    """One member rule as explain, /quotas and the configuration's errors write it: `user=alice`,
+    `user_rule=RULE:...`, `client_id=...`, `client_id_prefix=...`."""
+    return f"{kind}={value}"
+
+
+def by_client_id(rule: str) -> bool:
+    """Whether a rule_text takes members by their client id (which comes after every rule by user)."""
+    return rule.startswith("client_id")
+
+
 @dataclass(frozen=True)
 class Tenant:
     """One [[tenants]] entry: its name, member rules, quotas and whether they are only tried."""
@@ -77,28 +88,28 @@ class Tenant:
 
     def rule_texts(self) -> list[str]:
         """The member rules as the file writes them (explain, /quotas)."""
-        texts = [f"user={user}" for user in self.users]
-        texts += [f"user_rule={rule}" for rule in self.user_rules]
-        texts += [f"client_id={client_id}" for client_id in self.client_ids]
-        texts += [f"client_id_prefix={prefix}" for prefix in self.client_id_prefixes]
+        texts = [rule_text("user", user) for user in self.users]
+        texts += [rule_text("user_rule", rule) for rule in self.user_rules]
+        texts += [rule_text("client_id", client_id) for client_id in self.client_ids]
+        texts += [rule_text("client_id_prefix", prefix) for prefix in self.client_id_prefixes]
         return texts
 
     def matches_user(self, user: str) -> str | None:
         """The rule by user (exact, or a user rule) that makes `user` a member, or None."""
         if user in self._users:
-            return f"user={user}"
+            return rule_text("user", user)
         for text, rule in zip(self.user_rules, self.rules, strict=True):
             if rule.apply(user) == self.name:
-                return f"user_rule={text}"
+                return rule_text("user_rule", text)
         return None
 
     def matches_client_id(self, client_id: str) -> str | None:
         """The rule by client id (exact, or a prefix) that makes `client_id` a member, or None."""
         if client_id in self._client_ids:
-            return f"client_id={client_id}"
+            return rule_text("client_id", client_id)
         for prefix in self.client_id_prefixes:
             if client_id.startswith(prefix):
-                return f"client_id_prefix={prefix}"
+                return rule_text("client_id_prefix", prefix)
         return None
 
 
